@@ -1,0 +1,25 @@
+"""Errors that users see. Each names what was wrong and what to do about it."""
+
+
+class DyscoError(Exception):
+    """Base class for every error raised on purpose by dysco-interp."""
+
+
+class ModelNotFoundError(DyscoError, ValueError):
+    """The model name is neither a registry alias, a local folder, nor loadable from a hub."""
+
+
+class ModelPackageMissingError(DyscoError, ImportError):
+    """A packaged model's PyPI distribution is not installed."""
+
+
+class ModelIntegrityError(DyscoError):
+    """A packaged model's bytes do not match the recorded checksum."""
+
+
+class ContextLengthError(DyscoError, ValueError):
+    """A prompt (plus the tokens to generate) does not fit in the model's context."""
+
+
+class ConfigError(DyscoError, ValueError):
+    """An invalid parameter: dtype, device, sampling or decoding settings."""

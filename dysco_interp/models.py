@@ -1,0 +1,265 @@
+"""Load a real model offline into a TransformerLens `TransformerBridge`.
+
+`load_model` accepts a registry alias (see `packaged_models.REGISTRY`), a local folder
+(safetensors or a folder with one .gguf file), or any Hugging Face name for users with
+a hub. The result holds the bridge (eager attention, hooks), an SDPA twin of the same
+HF model that shares every weight tensor (for prefill without an n x n score matrix),
+the tokenizer and a `ModelSpec`.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from dysco_interp import packaged_models
+from dysco_interp.errors import ConfigError, ContextLengthError, ModelNotFoundError
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+}
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """CUDA when present, else CPU; an unknown or unavailable device is a ConfigError."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ConfigError(f"invalid device {device!r}: use 'cpu', 'cuda' or 'cuda:N'") from e
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} requested but CUDA is not available on this machine")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"unsupported device type {dev.type!r}: use 'cpu' or 'cuda'")
+    return dev
+
+
+def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
+    """fp32 on CPU and bf16 on GPU by default; names such as 'bf16' are accepted."""
+    if dtype is None:
+        return torch.float32 if device.type == "cpu" else torch.bfloat16
+    if isinstance(dtype, torch.dtype):
+        if dtype not in set(_DTYPES.values()):
+            raise ConfigError(f"unsupported dtype {dtype}: use one of float32, bfloat16, float16")
+        return dtype
+    key = str(dtype).lower().removeprefix("torch.")
+    if key not in _DTYPES:
+        raise ConfigError(f"invalid dtype {dtype!r}: use one of {', '.join(sorted(_DTYPES))}")
+    return _DTYPES[key]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What analyses need to know about a model's geometry and prompt format."""
+
+    name: str
+    architecture: str
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_model: int
+    context_length: int
+    layer_types: tuple[str, ...]
+    sliding_window: int | None
+    chat_template: str | None
+
+    @property
+    def group_size(self) -> int:
+        """Query heads per KV head (GQA): head h reads KV head h // group_size."""
+        return self.n_heads // self.n_kv_heads
+
+    @classmethod
+    def from_hf_config(cls, name: str, config, chat_template: str | None) -> "ModelSpec":
+        n_heads = config.num_attention_heads
+        d_model = config.hidden_size
+        n_layers = config.num_hidden_layers
+        layer_types = tuple(getattr(config, "layer_types", None) or ["full_attention"] * n_layers)
+        return cls(
+            name=name,
+            architecture=(config.architectures or [type(config).__name__])[0],
+            n_layers=n_layers,
+            n_heads=n_heads,
+            n_kv_heads=getattr(config, "num_key_value_heads", None) or n_heads,
+            d_head=getattr(config, "head_dim", None) or d_model // n_heads,
+            d_model=d_model,
+            context_length=int(config.max_position_embeddings),
+            layer_types=layer_types,
+            sliding_window=getattr(config, "sliding_window", None)
+            if "sliding_attention" in layer_types
+            else None,
+            chat_template=chat_template,
+        )
+
+
+@dataclass(eq=False)
+class LoadedModel:
+    """A model ready for interpretability work and for DySCO decoding."""
+
+    bridge: "object"  # transformer_lens TransformerBridge (eager attention, hook points)
+    tokenizer: "object"
+    spec: ModelSpec
+    prefill_model: torch.nn.Module  # SDPA twin sharing the bridge's weight tensors
+    source: str
+    _reference_factory: Callable[[str], torch.nn.Module] = field(repr=False)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.prefill_model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.prefill_model.parameters()).dtype
+
+    @property
+    def hf_config(self):
+        return self.prefill_model.config
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]:
+        ids = set()
+        gen_eos = getattr(getattr(self.prefill_model, "generation_config", None), "eos_token_id", None)
+        for value in (gen_eos, self.tokenizer.eos_token_id):
+            if isinstance(value, int):
+                ids.add(value)
+            elif value is not None:
+                ids.update(int(v) for v in value)
+        return frozenset(ids)
+
+    def load_reference_hf(self, attn_implementation: str = "eager") -> torch.nn.Module:
+        """A separately loaded HF model with the same weights (the bridge mutates its own)."""
+        return self._reference_factory(attn_implementation)
+
+    def check_fits(self, n_prompt: int, n_new: int = 0) -> None:
+        """ContextLengthError unless n_prompt + n_new tokens fit the model's context."""
+        if n_prompt + n_new > self.spec.context_length:
+            raise ContextLengthError(
+                f"prompt of {n_prompt} tokens plus {n_new} new tokens exceeds the context of "
+                f"{self.spec.name} ({self.spec.context_length} tokens)"
+            )
+
+
+def _share_weights_twin(hf_model: torch.nn.Module, attn_implementation: str) -> torch.nn.Module:
+    """A second HF model object whose parameters and buffers are the same tensors."""
+    from transformers import AutoModelForCausalLM
+
+    # Its own config object: the bridge forces eager attention through the config.
+    with torch.device("meta"):
+        twin = AutoModelForCausalLM.from_config(
+            copy.deepcopy(hf_model.config), attn_implementation=attn_implementation
+        )
+    twin.load_state_dict(hf_model.state_dict(), assign=True, strict=True)
+    # Non-persistent buffers (rotary frequencies) are not in the state dict.
+    for name, buf in hf_model.named_buffers():
+        module_name, _, attr = name.rpartition(".")
+        twin.get_submodule(module_name)._buffers[attr] = buf
+    if hasattr(hf_model, "generation_config"):
+        twin.generation_config = hf_model.generation_config
+    return twin.eval()
+
+
+def from_hf(
+    hf_model: torch.nn.Module,
+    tokenizer,
+    name: str,
+    source: str = "<in memory>",
+    reference_factory: Callable[[str], torch.nn.Module] | None = None,
+) -> LoadedModel:
+    """Wrap an HF causal LM (already on its device and dtype) as a `LoadedModel`."""
+    from transformer_lens.model_bridge import TransformerBridge
+
+    if not hf_model.config.architectures:
+        hf_model.config.architectures = [type(hf_model).__name__]
+    hf_model.eval()
+    prefill_model = hf_model
+    eager = _share_weights_twin(hf_model, "eager")
+    param = next(hf_model.parameters())
+    bridge = TransformerBridge.boot_transformers(
+        name, hf_model=eager, tokenizer=tokenizer, device=param.device, dtype=param.dtype
+    )
+    bridge.eval()
+    if reference_factory is None:
+
+        def reference_factory(attn_implementation: str) -> torch.nn.Module:
+            from transformers import AutoModelForCausalLM
+
+            ref = AutoModelForCausalLM.from_config(hf_model.config, attn_implementation=attn_implementation)
+            ref.load_state_dict({k: v.clone() for k, v in prefill_model.state_dict().items()})
+            return ref.to(device=param.device, dtype=param.dtype).eval()
+
+    spec = ModelSpec.from_hf_config(name, hf_model.config, getattr(tokenizer, "chat_template", None))
+    return LoadedModel(bridge, tokenizer, spec, prefill_model, source, reference_factory)
+
+
+def _find_local(name_or_path: str) -> Path | None:
+    path = Path(name_or_path).expanduser()
+    return path if path.is_dir() else None
+
+
+def _gguf_in(folder: Path) -> Path | None:
+    ggufs = sorted(folder.glob("*.gguf"))
+    if len(ggufs) > 1:
+        raise ModelNotFoundError(f"{folder} holds several .gguf files; pass a folder with exactly one")
+    return ggufs[0] if ggufs else None
+
+
+def load_model(
+    name_or_path: str = packaged_models.DEFAULT_MODEL,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    progress: bool = True,
+) -> LoadedModel:
+    """Load a model by registry alias, local folder or Hugging Face name."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    start = time.perf_counter()
+    gguf_file = None
+    if name_or_path in packaged_models.REGISTRY:
+        folder = str(packaged_models.ensure_converted(packaged_models.REGISTRY[name_or_path], progress))
+    elif (local := _find_local(name_or_path)) is not None:
+        gguf = _gguf_in(local) if not (local / "config.json").exists() else None
+        folder, gguf_file = str(local), (gguf.name if gguf else None)
+        if not (local / "config.json").exists() and gguf is None:
+            raise ModelNotFoundError(f"{local} has neither config.json nor a .gguf file")
+    else:
+        folder = name_or_path
+    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        hf_model = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dt, attn_implementation="sdpa", **kwargs
+        )
+    except OSError as e:
+        known = ", ".join(sorted(packaged_models.REGISTRY))
+        raise ModelNotFoundError(
+            f"cannot load model {name_or_path!r}: it is not a registry alias ({known}), not a local "
+            f"folder, and could not be fetched from a model hub ({e.__class__.__name__})"
+        ) from e
+    hf_model.hf_quantizer = None
+    hf_model.to(dev)
+
+    def reference_factory(attn_implementation: str) -> torch.nn.Module:
+        ref = AutoModelForCausalLM.from_pretrained(
+            folder, dtype=dt, attn_implementation=attn_implementation, **kwargs
+        )
+        return ref.to(dev).eval()
+
+    loaded = from_hf(hf_model, tokenizer, name_or_path, folder, reference_factory)
+    if progress:
+        print(f"[dysco-interp] loaded {name_or_path} on {dev} ({dt}) in {time.perf_counter() - start:.1f}s")
+    return loaded
