@@ -10,6 +10,7 @@ the tokenizer and a `ModelSpec`.
 from __future__ import annotations
 
 import copy
+import difflib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,15 +153,17 @@ class LoadedModel:
             )
 
 
-def _share_weights_twin(hf_model: torch.nn.Module, attn_implementation: str) -> torch.nn.Module:
-    """A second HF model object whose parameters and buffers are the same tensors."""
+def _model_from_config(config, attn_implementation: str) -> torch.nn.Module:
     from transformers import AutoModelForCausalLM
 
-    # Its own config object: the bridge forces eager attention through the config.
+    # A config object of its own: from_config and the bridge set the attention backend on it.
+    return AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=attn_implementation)
+
+
+def _share_weights_twin(hf_model: torch.nn.Module, attn_implementation: str) -> torch.nn.Module:
+    """A second HF model object whose parameters and buffers are the same tensors."""
     with torch.device("meta"):
-        twin = AutoModelForCausalLM.from_config(
-            copy.deepcopy(hf_model.config), attn_implementation=attn_implementation
-        )
+        twin = _model_from_config(hf_model.config, attn_implementation)
     twin.load_state_dict(hf_model.state_dict(), assign=True, strict=True)
     # Non-persistent buffers (rotary frequencies) are not in the state dict.
     for name, buf in hf_model.named_buffers():
@@ -194,9 +197,7 @@ def from_hf(
     if reference_factory is None:
 
         def reference_factory(attn_implementation: str) -> torch.nn.Module:
-            from transformers import AutoModelForCausalLM
-
-            ref = AutoModelForCausalLM.from_config(hf_model.config, attn_implementation=attn_implementation)
+            ref = _model_from_config(hf_model.config, attn_implementation)
             ref.load_state_dict({k: v.clone() for k, v in prefill_model.state_dict().items()})
             return ref.to(device=param.device, dtype=param.dtype).eval()
 
@@ -216,6 +217,19 @@ def _gguf_in(folder: Path) -> Path | None:
     return ggufs[0] if ggufs else None
 
 
+TINY_PREFIX = "tiny-"
+
+
+def _refuse_likely_typo(name: str) -> None:
+    # A near-miss of an alias is a typo, not a hub id: say so instead of trying a hub.
+    close = difflib.get_close_matches(name, list(packaged_models.REGISTRY), n=3, cutoff=0.6)
+    if close and "/" not in name:
+        raise ModelNotFoundError(
+            f"unknown model {name!r}; did you mean {' or '.join(map(repr, close))}? "
+            f"Known aliases: {', '.join(sorted(packaged_models.REGISTRY))}"
+        )
+
+
 def load_model(
     name_or_path: str = packaged_models.DEFAULT_MODEL,
     device: str | torch.device | None = None,
@@ -228,6 +242,10 @@ def load_model(
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
     start = time.perf_counter()
+    if name_or_path.startswith(TINY_PREFIX):
+        from dysco_interp.tiny_models import tiny_model
+
+        return tiny_model(name_or_path.removeprefix(TINY_PREFIX), dtype=dt, device=dev)
     gguf_file = None
     if name_or_path in packaged_models.REGISTRY:
         folder = str(packaged_models.ensure_converted(packaged_models.REGISTRY[name_or_path], progress))
@@ -237,6 +255,7 @@ def load_model(
         if not (local / "config.json").exists() and gguf is None:
             raise ModelNotFoundError(f"{local} has neither config.json nor a .gguf file")
     else:
+        _refuse_likely_typo(name_or_path)
         folder = name_or_path
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     try:

@@ -162,7 +162,9 @@ def tiny_config(style: str, vocab_size: int, **overrides):
     return cfg
 
 
-def tiny_model(style: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32, **overrides):
+def tiny_model(
+    style: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32, device="cpu", **overrides
+):
     """A `LoadedModel` with random weights (seeded) and a tiny tokenizer of the style."""
     from transformers import AutoModelForCausalLM
 
@@ -180,4 +182,5 @@ def tiny_model(style: str = "llama", seed: int = 0, dtype: torch.dtype = torch.f
         hf_model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
     hf_model.generation_config.eos_token_id = tokenizer.eos_token_id
     hf_model.generation_config.pad_token_id = tokenizer.pad_token_id
+    hf_model.to(device)
     return from_hf(hf_model, tokenizer, f"tiny-{style}")

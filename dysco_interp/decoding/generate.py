@@ -1,0 +1,98 @@
+"""Autoregressive generation on the shared runtime (prefill, then one cached step per token)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from dysco_interp.chat import Messages, encode_chat
+from dysco_interp.decoding import runtime
+from dysco_interp.decoding.sampling import GREEDY, Sampler, SamplingConfig
+from dysco_interp.errors import ConfigError
+from dysco_interp.models import LoadedModel
+
+
+@dataclass
+class Timings:
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    n_prompt: int = 0
+    n_new: int = 0
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        # the first token comes from the prefill logits; decode steps produce the rest
+        steps = max(self.n_new - 1, 0)
+        return steps / self.decode_s if self.decode_s > 0 else float("nan")
+
+    def as_dict(self) -> dict:
+        return {
+            "n_prompt": self.n_prompt,
+            "n_new": self.n_new,
+            "prefill_s": round(self.prefill_s, 4),
+            "decode_s": round(self.decode_s, 4),
+            "decode_tok_per_s": round(self.decode_tok_per_s, 3),
+        }
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    prompt_ids: list[int]
+    finished: bool  # stopped on an end-of-sequence token (else on the token budget)
+    timings: Timings = field(default_factory=Timings)
+
+
+def prompt_ids(
+    model: LoadedModel, prompt: str | Messages | Sequence[int], enable_thinking: bool | None = None
+) -> list[int]:
+    """Token ids of a prompt: raw ids pass through, text and messages get the chat template."""
+    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], dict)):
+        return list(encode_chat(model.tokenizer, prompt, enable_thinking).input_ids)
+    ids = [int(t) for t in prompt]
+    if not ids:
+        raise ValueError("empty prompt")
+    return ids
+
+
+def generate(
+    model: LoadedModel,
+    prompt: str | Messages | Sequence[int],
+    max_new_tokens: int = 64,
+    sampling: SamplingConfig = GREEDY,
+    enable_thinking: bool | None = None,
+    chunk_size: int = runtime.DEFAULT_CHUNK,
+) -> GenerationResult:
+    """Plain generation (no intervention) with the bridge decoding on a prefilled cache."""
+    if max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    ids = prompt_ids(model, prompt, enable_thinking)
+    model.check_fits(len(ids), max_new_tokens)
+    sampler = Sampler(sampling, model.device)
+    eos = model.eos_token_ids
+    timings = Timings(n_prompt=len(ids))
+
+    t0 = time.perf_counter()
+    cache, logits = runtime.prefill(model, ids, chunk_size=chunk_size)
+    timings.prefill_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    out: list[int] = []
+    finished = False
+    while True:
+        token = int(sampler(logits)[0])
+        out.append(token)
+        if token in eos:
+            finished = True
+            break
+        if len(out) >= max_new_tokens:
+            break
+        logits = runtime.step(model, cache, torch.tensor([[token]]))
+    timings.decode_s = time.perf_counter() - t0
+    timings.n_new = len(out)
+    text = model.tokenizer.decode(out, skip_special_tokens=True)
+    return GenerationResult(text, out, ids, finished, timings)
