@@ -1,0 +1,30 @@
+# `make demo` sets everything up in .venv and runs the main job; `make test` runs the tests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# The CPU build of torch, pinned (an open range pulls a multi-GB CUDA build).
+# Elsewhere add e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu".
+TORCH_PIP_ARGS ?=
+
+.PHONY: setup demo test test-fast clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q $(TORCH_PIP_ARGS) torch==2.13.0
+	$(PY) -m pip install -q -e '.[test]'
+	$(VENV)/bin/dysco-interp install-model smollm2-135m
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/dysco-interp demo
+
+test: setup
+	$(PY) -m pytest -q
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not real_model"
+
+clean:
+	rm -rf $(VENV)
