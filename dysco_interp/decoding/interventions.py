@@ -1,0 +1,177 @@
+"""DySCO's interventions as plain TransformerLens hooks.
+
+Each object is a callable `fn(tensor, hook)` plus a `hooks()` method giving the
+`(hook_name, fn)` pairs to pass to `run_with_hooks(fwd_hooks=...)`, to
+`bridge.hooks(...)` or to `runtime.step(..., hooks=...)`; they compose with any
+other hooks on the same hook points (TransformerLens runs hooks on one point in
+the order they were added, each seeing the previous one's output).
+
+- `RelevanceReader` (hook_pattern of H*'s layers): keeps the chosen heads' last
+  query row; `attention()` aggregates them onto absolute key positions.
+- `BiasWriter` (hook_attn_scores of every layer): adds a float32 bias on absolute
+  key positions, sliced to the keys each layer sees (sliding-window layers).
+- `AttentionTemperature` (hook_attn_scores of every layer): scores / tau (UniAttnS).
+
+Sliding-window layers (Gemma-3): at decode time their key axis holds only the last
+`sliding_window` keys; full layers hold all of them. For the last query row both
+cover the LAST keys of the sequence, so rows and biases are right-aligned to the
+absolute length `n_keys` (cached + current tokens) that the decode loop announces.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import torch
+
+from dysco_interp.decoding import relevance
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet
+from dysco_interp.models import ModelSpec
+
+Hook = tuple[str, "object"]
+
+
+def scores_hook_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_attn_scores"
+
+
+def pattern_hook_name(layer: int) -> str:
+    return f"blocks.{layer}.attn.hook_pattern"
+
+
+def layer_of(hook) -> int:
+    """Layer index from a hook point name 'blocks.L.attn.hook_...'."""
+    return int(hook.name.split(".")[1])
+
+
+def is_sliding(spec: ModelSpec, layer: int) -> bool:
+    return spec.sliding_window is not None and spec.layer_types[layer] == "sliding_attention"
+
+
+def _check_width(spec: ModelSpec, layer: int, width: int, n_keys: int, what: str) -> None:
+    """A full layer must see every key; a sliding layer at most n_keys (its window's tail)."""
+    ok = width <= n_keys if is_sliding(spec, layer) else width == n_keys
+    if not ok:
+        kind = "sliding-window" if is_sliding(spec, layer) else "full-attention"
+        raise ValueError(
+            f"{what}: {kind} layer {layer} sees {width} keys but the decode loop announced "
+            f"{n_keys} (cached + current tokens); call set_length() with the right length "
+            "(an ignored KV cache also shows up here)"
+        )
+
+
+class RelevanceReader:
+    """Reads H*'s attention rows (last query row only) during a forward pass.
+
+    Protocol for one forward: `set_length(n_keys)` (absolute number of keys the last
+    query sees: cache length + tokens fed), run the forward with `hooks()`, then
+    `attention()` -> float32 `[B, n_keys]`, the mean over H* of their rows; each
+    sliding layer's row lands on the last positions (others 0). `rows` holds the
+    raw per-layer rows `[B, h_l, k_l]` (float32) for analyses.
+    """
+
+    def __init__(self, heads: HeadSet, spec: ModelSpec):
+        for layer, head in heads:
+            if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
+                raise ConfigError(
+                    f"head L{layer}H{head} is outside the model ({spec.n_layers} layers x {spec.n_heads} heads)"
+                )
+        self.spec = spec
+        self.heads_by_layer: dict[int, list[int]] = heads.by_layer()
+        self._index = {layer: torch.tensor(hs, dtype=torch.long) for layer, hs in self.heads_by_layer.items()}
+        self.n_keys: int | None = None
+        self.rows: dict[int, torch.Tensor] = {}
+
+    @property
+    def max_layer(self) -> int:
+        return max(self.heads_by_layer)
+
+    def hooks(self) -> list[Hook]:
+        return [(pattern_hook_name(layer), self) for layer in self.heads_by_layer]
+
+    def set_length(self, n_keys: int) -> None:
+        """Announce the absolute key count of the next forward and forget the last rows."""
+        if n_keys < 1:
+            raise ValueError(f"n_keys must be >= 1, got {n_keys}")
+        self.n_keys = int(n_keys)
+        self.rows = {}
+
+    def __call__(self, pattern: torch.Tensor, hook) -> None:
+        layer = layer_of(hook)
+        if self.n_keys is None:
+            raise RuntimeError("RelevanceReader: call set_length(n_keys) before each forward pass")
+        _check_width(self.spec, layer, pattern.shape[-1], self.n_keys, "RelevanceReader")
+        idx = self._index[layer]
+        if idx.device != pattern.device:  # move once, not at every step
+            idx = self._index[layer] = idx.to(pattern.device)
+        # Only the chosen heads and the last query row: [B, h, k]; the pattern is untouched.
+        self.rows[layer] = pattern[:, idx, -1, :].float()
+        return None
+
+    def attention(self) -> torch.Tensor:
+        """Mean of H*'s rows on absolute positions, float32 `[B, n_keys]` (sums to 1)."""
+        missing = [layer for layer in self.heads_by_layer if layer not in self.rows]
+        if missing:
+            raise RuntimeError(
+                f"RelevanceReader saw no pattern for layers {missing}: run at least up to layer "
+                f"{self.max_layer} (stop_at_layer={self.max_layer + 1}) with its hooks"
+            )
+        layers = sorted(self.rows)
+        return relevance.aggregate_heads([self.rows[layer] for layer in layers], self.n_keys)
+
+
+class BiasWriter:
+    """Adds a float32 bias on absolute key positions to every layer's attention scores.
+
+    `set_bias(bias)` with `[B or 1, 1, 1, n_keys]` (from `relevance.scaling_bias`), or
+    None to pass scores through untouched. Each layer gets the bias's last k entries,
+    k being the width of its key axis (all keys on full layers, the window on sliding
+    ones). Scores are returned in float32 (a bf16 sum would round log(beta) away).
+    """
+
+    def __init__(self, spec: ModelSpec, layers: Iterable[int] | None = None):
+        self.spec = spec
+        self.layers = tuple(range(spec.n_layers) if layers is None else layers)
+        self.bias: torch.Tensor | None = None
+
+    def hooks(self) -> list[Hook]:
+        return [(scores_hook_name(layer), self) for layer in self.layers]
+
+    def set_bias(self, bias: torch.Tensor | None) -> None:
+        if bias is not None and (bias.ndim != 4 or bias.shape[1] != 1 or bias.shape[2] != 1):
+            raise ValueError(f"bias must be [batch, 1, 1, n_keys], got {tuple(bias.shape)}")
+        self.bias = None if bias is None else bias.float()
+
+    def __call__(self, scores: torch.Tensor, hook) -> torch.Tensor:
+        if self.bias is None:
+            return scores
+        width, n_keys = scores.shape[-1], self.bias.shape[-1]
+        _check_width(self.spec, layer_of(hook), width, n_keys, "BiasWriter")
+        bias = relevance.window_slice(self.bias, width).to(scores.device)
+        return scores.float() + bias
+
+
+class AttentionTemperature:
+    """UniAttnS: every head of every layer attends with softmax(scores / tau).
+
+    Shape-agnostic, so it works in prefill (through the hooked bridge) and decoding.
+    tau = 1 returns the scores unchanged.
+    """
+
+    def __init__(self, spec: ModelSpec, tau: float):
+        if isinstance(tau, bool) or not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
+            raise ConfigError(f"attention temperature tau must be a finite number > 0, got {tau!r}")
+        self.spec = spec
+        self.tau = float(tau)
+
+    def hooks(self) -> list[Hook]:
+        return [(scores_hook_name(layer), self) for layer in range(self.spec.n_layers)]
+
+    def __call__(self, scores: torch.Tensor, hook) -> torch.Tensor:
+        if self.tau == 1.0:
+            return scores
+        # Keep masked keys at the dtype's minimum: with tau < 1 they would overflow to
+        # -inf, and a fully masked row (a left pad's query) would softmax to NaN.
+        return (scores / self.tau).clamp_min(torch.finfo(scores.dtype).min)
