@@ -157,6 +157,8 @@ def tiny_config(style: str, vocab_size: int, **overrides):
             layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
             query_pre_attn_scalar=16,
         )
+        # Gemma scales embeddings by sqrt(d_model): a smaller init keeps outputs varied
+        cfg.initializer_range = 0.03
     for key, value in overrides.items():
         setattr(cfg, key, value)
     return cfg

@@ -18,6 +18,7 @@ from dysco_interp.models import LoadedModel
 @dataclass
 class Timings:
     prefill_s: float = 0.0
+    warmup_s: float = 0.0  # prompt tokens fed one at a time (DySCO's warm-up)
     decode_s: float = 0.0
     n_prompt: int = 0
     n_new: int = 0
@@ -33,6 +34,7 @@ class Timings:
             "n_prompt": self.n_prompt,
             "n_new": self.n_new,
             "prefill_s": round(self.prefill_s, 4),
+            "warmup_s": round(self.warmup_s, 4),
             "decode_s": round(self.decode_s, 4),
             "decode_tok_per_s": round(self.decode_tok_per_s, 3),
         }
@@ -45,6 +47,8 @@ class GenerationResult:
     prompt_ids: list[int]
     finished: bool  # stopped on an end-of-sequence token (else on the token budget)
     timings: Timings = field(default_factory=Timings)
+    trace: "object | None" = None  # a decoding.trace.Trace for dysco_generate
+    method: str = "plain"
 
 
 def prompt_ids(

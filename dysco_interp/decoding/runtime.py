@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Iterable, Sequence
 
 import torch
@@ -54,6 +55,11 @@ def as_ids(model: LoadedModel, ids: torch.Tensor | Sequence[int]) -> torch.Tenso
 
 def cache_length(cache: Cache) -> int:
     return cache.get_seq_length()
+
+
+def clone_cache(cache: Cache) -> Cache:
+    """An independent copy, so one prefill can branch into several decoding runs."""
+    return copy.deepcopy(cache)
 
 
 @torch.inference_mode()

@@ -1,0 +1,81 @@
+"""Typed, validated decoding configurations: DySCO, its baselines and ablations, and presets."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+
+from dysco_interp.decoding import relevance
+from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
+from dysco_interp.errors import ConfigError
+
+METHODS = {
+    "vanilla": "no intervention (equals plain decoding)",
+    "uniattns": "uniform attention temperature tau in every head and layer, prefill included",
+    "dysco": "dynamic attention scaling with the QRHeads",
+    "dysco-static": "DySCO with the set selected once after the context warm-up, then kept",
+    "dysco-random": "DySCO with |H*| random heads (seeded) instead of the QRHeads",
+}
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """One decoding method and its parameters (the defaults are the paper's)."""
+
+    method: str = "dysco"
+    beta: float = 2.0  # strength: log(beta) added to the selected keys' scores
+    top_p: float = 0.975  # nucleus mass of the selection
+    top_k: int = 4096  # cap on the number of selected keys
+    decay: float = 0.75  # momentum d; history weight gamma = d / (1 + d)
+    warmup: int = 8  # context warm-up tokens T_w (relevance only, no bias)
+    template_masking: bool = True  # never select chat-template tokens of the prompt
+    tau: float = 1.0  # UniAttnS temperature
+    head_seed: int = 0  # seed of the random heads (dysco-random)
+    max_new_tokens: int = 256
+    sampling: SamplingConfig = field(default=GREEDY)
+    record_positions: bool = False  # keep every step's selected positions in the trace
+    enable_thinking: bool | None = None  # forwarded to the chat template (Qwen3-style)
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ConfigError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        relevance.check_beta(self.beta)
+        relevance.check_selection_params(self.top_p, self.top_k)
+        relevance.check_decay(self.decay)
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ConfigError(f"warmup must be an integer >= 0, got {self.warmup!r}")
+        if not (isinstance(self.tau, (int, float)) and math.isfinite(self.tau) and self.tau > 0):
+            raise ConfigError(f"tau must be a finite number > 0, got {self.tau!r}")
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not isinstance(self.sampling, SamplingConfig):
+            raise ConfigError("sampling must be a SamplingConfig")
+
+    @property
+    def uses_heads(self) -> bool:
+        return self.method.startswith("dysco")
+
+    @property
+    def changes_prefill(self) -> bool:
+        """UniAttnS rescales the prompt's attention too, so it cannot share a vanilla prefill."""
+        return self.method == "uniattns" and self.tau != 1.0
+
+    def replace(self, **changes) -> "DecodingConfig":
+        return dataclasses.replace(self, **changes)
+
+
+PRESETS: dict[str, DecodingConfig] = {
+    # the official defaults (Qwen3 / Llama-3.1 releases)
+    "paper": DecodingConfig(),
+    # the paper's other grid point: wider nucleus cap, stronger scaling
+    "paper-strong": DecodingConfig(top_p=0.95, top_k=8192, beta=2.5),
+    # the official quick check: top-K only (no nucleus cut), beta 2.5, 128 new tokens
+    "quick-check": DecodingConfig(top_p=1.0, top_k=1024, beta=2.5, max_new_tokens=128),
+}
+
+
+def preset(name: str, **changes) -> DecodingConfig:
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    return PRESETS[name].replace(**changes)

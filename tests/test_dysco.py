@@ -1,0 +1,209 @@
+"""DySCO's invariants and a hand-computed step, on tiny random models of every style."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from dysco_interp.decoding import runtime
+from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
+from dysco_interp.decoding.dysco import _Stepper, compare_methods, dysco_generate, prepare_prompt
+from dysco_interp.decoding.generate import generate
+from dysco_interp.decoding.interventions import BiasWriter
+from dysco_interp.decoding.relevance import scaling_bias
+from dysco_interp.errors import ConfigError, ContextLengthError
+from dysco_interp.heads import HeadSet, HeadSetError
+from dysco_interp.tiny_models import tiny_model
+
+PROMPT = "You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Please give a route from Paris to Berlin."
+N_NEW = 16
+
+
+def heads_for(model, pairs=((1, 0), (2, 3), (1, 2))):
+    s = model.spec
+    return HeadSet(list(pairs), model=s.name, n_layers=s.n_layers, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads)
+
+
+def cfg(method="dysco", **kw):
+    kw.setdefault("max_new_tokens", N_NEW)
+    return DecodingConfig(method=method, **kw)
+
+
+def test_beta_one_reproduces_vanilla_and_vanilla_equals_plain_greedy(tiny):
+    heads = heads_for(tiny)
+    out = compare_methods(
+        tiny, PROMPT, {"vanilla": cfg("vanilla"), "beta1": cfg(beta=1.0), "static1": cfg("dysco-static", beta=1.0)}, heads
+    )
+    plain = generate(tiny, PROMPT, max_new_tokens=N_NEW)
+    ref = tiny.load_reference_hf("eager")
+    with torch.inference_mode():
+        hf = ref.generate(
+            torch.tensor([plain.prompt_ids]), do_sample=False, max_new_tokens=N_NEW, pad_token_id=tiny.tokenizer.pad_token_id
+        )[0, len(plain.prompt_ids) :].tolist()
+    assert out["vanilla"].tokens == plain.tokens == hf
+    assert out["beta1"].tokens == out["vanilla"].tokens
+    assert out["static1"].tokens == out["vanilla"].tokens
+    assert len(set(plain.tokens)) > 1  # the model is not degenerate, so equality means something
+
+
+def test_strong_scaling_changes_the_output(tiny_llama):
+    heads = heads_for(tiny_llama)
+    out = compare_methods(tiny_llama, PROMPT, {"vanilla": cfg("vanilla"), "dysco": cfg(beta=20.0, top_p=0.5)}, heads)
+    assert out["dysco"].tokens != out["vanilla"].tokens
+
+
+def test_selection_invariants_along_a_run(tiny):
+    heads = heads_for(tiny)
+    prepared = prepare_prompt(tiny, PROMPT)
+    res = dysco_generate(tiny, PROMPT, heads, cfg(top_k=5, top_p=0.99, record_positions=True), prepared=prepared)
+    template = prepared.template
+    steps = [s for s in res.trace.steps if s.n_selected is not None]
+    assert steps and len(steps) == len(res.trace.steps) - 8  # all but the context warm-up
+    for s in steps:
+        assert 0 < s.n_selected <= 5 and len(s.selected) == s.n_selected
+        assert not any(template[p] for p in s.selected if p < len(template))
+        assert all(p <= s.position for p in s.selected)
+
+
+def test_relevance_sums_to_one_and_cache_equals_one_biased_pass(tiny):
+    heads = heads_for(tiny)
+    prepared = prepare_prompt(tiny, PROMPT)
+    ids = prepared.ids
+    cache, _ = runtime.prefill(tiny, ids[:-3])
+    stepper = _Stepper(tiny, cfg(beta=3.0, top_p=0.6), heads, prepared.template, None)
+    for pos in range(len(ids) - 3, len(ids) - 1):
+        before = runtime.clone_cache(cache)
+        logits, record = stepper.full_step(cache, ids[pos], pos, "intervention-warmup")
+        assert stepper.relevance.dtype == torch.float32
+        assert math.isclose(float(stepper.relevance.sum()), 1.0, abs_tol=1e-5)
+        assert stepper.relevance.shape[-1] == pos + 1
+        # one biased pass with the same selection, on the cache as it was, gives the same cache and logits
+        mask = stepper._select(pos + 1).mask
+        writer = BiasWriter(tiny.spec)
+        writer.set_bias(scaling_bias(mask, 3.0))
+        again = runtime.step(tiny, before, torch.tensor([[ids[pos]]]), writer.hooks())
+        torch.testing.assert_close(again, logits, atol=0, rtol=0)
+        for a, b in zip(before.layers, cache.layers):
+            assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def test_static_mode_keeps_its_set(tiny_llama):
+    heads = heads_for(tiny_llama)
+    res = dysco_generate(tiny_llama, PROMPT, heads, cfg("dysco-static", beta=3.0, top_p=0.7, record_positions=True))
+    sets = [tuple(s.selected) for s in res.trace.steps if s.selected is not None]
+    assert len(sets) > 5 and len(set(sets)) == 1
+    first_warm = min(s.position for s in res.trace.steps)
+    assert max(sets[0]) < first_warm + 8  # chosen from relevance after the context warm-up
+
+
+def test_random_heads_are_seeded_and_differ_from_the_qrheads(tiny_llama):
+    heads = heads_for(tiny_llama)
+    a = dysco_generate(tiny_llama, PROMPT, heads, cfg("dysco-random", head_seed=3))
+    b = dysco_generate(tiny_llama, PROMPT, heads, cfg("dysco-random", head_seed=3))
+    c = dysco_generate(tiny_llama, PROMPT, heads, cfg("dysco-random", head_seed=4))
+    assert a.trace.heads == b.trace.heads and a.tokens == b.tokens
+    assert a.trace.heads != c.trace.heads and len(a.trace.heads) == len(heads)
+    assert set(a.trace.heads) != set(heads)
+
+
+def test_uniattns_tau_one_is_vanilla_and_other_tau_changes_prefill(tiny_llama):
+    out = compare_methods(
+        tiny_llama, PROMPT, {"vanilla": cfg("vanilla"), "uni1": cfg("uniattns", tau=1.0), "uni": cfg("uniattns", tau=0.3)}
+    )
+    assert out["uni1"].tokens == out["vanilla"].tokens
+    assert out["uni"].tokens != out["vanilla"].tokens
+
+
+def test_trace_reports_named_spans(tiny_llama):
+    heads = heads_for(tiny_llama)
+    res = dysco_generate(tiny_llama, PROMPT, heads, cfg(), spans={"a": (10, 20), "b": (30, 40)})
+    tops = [s.top_spans for s in res.trace.steps]
+    assert all(t is not None and {n for n, _ in t} == {"a", "b"} for t in tops)
+    assert all(t[0][1] >= t[1][1] >= 0 for t in tops)
+
+
+def test_hand_computed_step_on_a_two_layer_model():
+    """Selection and biased logits of one step, recomputed independently in numpy and plain HF."""
+    model = tiny_model("llama", seed=5, num_hidden_layers=2)
+    heads = heads_for(model, ((0, 1), (1, 3)))
+    ids = torch.randint(20, 500, (1, 24), generator=torch.Generator().manual_seed(1))
+    n = ids.shape[1]
+    beta, decay, top_p, top_k = 2.5, 0.75, 0.5, 4
+    r_prev = np.zeros(n - 1, dtype=np.float64)
+    r_prev[[2, 7, 11]] = [0.5, 0.3, 0.2]
+
+    # independent: the known attention pattern from an uncached full forward
+    with torch.inference_mode():
+        _, acts = model.bridge.run_with_cache(ids)
+    rows = [acts[f"blocks.{l}.attn.hook_pattern"][0, h, -1].double().numpy() for l, h in heads]
+    a = np.mean(rows, axis=0)
+    r = (a + decay * np.append(r_prev, 0.0)) / (1 + decay)
+    order = sorted(range(n), key=lambda i: (-r[i], i))
+    chosen, mass = [], 0.0
+    for i in order:
+        if chosen and mass + r[i] > top_p + 1e-7:
+            break
+        chosen.append(i)
+        mass += r[i]
+    chosen = sorted(chosen[:top_k])
+
+    # ours: prefill, then one full DySCO step from that relevance
+    cache, _ = runtime.prefill(model, ids[:, :-1])
+    no_template = torch.zeros(n, dtype=torch.bool)
+    config = cfg(beta=beta, decay=decay, top_p=top_p, top_k=top_k, record_positions=True)
+    stepper = _Stepper(model, config, heads, no_template, None)
+    stepper.relevance = torch.tensor(r_prev, dtype=torch.float32)[None]
+    logits, record = stepper.full_step(cache, int(ids[0, -1]), n - 1, "decode")
+    assert record.selected == chosen
+    np.testing.assert_allclose(stepper.relevance[0].numpy(), r, atol=1e-6)
+
+    # independent biased logits: a separately loaded HF model with an additive 4D mask
+    ref = model.load_reference_hf("eager")
+    mask = torch.full((n, n), float("-inf")).triu(1)
+    boosted = chosen + [n - 1]
+    mask[-1, boosted] += math.log(beta)
+    with torch.inference_mode():
+        expected = ref(ids, attention_mask=mask[None, None]).logits[0, -1]
+    torch.testing.assert_close(logits[0], expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_p=1.2), "top_p"),
+        (dict(top_k=0), "top_k"),
+        (dict(beta=0.0), "beta"),
+        (dict(beta=-2.0), "beta"),
+        (dict(decay=-0.1), "decay"),
+        (dict(warmup=-1), "warmup"),
+        (dict(method="fancy"), "unknown method"),
+        (dict(method="uniattns", tau=0.0), "tau"),
+        (dict(max_new_tokens=0), "max_new_tokens"),
+    ],
+)
+def test_bad_parameters_are_refused(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        DecodingConfig(**kwargs)
+
+
+def test_presets_carry_the_papers_values():
+    assert (PRESETS["paper"].top_p, PRESETS["paper"].top_k, PRESETS["paper"].beta) == (0.975, 4096, 2.0)
+    assert (PRESETS["paper"].decay, PRESETS["paper"].warmup) == (0.75, 8)
+    assert (PRESETS["paper-strong"].top_p, PRESETS["paper-strong"].top_k, PRESETS["paper-strong"].beta) == (0.95, 8192, 2.5)
+    q = preset("quick-check")
+    assert (q.top_p, q.top_k, q.beta, q.max_new_tokens) == (1.0, 1024, 2.5, 128)
+    with pytest.raises(ConfigError):
+        preset("nope")
+
+
+def test_missing_or_foreign_heads_and_long_prompts_are_refused(tiny_llama):
+    with pytest.raises(ConfigError, match="head set"):
+        dysco_generate(tiny_llama, PROMPT, None, cfg())
+    foreign = HeadSet([(20, 3)], model="qwen2.5-coder-0.5b", n_layers=24, n_heads=14, n_kv_heads=2)
+    with pytest.raises(HeadSetError):
+        dysco_generate(tiny_llama, PROMPT, foreign, cfg())
+    small = tiny_model("llama", max_position_embeddings=64)
+    with pytest.raises(ContextLengthError):
+        dysco_generate(small, PROMPT, heads_for(small), cfg())
