@@ -54,28 +54,114 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
-def _run_generation(args, prompt: str) -> int:
+def _add_method_args(p: argparse.ArgumentParser, multi: bool) -> None:
+    from dysco_interp.decoding.config import METHODS, PRESETS
+
+    if multi:
+        p.add_argument("--methods", default="vanilla,uniattns,dysco", help=f"comma-separated, from {', '.join(METHODS)}")
+    else:
+        p.add_argument("--method", default="vanilla", choices=list(METHODS))
+    p.add_argument("--heads", default="shipped", help="head file (any supported format) or 'shipped'")
+    p.add_argument("--preset", default="paper", choices=list(PRESETS), help="DySCO parameters (default: paper)")
+    p.add_argument("--beta", type=float, default=None, help="override the preset's strength")
+    p.add_argument("--p", dest="nucleus_p", type=float, default=None, help="override the preset's top_p")
+    p.add_argument("--k", dest="nucleus_k", type=int, default=None, help="override the preset's top_k")
+    p.add_argument("--tau", type=float, default=None, help="UniAttnS temperature (default 1.0; see the README)")
+    p.add_argument("--head-seed", type=int, default=0, help="seed of dysco-random's heads")
+
+
+def _decoding_config(args, method: str):
+    from dysco_interp.decoding.config import preset
+    from dysco_interp.decoding.sampling import SamplingConfig
+
+    changes = {
+        "method": method,
+        "max_new_tokens": args.max_new_tokens,
+        "head_seed": args.head_seed,
+        "sampling": SamplingConfig(args.temperature, args.top_p, args.top_k, args.seed),
+    }
+    for field, value in (("beta", args.beta), ("top_p", args.nucleus_p), ("top_k", args.nucleus_k), ("tau", args.tau)):
+        if value is not None:
+            changes[field] = value
+    return preset(args.preset, **changes)
+
+
+def _load_heads(arg: str, model):
+    from dysco_interp.heads import load_heads, shipped_heads
+
+    if arg == "shipped":
+        alias = model.spec.name
+        return shipped_heads(alias, spec=model.spec)
+    return load_heads(arg, spec=model.spec)
+
+
+def _setup(args):
     import torch
 
-    from dysco_interp.decoding.generate import generate
-    from dysco_interp.decoding.sampling import SamplingConfig
     from dysco_interp.models import load_model
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    sampling = SamplingConfig(args.temperature, args.top_p, args.top_k, args.seed)
-    model = load_model(args.model, device=args.device, dtype=args.dtype)
-    result = generate(model, prompt, max_new_tokens=args.max_new_tokens, sampling=sampling)
+    return load_model(args.model, device=args.device, dtype=args.dtype)
+
+
+def _run_generation(args, prompt: str) -> int:
+    import torch
+
+    from dysco_interp.decoding.dysco import dysco_generate
+
+    model = _setup(args)
+    method = getattr(args, "method", "vanilla")
+    config = _decoding_config(args, method) if hasattr(args, "preset") else _plain_config(args)
+    heads = _load_heads(args.heads, model) if config.uses_heads else None
+    result = dysco_generate(model, prompt, heads, config)
     if args.json:
-        print(json.dumps({"model": args.model, "text": result.text, "tokens": result.tokens, **result.timings.as_dict()}))
+        print(json.dumps({"model": args.model, "method": method, "text": result.text, "tokens": result.tokens,
+                          **result.timings.as_dict()}))
         return 0
     t = result.timings
-    print(f"\nprompt> {prompt}\n{args.model}> {result.text}\n")
+    print(f"\nprompt> {prompt if len(prompt) < 400 else prompt[:200] + ' ... ' + prompt[-150:]}")
+    print(f"{args.model} [{method}]> {result.text}\n")
+    selected = [s.n_selected for s in result.trace.decode_steps() if s.n_selected is not None]
+    if selected:
+        print(f"DySCO selected {min(selected)}-{max(selected)} keys per step (mean {sum(selected) / len(selected):.1f})")
     print(
         f"prompt {t.n_prompt} tokens, prefill {t.prefill_s:.2f}s; generated {t.n_new} tokens "
         f"({'end of sequence' if result.finished else 'token budget'}), decode {t.decode_tok_per_s:.1f} tok/s "
         f"on {model.device} ({model.dtype}, {torch.get_num_threads()} threads)"
     )
+    return 0
+
+
+def _plain_config(args):
+    from dysco_interp.decoding.config import DecodingConfig
+    from dysco_interp.decoding.sampling import SamplingConfig
+
+    sampling = SamplingConfig(args.temperature, args.top_p, args.top_k, args.seed)
+    return DecodingConfig(method="vanilla", max_new_tokens=args.max_new_tokens, sampling=sampling)
+
+
+def _cmd_evaluate(args) -> int:
+    from dysco_interp.evaluate import ADAPTERS, evaluate, format_table, summarise
+    from dysco_interp.runner import ResultStore
+    from dysco_interp.tasks import get_task, load_dataset
+
+    task = get_task(args.task).name
+    files = sorted(Path(args.data).glob(f"{task}_*.jsonl")) if Path(args.data).is_dir() else [Path(args.data)]
+    if not files or not all(f.is_file() for f in files):
+        raise SystemExit(f"no {task} data in {args.data}; make it with `dysco-interp make-data {task} ...`")
+    model = _setup(args)
+    methods = {m: _decoding_config(args, m) for m in args.methods.split(",")}
+    needs_heads = any(c.uses_heads for c in methods.values())
+    heads = _load_heads(args.heads, model) if needs_heads else None
+    store = ResultStore(args.out)
+    for f in files:
+        instances = load_dataset(f)[: args.limit] if args.limit else load_dataset(f)
+        evaluate(model, args.model, task, instances, methods, heads, store, keep_trace=args.keep_trace)
+    metrics = ADAPTERS[task].metrics
+    mine = [r for r in store.records() if r["model"] == args.model and r["task"] == task and r["method"] in methods]
+    print(format_table(summarise(mine, metrics), metrics))
+    print(f"results: {args.out}")
     return 0
 
 
@@ -105,11 +191,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("aliases", nargs="+")
     p.set_defaults(func=_cmd_install_model)
 
-    p = sub.add_parser("generate", help="generate from a prompt (plain decoding)")
+    p = sub.add_parser("generate", help="generate from a prompt with one decoding method")
     p.add_argument("--prompt", default=None)
     p.add_argument("--prompt-file", default=None)
     _add_generation_args(p)
+    _add_method_args(p, multi=False)
     p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser("evaluate", help="score decoding methods on task data (resumable)")
+    p.add_argument("--task", default="path_traversal")
+    p.add_argument("--data", required=True, help="a folder from make-data, or one JSONL file")
+    p.add_argument("--out", required=True, help="results JSONL (appended; finished items are skipped)")
+    p.add_argument("--limit", type=int, default=None, help="instances per file")
+    p.add_argument("--keep-trace", action="store_true", help="store each run's per-step trace")
+    _add_generation_args(p)
+    _add_method_args(p, multi=True)
+    p.set_defaults(func=_cmd_evaluate, max_new_tokens=256)
+
+    from dysco_interp.tasks.cli import add_make_data_parser
+
+    add_make_data_parser(sub)
 
     p = sub.add_parser("demo", help="the main job: load the default model and generate, with timings")
     _add_generation_args(p)
