@@ -1,0 +1,142 @@
+"""Task generators with exact gold spans, and their scorers.
+
+Three tasks, each seeded, sized to a target prompt length in tokens for a given tokenizer
+(with its chat template applied) and stored as JSONL:
+
+- `path_traversal`: LongProc's Path Traversal (route following through one-way edges).
+- `needle_qa`: multi-document QA about invented entities, for QRScore head detection.
+- `mrcr`: multi-round co-reference over a long chat (OpenAI MRCR style).
+
+    from dysco_interp.tasks import make_dataset
+    data = make_dataset("path_traversal", tokenizer, target_tokens=8192, n=50, seed=0)
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from dysco_interp.errors import ConfigError
+from dysco_interp.tasks import mrcr, needle_qa, path_traversal
+from dysco_interp.tasks.common import check_positive, read_jsonl, write_jsonl
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    description: str
+    generate: Callable  # (tokenizer, target_tokens, *, seed, index, **options) -> instance
+    instance_type: type
+    options: tuple[str, ...]  # keyword options `generate` accepts besides seed and index
+    summary: Callable[[object], dict]  # what the make-data table shows for one instance
+
+
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec(
+            "path_traversal",
+            "LongProc Path Traversal: follow one-way edges from a start city to a destination",
+            path_traversal.generate_instance,
+            path_traversal.PathTraversalInstance,
+            ("hops", "n_edges", "topology", "tolerance", "enable_thinking"),
+            lambda x: {"tokens": x.n_tokens, "hops": x.n_hops, "edges": x.n_edges},
+        ),
+        TaskSpec(
+            "needle_qa",
+            "multi-document QA about invented entities (retrieval-head detection)",
+            needle_qa.generate_example,
+            needle_qa.NeedleQAExample,
+            ("n_docs", "gold_position", "kinds", "tolerance", "enable_thinking"),
+            lambda x: {"tokens": x.n_tokens, "docs": x.n_docs, "gold_doc": x.gold_index},
+        ),
+        TaskSpec(
+            "mrcr",
+            "multi-round co-reference: reproduce the k-th answer to a repeated request",
+            mrcr.generate_example,
+            mrcr.MRCRExample,
+            ("n_needles", "n_turns", "k", "form", "topic", "tolerance", "enable_thinking"),
+            lambda x: {"tokens": x.n_tokens, "turns": x.n_turns, "needles": x.n_needles},
+        ),
+    )
+}
+
+_ALIASES = {
+    "path-traversal": "path_traversal",
+    "pathtraversal": "path_traversal",
+    "pt": "path_traversal",
+    "longproc": "path_traversal",
+    "needle-qa": "needle_qa",
+    "needleqa": "needle_qa",
+    "qa": "needle_qa",
+    "nq": "needle_qa",
+}
+
+
+def get_task(name: str) -> TaskSpec:
+    """The task registered under name (or an alias); ConfigError names the choices."""
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key in TASKS:
+        return TASKS[key]
+    close = difflib.get_close_matches(key, list(TASKS) + list(_ALIASES), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ConfigError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}.{hint}")
+
+
+def make_dataset(
+    task: str,
+    tokenizer,
+    target_tokens: int | None = None,
+    n: int = 1,
+    seed: int = 0,
+    progress: bool = False,
+    **options,
+) -> list:
+    """n instances (index 0..n-1) of a task at one target length; deterministic for a seed."""
+    spec = get_task(task)
+    check_positive("n", n)
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise ConfigError(f"seed must be an integer, got {seed!r}")
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        raise ConfigError(
+            f"task {spec.name!r} has no option(s) {', '.join(unknown)}; it accepts {', '.join(spec.options)}"
+        )
+    indices: Iterable[int] = range(n)
+    if progress:
+        from tqdm.auto import tqdm
+
+        indices = tqdm(indices, desc=f"{spec.name} {target_tokens or ''}", unit="inst", leave=False)
+    return [spec.generate(tokenizer, target_tokens, seed=seed, index=i, **options) for i in indices]
+
+
+def save_dataset(path: str | Path, instances: Iterable) -> Path:
+    """Write instances as JSONL (one `to_dict()` per line)."""
+    return write_jsonl(path, instances)
+
+
+def load_dataset(path: str | Path) -> list:
+    """Read a JSONL file written by `save_dataset`, as instances of the right task class."""
+    records = read_jsonl(path)
+    out = []
+    for i, rec in enumerate(records):
+        if "task" not in rec:
+            raise ConfigError(f"{path}: record {i} has no 'task' field; not a dysco-interp task file")
+        out.append(get_task(rec["task"]).instance_type.from_dict(rec))
+    return out
+
+
+__all__ = [
+    "TASKS",
+    "TaskSpec",
+    "get_task",
+    "make_dataset",
+    "save_dataset",
+    "load_dataset",
+    "path_traversal",
+    "needle_qa",
+    "mrcr",
+]
