@@ -208,9 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_method_args(p, multi=True)
     p.set_defaults(func=_cmd_evaluate, max_new_tokens=256)
 
+    from dysco_interp.detect_cli import add_detect_parser
     from dysco_interp.tasks.cli import add_make_data_parser
 
     add_make_data_parser(sub)
+    add_detect_parser(sub)
 
     p = sub.add_parser("demo", help="the main job: load the default model and generate, with timings")
     _add_generation_args(p)
