@@ -1,0 +1,54 @@
+"""Where DySCO's relevance went while a route went wrong: a per-step trace of one failure.
+
+For one stored DySCO record (evaluate --keep-trace), lists each decode step's token, the
+number of keys selected, their relevance mass, and the three most relevant edge lines,
+marking the gold route's edges.
+
+    python analyses/failure_trace.py --results figures/path_traversal/qwen2.5-coder-0.5b_2k_vanilla_dysco.jsonl \
+        --data DATA.jsonl --model qwen2.5-coder-0.5b --index 0 --out figures/path_traversal/failure_trace_0.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", required=True)
+    p.add_argument("--data", required=True, help="the path traversal JSONL the results were made from")
+    p.add_argument("--model", required=True, help="for its tokenizer")
+    p.add_argument("--index", type=int, default=0)
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+
+    from dysco_interp.runner import ResultStore
+    from dysco_interp.tasks import load_dataset
+    from dysco_interp.tasks.cli import load_tokenizer
+
+    inst = next(x for x in load_dataset(args.data) if x.index == args.index)
+    recs = {r["method"]: r for r in ResultStore(args.results).records() if r["index"] == args.index}
+    dysco = recs["dysco"]
+    tok = load_tokenizer(args.model)
+    gold = {f"edge{i}": k for k, i in enumerate(inst.gold_edge_indices)}
+    rows = []
+    for s in [s for s in dysco["trace"]["steps"] if s["phase"] == "decode"][: args.steps]:
+        tops = [(name, mass, gold.get(name)) for name, mass in (s["top_spans"] or [])]
+        rows.append({"token": tok.decode([s["token"]]), "n_selected": s["n_selected"], "mass": s["nucleus_mass"],
+                     "top_edges": [{"edge": inst.edge_lines[int(n[4:])], "mass": m, "gold_step": g} for n, m, g in tops]})
+    out = {"instance": inst.id, "question": inst.question_nl, "gold": inst.answer_nl,
+           "vanilla": recs.get("vanilla", {}).get("output"), "dysco": dysco["output"], "steps": rows}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"question: {inst.question_nl}\ngold:\n{inst.answer_nl}\nvanilla:\n{out['vanilla']}\ndysco:\n{dysco['output']}\n")
+    for i, r in enumerate(rows):
+        top = "; ".join(f"{'*' if e['gold_step'] is not None else ''}{e['edge'][:60]} ({e['mass']:.3f})" for e in r["top_edges"])
+        print(f"{i:>3} {r['token']!r:>14} sel={r['n_selected']:<5} mass={r['mass']:.2f}  {top}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
