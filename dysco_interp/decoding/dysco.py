@@ -22,7 +22,7 @@ import torch
 from dysco_interp.chat import EncodedPrompt, Messages, as_messages, encode_chat
 from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.generate import GenerationResult, Timings
+from dysco_interp.decoding.generate import GenerationResult, Timings, decode_until_done
 from dysco_interp.decoding.interventions import AttentionTemperature, BiasWriter, RelevanceReader
 from dysco_interp.decoding.sampling import Sampler
 from dysco_interp.decoding.template import extend_mask, template_positions
@@ -192,7 +192,6 @@ def dysco_generate(
     stepper = _Stepper(model, config, heads, prepared.template, span_mass)
     trace = Trace(config.method, n_prompt, list(heads) if heads is not None else [])
     sampler = Sampler(config.sampling, model.device)
-    eos = model.eos_token_ids
 
     t0 = time.perf_counter()
     logits = None
@@ -204,19 +203,13 @@ def dysco_generate(
         trace.steps.append(record)
     warm_s = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    out: list[int] = []
-    finished = False
-    while True:
-        token = int(sampler(logits)[0])
-        out.append(token)
-        if token in eos:
-            finished = True
-            break
-        if len(out) >= config.max_new_tokens:
-            break
-        logits, record = stepper.full_step(cache, token, n_prompt + len(out) - 1, "decode")
+    def decode_step(token: int, n_out: int) -> torch.Tensor:
+        logits, record = stepper.full_step(cache, token, n_prompt + n_out - 1, "decode")
         trace.steps.append(record)
+        return logits
+
+    t0 = time.perf_counter()
+    out, finished = decode_until_done(logits, sampler, model.eos_token_ids, config.max_new_tokens, decode_step)
     timings.decode_s = time.perf_counter() - t0
     timings.warmup_s = warm_s
     timings.n_new = len(out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 
@@ -63,6 +63,28 @@ def prompt_ids(
     return ids
 
 
+def decode_until_done(
+    logits: torch.Tensor,
+    sampler: Sampler,
+    eos: frozenset[int],
+    max_new_tokens: int,
+    step: Callable[[int, int], torch.Tensor],
+) -> tuple[list[int], bool]:
+    """Sample, stop on EOS or the budget, else `step(token, n_generated)` for the next logits.
+
+    Returns the generated tokens and whether an end-of-sequence token ended them.
+    """
+    out: list[int] = []
+    while True:
+        token = int(sampler(logits)[0])
+        out.append(token)
+        if token in eos:
+            return out, True
+        if len(out) >= max_new_tokens:
+            return out, False
+        logits = step(token, len(out))
+
+
 def generate(
     model: LoadedModel,
     prompt: str | Messages | Sequence[int],
@@ -77,7 +99,6 @@ def generate(
     ids = prompt_ids(model, prompt, enable_thinking)
     model.check_fits(len(ids), max_new_tokens)
     sampler = Sampler(sampling, model.device)
-    eos = model.eos_token_ids
     timings = Timings(n_prompt=len(ids))
 
     t0 = time.perf_counter()
@@ -85,17 +106,10 @@ def generate(
     timings.prefill_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    out: list[int] = []
-    finished = False
-    while True:
-        token = int(sampler(logits)[0])
-        out.append(token)
-        if token in eos:
-            finished = True
-            break
-        if len(out) >= max_new_tokens:
-            break
-        logits = runtime.step(model, cache, torch.tensor([[token]]))
+    out, finished = decode_until_done(
+        logits, sampler, model.eos_token_ids, max_new_tokens,
+        lambda token, n_out: runtime.step(model, cache, torch.tensor([[token]])),
+    )
     timings.decode_s = time.perf_counter() - t0
     timings.n_new = len(out)
     text = model.tokenizer.decode(out, skip_special_tokens=True)
