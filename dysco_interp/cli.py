@@ -51,6 +51,8 @@ def _add_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--yarn", type=float, default=None, metavar="FACTOR",
+                   help="YaRN rope scaling (context x FACTOR); combines with any method")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
@@ -102,7 +104,7 @@ def _setup(args):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    return load_model(args.model, device=args.device, dtype=args.dtype)
+    return load_model(args.model, device=args.device, dtype=args.dtype, yarn_factor=args.yarn)
 
 
 def _run_generation(args, prompt: str) -> int:

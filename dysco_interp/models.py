@@ -220,6 +220,28 @@ def _gguf_in(folder: Path) -> Path | None:
 TINY_PREFIX = "tiny-"
 
 
+def with_yarn(config, factor: float | None):
+    """The config with YaRN rope scaling by `factor` (context x factor), or unchanged for None."""
+    if factor is None:
+        return config
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 1:
+        raise ConfigError(f"YaRN factor must be a number > 1, got {factor!r}")
+    rope = dict(getattr(config, "rope_parameters", None) or {})
+    if "rope_theta" not in rope:
+        raise ConfigError(
+            f"YaRN needs one rope setting for every layer; {type(config).__name__} has {sorted(rope)}"
+        )
+    original = int(config.max_position_embeddings)
+    config.rope_parameters = {
+        "rope_type": "yarn",
+        "rope_theta": rope["rope_theta"],
+        "factor": float(factor),
+        "original_max_position_embeddings": original,
+    }
+    config.max_position_embeddings = int(original * factor)
+    return config
+
+
 def _refuse_likely_typo(name: str) -> None:
     # A near-miss of an alias is a typo, not a hub id: say so instead of trying a hub.
     close = difflib.get_close_matches(name, list(packaged_models.REGISTRY), n=3, cutoff=0.6)
@@ -235,9 +257,14 @@ def load_model(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     progress: bool = True,
+    yarn_factor: float | None = None,
 ) -> LoadedModel:
-    """Load a model by registry alias, local folder or Hugging Face name."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Load a model by registry alias, local folder or Hugging Face name.
+
+    `yarn_factor` switches the rope to YaRN scaling (the paper's baseline for contexts past
+    the native window; 4 for the Qwen models), and combines with every decoding method.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     dev = resolve_device(device)
     dt = resolve_dtype(dtype, dev)
@@ -245,7 +272,7 @@ def load_model(
     if name_or_path.startswith(TINY_PREFIX):
         from dysco_interp.tiny_models import tiny_model
 
-        return tiny_model(name_or_path.removeprefix(TINY_PREFIX), dtype=dt, device=dev)
+        return tiny_model(name_or_path.removeprefix(TINY_PREFIX), dtype=dt, device=dev, yarn_factor=yarn_factor)
     gguf_file = None
     if name_or_path in packaged_models.REGISTRY:
         folder = str(packaged_models.ensure_converted(packaged_models.REGISTRY[name_or_path], progress))
@@ -260,6 +287,7 @@ def load_model(
     kwargs = {"gguf_file": gguf_file} if gguf_file else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+        kwargs["config"] = with_yarn(AutoConfig.from_pretrained(folder, **kwargs), yarn_factor)
         hf_model = AutoModelForCausalLM.from_pretrained(
             folder, dtype=dt, attn_implementation="sdpa", **kwargs
         )
@@ -273,8 +301,9 @@ def load_model(
     hf_model.to(dev)
 
     def reference_factory(attn_implementation: str) -> torch.nn.Module:
+        config = copy.deepcopy(kwargs["config"])
         ref = AutoModelForCausalLM.from_pretrained(
-            folder, dtype=dt, attn_implementation=attn_implementation, **kwargs
+            folder, dtype=dt, attn_implementation=attn_implementation, **{**kwargs, "config": config}
         )
         return ref.to(dev).eval()
 

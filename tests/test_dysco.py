@@ -207,3 +207,27 @@ def test_missing_or_foreign_heads_and_long_prompts_are_refused(tiny_llama):
     small = tiny_model("llama", max_position_embeddings=64)
     with pytest.raises(ContextLengthError):
         dysco_generate(small, PROMPT, heads_for(small), cfg())
+
+
+def test_yarn_comes_from_the_config_and_combines_with_dysco():
+    plain = tiny_model("qwen2", seed=2)
+    yarn = tiny_model("qwen2", seed=2, yarn_factor=4.0)
+    assert yarn.spec.context_length == 4 * plain.spec.context_length
+    assert yarn.hf_config.rope_parameters["rope_type"] == "yarn"
+    ids = torch.randint(20, 500, (1, 60), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        assert not torch.allclose(plain.bridge(ids), yarn.bridge(ids), atol=1e-4)
+    heads = heads_for(yarn)
+    out = compare_methods(yarn, PROMPT, {"vanilla": cfg("vanilla"), "beta1": cfg(beta=1.0)}, heads)
+    assert out["beta1"].tokens == out["vanilla"].tokens == generate(yarn, PROMPT, max_new_tokens=N_NEW).tokens
+    ref = yarn.load_reference_hf("eager")
+    with torch.inference_mode():
+        hf = ref.generate(torch.tensor([out["vanilla"].prompt_ids]), do_sample=False, max_new_tokens=N_NEW,
+                          pad_token_id=yarn.tokenizer.pad_token_id)
+    assert out["vanilla"].tokens == hf[0, len(out["vanilla"].prompt_ids):].tolist()
+
+
+@pytest.mark.parametrize("bad", [1.0, 0.5, "4", True])
+def test_bad_yarn_factor_is_refused(bad):
+    with pytest.raises(ConfigError, match="YaRN"):
+        tiny_model("llama", yarn_factor=bad)
