@@ -531,14 +531,14 @@ def test_geometry_of():
 
 
 @pytest.mark.parametrize(
-    "alias,geometry",
-    [("qwen2.5-coder-0.5b", (24, 14, 2)), ("qwen2.5-coder-1.5b", (28, 12, 2))],
+    "alias,geometry,n_examples",
+    [("smollm2-135m", (30, 9, 3), 24), ("qwen2.5-coder-0.5b", (24, 14, 2), 32), ("qwen2.5-coder-1.5b", (28, 12, 2), 32)],
 )
-def test_shipped_head_files_load_with_provenance(alias, geometry):
+def test_shipped_head_files_load_with_provenance(alias, geometry, n_examples):
     from dysco_interp.heads import shipped_heads
 
     heads = shipped_heads(alias)
     assert (heads.n_layers, heads.n_heads, heads.n_kv_heads) == geometry
-    assert len(heads) == 16 and heads.method == "qrscore" and heads.n_examples == 32
+    assert len(heads) == 16 and heads.method == "qrscore" and heads.n_examples == n_examples
     assert heads.command.startswith("python analyses/ship_heads.py --model " + alias)
     assert list(heads.scores) == sorted(heads.scores, reverse=True)
