@@ -372,7 +372,7 @@ def query_attention(
         if pattern.shape[-1] != n_keys:
             raise RuntimeError(
                 f"layer {layer} attends over {pattern.shape[-1]} keys, expected {n_keys} (context + query): "
-                "the cache was ignored (see FACTS.md on transformers versions) or the layer is sliding-window"
+                "the cache was ignored (transformers >= 5.24 renames the cache argument) or the layer is sliding-window"
             )
         rows[layer] = mean_query_rows(pattern, n_context)
 

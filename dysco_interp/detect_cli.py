@@ -157,7 +157,7 @@ def run_detect(args) -> int:
 __all__ = ["add_detect_parser", "format_head_table", "run_detect"]
 
 
-if __name__ == "__main__":  # pragma: no cover - the lead wires this into dysco_interp.cli
+if __name__ == "__main__":  # pragma: no cover - normally run as `dysco-interp detect-heads`
     parser = argparse.ArgumentParser(prog="dysco-interp")
     add_detect_parser(parser.add_subparsers(dest="command", required=True))
     ns = parser.parse_args()

@@ -1,6 +1,6 @@
 """The DySCO decode loop (and its baselines), on the shared runtime and plain TL hooks.
 
-Schedule for one prompt (DESIGN.md, "The DySCO algorithm"):
+Schedule for one prompt (the paper's algorithm):
 1. encode with the chat template; n_gen = generation-prompt tokens;
 2. prefill prompt[:-(T_w + n_gen)] without intervention (shareable across methods);
 3. context warm-up: the next T_w tokens one at a time, no bias, relevance updated;
