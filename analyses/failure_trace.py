@@ -28,7 +28,7 @@ def main(argv=None) -> int:
 
     from dysco_interp.runner import ResultStore
     from dysco_interp.tasks import load_dataset
-    from dysco_interp.tasks.cli import load_tokenizer
+    from dysco_interp.models import load_tokenizer
 
     inst = next(x for x in load_dataset(args.data) if x.index == args.index)
     recs = {r["method"]: r for r in ResultStore(args.results).records() if r["index"] == args.index}

@@ -252,6 +252,54 @@ def _refuse_likely_typo(name: str) -> None:
         )
 
 
+def _source(name_or_path: str, progress: bool = True) -> tuple[str, dict]:
+    """Where to load a name from (folder or hub id) and the from_pretrained kwargs it needs."""
+    if name_or_path in packaged_models.REGISTRY:
+        return str(packaged_models.ensure_converted(packaged_models.REGISTRY[name_or_path], progress)), {}
+    local = _find_local(name_or_path)
+    if local is None:
+        _refuse_likely_typo(name_or_path)
+        return name_or_path, {}
+    if (local / "config.json").exists():
+        return str(local), {}
+    gguf = _gguf_in(local)
+    if gguf is None:
+        raise ModelNotFoundError(f"{local} has neither config.json nor a .gguf file")
+    return str(local), {"gguf_file": gguf.name}
+
+
+def _not_found(name_or_path: str, error: Exception) -> ModelNotFoundError:
+    known = ", ".join(sorted(packaged_models.REGISTRY))
+    return ModelNotFoundError(
+        f"cannot load model {name_or_path!r}: it is not a registry alias ({known}), not a local "
+        f"folder, and could not be fetched from a model hub ({error.__class__.__name__})"
+    )
+
+
+def load_tokenizer(name_or_path: str = packaged_models.DEFAULT_MODEL, progress: bool = True):
+    """Only a model's tokenizer; no weights are loaded or converted when avoidable."""
+    from transformers import AutoTokenizer
+
+    if name_or_path.startswith(TINY_PREFIX):
+        from dysco_interp.tiny_models import tiny_tokenizer
+
+        return tiny_tokenizer(name_or_path.removeprefix(TINY_PREFIX))
+    packaged = packaged_models.REGISTRY.get(name_or_path)
+    if packaged is not None and not packaged_models.is_converted(packaged) and len(packaged.chunks) == 1:
+        # a single-file GGUF carries its tokenizer: read it without converting the weights
+        gguf = packaged_models.locate_chunks(packaged)[0]
+        folder, kwargs = str(gguf.parent), {"gguf_file": gguf.name}
+    else:
+        folder, kwargs = _source(name_or_path, progress)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
+    except OSError as e:
+        raise _not_found(name_or_path, e) from e
+    if packaged is not None:
+        tokenizer.name_or_path = name_or_path
+    return tokenizer
+
+
 def load_model(
     name_or_path: str = packaged_models.DEFAULT_MODEL,
     device: str | torch.device | None = None,
@@ -273,18 +321,7 @@ def load_model(
         from dysco_interp.tiny_models import tiny_model
 
         return tiny_model(name_or_path.removeprefix(TINY_PREFIX), dtype=dt, device=dev, yarn_factor=yarn_factor)
-    gguf_file = None
-    if name_or_path in packaged_models.REGISTRY:
-        folder = str(packaged_models.ensure_converted(packaged_models.REGISTRY[name_or_path], progress))
-    elif (local := _find_local(name_or_path)) is not None:
-        gguf = _gguf_in(local) if not (local / "config.json").exists() else None
-        folder, gguf_file = str(local), (gguf.name if gguf else None)
-        if not (local / "config.json").exists() and gguf is None:
-            raise ModelNotFoundError(f"{local} has neither config.json nor a .gguf file")
-    else:
-        _refuse_likely_typo(name_or_path)
-        folder = name_or_path
-    kwargs = {"gguf_file": gguf_file} if gguf_file else {}
+    folder, kwargs = _source(name_or_path, progress)
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, **kwargs)
         kwargs["config"] = with_yarn(AutoConfig.from_pretrained(folder, **kwargs), yarn_factor)
@@ -292,11 +329,7 @@ def load_model(
             folder, dtype=dt, attn_implementation="sdpa", **kwargs
         )
     except OSError as e:
-        known = ", ".join(sorted(packaged_models.REGISTRY))
-        raise ModelNotFoundError(
-            f"cannot load model {name_or_path!r}: it is not a registry alias ({known}), not a local "
-            f"folder, and could not be fetched from a model hub ({e.__class__.__name__})"
-        ) from e
+        raise _not_found(name_or_path, e) from e
     hf_model.hf_quantizer = None
     hf_model.to(dev)
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from dysco_interp.errors import ConfigError
+from dysco_interp.packaged_models import DEFAULT_MODEL
 from dysco_interp.tasks import TASKS, get_task, make_dataset, save_dataset
 from dysco_interp.tasks.common import parse_lengths
 
@@ -68,38 +69,6 @@ def parse_hops(text: str) -> int | list[int]:
         raise ConfigError(f"invalid --hops {text!r}: use N, a list such as 24,29,34,39, or a range 24-39") from None
 
 
-def load_tokenizer(name: str | None):
-    """Only the tokenizer of a model: no weights are loaded when avoidable."""
-    from dysco_interp import packaged_models
-
-    name = name or packaged_models.DEFAULT_MODEL
-    if name.startswith("tiny-"):
-        from dysco_interp.tiny_models import tiny_tokenizer
-
-        return tiny_tokenizer(name.removeprefix("tiny-"))
-    from transformers import AutoTokenizer
-
-    if name in packaged_models.REGISTRY:
-        model = packaged_models.REGISTRY[name]
-        if not packaged_models.is_converted(model) and len(model.chunks) == 1:
-            # A single-file GGUF carries its tokenizer: read it without converting the weights.
-            gguf = packaged_models.locate_chunks(model)[0]
-            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        else:
-            tok = AutoTokenizer.from_pretrained(str(packaged_models.ensure_converted(model)))
-        tok.name_or_path = name
-        return tok
-    path = Path(name).expanduser()
-    if path.is_dir():
-        ggufs = sorted(path.glob("*.gguf"))
-        if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists() and ggufs:
-            return AutoTokenizer.from_pretrained(str(path), gguf_file=ggufs[0].name)
-        return AutoTokenizer.from_pretrained(str(path))
-    from dysco_interp.models import load_model
-
-    return load_model(name).tokenizer
-
-
 def length_label(tokens: int) -> str:
     return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
 
@@ -136,7 +105,9 @@ def run_make_data(args) -> int:
     if args.n < 1:
         raise ConfigError(f"--n must be at least 1, got {args.n}")
     options = _options(spec.name, args)
-    tokenizer = load_tokenizer(args.model)
+    from dysco_interp.models import load_tokenizer
+
+    tokenizer = load_tokenizer(args.model or DEFAULT_MODEL)
     out = Path(args.out)
     rows = []
     for length in lengths:
