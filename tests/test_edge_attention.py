@@ -1,0 +1,61 @@
+"""Per-edge attention under teacher forcing, and the metrics built on it."""
+
+import pytest
+import torch
+
+from dysco_interp.analysis.edge_attention import (
+    EdgeAttention,
+    in_top_fraction,
+    span_sums,
+    teacher_forced_edge_attention,
+)
+from dysco_interp.tasks import make_dataset
+from dysco_interp.tasks.path_traversal import teacher_forced_inputs
+from dysco_interp.tiny_models import tiny_model
+
+
+def test_span_sums_by_hand():
+    rows = torch.tensor([[0.1, 0.2, 0.3, 0.4], [1.0, 0.0, 0.0, 2.0]])
+    out = span_sums(rows, [(0, 2), (1, 4), (3, 4)])
+    torch.testing.assert_close(out, torch.tensor([[0.3, 0.9, 0.4], [1.0, 2.0, 2.0]]))
+    for bad in ([(2, 2)], [(0, 5)], [(-1, 2)], []):
+        with pytest.raises(ValueError):
+            span_sums(rows, bad)
+
+
+def test_top_fraction_by_hand():
+    scores = torch.arange(40, dtype=torch.float32)[None].repeat(2, 1)  # edge 39 best, then 38
+    # 5% of 40 edges = 2 edges
+    assert in_top_fraction(scores, torch.tensor([38, 37])).tolist() == [True, False]
+    assert in_top_fraction(scores, torch.tensor([37, 0]), fraction=0.1).tolist() == [True, False]
+    with pytest.raises(ValueError):
+        in_top_fraction(scores, torch.tensor([0, 0]), fraction=0)
+
+
+def test_head_set_metrics_by_hand():
+    masses = torch.zeros(2, 2, 2, 3)
+    masses[:, 0, 1] = torch.tensor([[0.6, 0.1, 0.0], [0.0, 0.2, 0.5]])
+    masses[:, 1, 0] = torch.tensor([[0.2, 0.1, 0.3], [0.1, 0.4, 0.1]])
+    att = EdgeAttention(masses, torch.tensor([0, 2]))
+    torch.testing.assert_close(att.gold_mass([(0, 1), (1, 0)]), torch.tensor([0.4, 0.3]))
+    assert att.gold_in_top([(0, 1)], fraction=0.3).tolist() == [True, True]
+    assert att.gold_in_top([(1, 0)], fraction=0.3).tolist() == [False, False]
+
+
+def test_matches_an_uncached_forward_on_a_tiny_model():
+    model = tiny_model("llama", max_position_embeddings=4096)
+    inst = make_dataset("path_traversal", model.tokenizer, 1950, n=1, seed=1, progress=False)[0]
+    att = teacher_forced_edge_attention(model, inst)
+    assert att.masses.shape == (inst.n_hops, 4, 4, inst.n_edges)
+    inputs = teacher_forced_inputs(inst, model.tokenizer)
+    with torch.inference_mode():
+        _, acts = model.bridge.run_with_cache(torch.tensor([inputs.input_ids]))
+    step = 2
+    pos = inputs.first_token_positions[step]
+    layer, head = 3, 1
+    row = acts[f"blocks.{layer}.attn.hook_pattern"][0, head, pos]
+    expected = torch.stack([row[a:b].sum() for a, b in inst.edge_token_spans])
+    torch.testing.assert_close(att.masses[step, layer, head], expected, atol=1e-5, rtol=1e-4)
+    assert att.gold.tolist() == inst.gold_edge_indices
+    # every row sums to at most 1 over the edges
+    assert (att.masses.sum(-1) <= 1 + 1e-5).all()
