@@ -19,6 +19,7 @@ from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
 from dysco_interp.runner import ResultStore
 from dysco_interp.tasks import mrcr, needle_qa, path_traversal
+from dysco_interp.tasks.common import check_same_tokenizer
 
 
 @dataclass(frozen=True)
@@ -81,14 +82,10 @@ def evaluate(
         if not pending:
             continue
         prompt = adapter.prompt(inst)
-        n_ids = len(prepare_prompt(model, prompt, inst.enable_thinking).ids)
-        if n_ids != inst.n_tokens:
-            raise ConfigError(
-                f"instance {inst.id!r} was made for tokenizer {inst.tokenizer!r} ({inst.n_tokens} tokens); "
-                f"{model_name} encodes it to {n_ids} tokens: regenerate the data for this model"
-            )
+        prepared = prepare_prompt(model, prompt, inst.enable_thinking)
+        check_same_tokenizer(inst, len(prepared.ids))
         pending = {m: c.replace(enable_thinking=inst.enable_thinking) for m, c in pending.items()}
-        results = compare_methods(model, prompt, pending, heads, spans=adapter.spans(inst))
+        results = compare_methods(model, prompt, pending, heads, spans=adapter.spans(inst), prepared=prepared)
         for method, res in results.items():
             record = {
                 **key(method),

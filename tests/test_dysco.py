@@ -231,3 +231,11 @@ def test_yarn_comes_from_the_config_and_combines_with_dysco():
 def test_bad_yarn_factor_is_refused(bad):
     with pytest.raises(ConfigError, match="YaRN"):
         tiny_model("llama", yarn_factor=bad)
+
+
+def test_a_prepared_prompt_serves_one_thinking_setting(tiny):
+    prepared = prepare_prompt(tiny, PROMPT)
+    same = compare_methods(tiny, PROMPT, {"v": cfg("vanilla")}, prepared=prepared)
+    assert same["v"].tokens == compare_methods(tiny, PROMPT, {"v": cfg("vanilla")})["v"].tokens
+    with pytest.raises(ConfigError, match="one enable_thinking"):
+        compare_methods(tiny, PROMPT, {"a": cfg("vanilla"), "b": cfg("vanilla", enable_thinking=False)}, prepared=prepared)

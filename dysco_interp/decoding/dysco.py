@@ -223,11 +223,20 @@ def compare_methods(
     configs: Mapping[str, DecodingConfig],
     heads: HeadSet | None = None,
     spans: Spans | None = None,
+    prepared: PreparedPrompt | None = None,
 ) -> dict[str, GenerationResult]:
-    """Run several methods on one prompt, prefilling once for all that keep prefill attention."""
+    """Run several methods on one prompt, prefilling once for all that keep prefill attention.
+
+    `prepared`: the prompt already encoded with the configs' (one) `enable_thinking`.
+    """
     results: dict[str, GenerationResult] = {}
     shared: dict[tuple, Prefix] = {}
     prepared_by_thinking: dict = {}
+    if prepared is not None:
+        thinking = {c.enable_thinking for c in configs.values()}
+        if len(thinking) != 1:
+            raise ConfigError("a prepared prompt serves configs with one enable_thinking setting")
+        prepared_by_thinking[thinking.pop()] = prepared
     for name, config in configs.items():
         prepared = prepared_by_thinking.get(config.enable_thinking)
         if prepared is None:

@@ -69,6 +69,15 @@ def tokenizer_name(tokenizer) -> str | None:
     return str(name) if name else None
 
 
+def check_same_tokenizer(instance, n_ids: int) -> None:
+    """ConfigError unless a tokenizer gives the instance's prompt the length recorded with it."""
+    if n_ids != instance.n_tokens:
+        raise ConfigError(
+            f"instance {instance.id!r} was made for another tokenizer ({instance.tokenizer}): its prompt "
+            f"has {instance.n_tokens} tokens, this tokenizer gives {n_ids}; regenerate the data for this model"
+        )
+
+
 def token_spans(encoded, char_spans: Iterable[Span]) -> list[Span]:
     """Token span covering each character span of an `EncodedPrompt`."""
     return [tuple(encoded.token_span(a, b)) for a, b in char_spans]

@@ -30,6 +30,7 @@ from dysco_interp.tasks.common import (
     DEFAULT_TOLERANCE,
     Span,
     as_spans,
+    check_same_tokenizer,
     check_positive,
     check_tolerance,
     fit_count,
@@ -721,11 +722,7 @@ class TeacherForcedInputs:
 def teacher_forced_inputs(instance: PathTraversalInstance, tokenizer) -> TeacherForcedInputs:
     """Ids for one teacher-forced forward pass; checks the tokenizer matches the instance."""
     prompt_ids, _ = encode_text(tokenizer, instance.prompt_text)
-    if len(prompt_ids) != instance.n_tokens:
-        raise ConfigError(
-            f"instance {instance.id!r} was made for another tokenizer ({instance.tokenizer}): its prompt "
-            f"has {instance.n_tokens} tokens, this tokenizer gives {len(prompt_ids)}"
-        )
+    check_same_tokenizer(instance, len(prompt_ids))
     comp_ids, _ = encode_text(tokenizer, instance.completion)
     return TeacherForcedInputs(
         tuple(prompt_ids) + tuple(comp_ids), len(prompt_ids), tuple(tuple(s) for s in instance.step_token_spans)
