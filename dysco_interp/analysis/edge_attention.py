@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
 from dysco_interp.decoding import runtime
 from dysco_interp.models import LoadedModel
-from dysco_interp.tasks.path_traversal import PathTraversalInstance, teacher_forced_inputs
+from dysco_interp.tasks.path_traversal import (
+    PathTraversalInstance,
+    teacher_forced_inputs,
+    teacher_forced_step_accuracy,
+)
 
 
 def span_sums(rows: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.Tensor:
@@ -45,6 +49,7 @@ class EdgeAttention:
 
     masses: torch.Tensor  # float32 [n_steps, n_layers, n_heads, n_edges]
     gold: torch.Tensor  # long [n_steps]: the gold edge of each step
+    correct: tuple[bool, ...] | None = None  # per step, every city-name token is the argmax (if scored)
 
     def for_heads(self, heads: Iterable[tuple[int, int]]) -> torch.Tensor:
         """Mean over the given heads: `[n_steps, n_edges]`."""
@@ -62,27 +67,68 @@ class EdgeAttention:
 
 
 @torch.inference_mode()
-def teacher_forced_edge_attention(model: LoadedModel, instance: PathTraversalInstance) -> EdgeAttention:
-    """Every head's edge masses at each gold step, from one pass over the gold answer."""
+def span_attention_by_layer(
+    model: LoadedModel,
+    input_ids,
+    n_cached: int,
+    rows_at: torch.Tensor,
+    spans: Sequence[tuple[int, int]],
+    consume: Callable[[int, torch.Tensor], None],
+    logits_to_keep: int = 1,
+) -> torch.Tensor:
+    """Attention of chosen query rows summed over key spans, handed over one layer at a time.
+
+    `input_ids[:n_cached]` is prefilled (no n x n scores); the rest runs through the bridge
+    once, and only rows `rows_at` (offsets into that rest) are summed: `consume(layer, sums)`
+    gets float32 `[n_heads, n_rows, n_spans]` for every layer. Returns that pass's logits for
+    its last `logits_to_keep` positions (0: every position after the prefilled ones).
+    """
+    if model.spec.sliding_window is not None:
+        raise ValueError("span attention needs full-attention layers; sliding-window models are not supported")
+    ids = runtime.as_ids(model, input_ids)
+    model.check_fits(ids.shape[1])
+    if not 0 < n_cached < ids.shape[1]:
+        raise ValueError(f"n_cached must leave at least one token to run, got {n_cached} of {ids.shape[1]}")
+    rows_at = torch.as_tensor(rows_at, dtype=torch.long)
+    if rows_at.numel() and (rows_at.min() < 0 or rows_at.max() >= ids.shape[1] - n_cached):
+        raise ValueError("rows_at must index the tokens after the prefilled ones")
+
+    def read(pattern: torch.Tensor, hook) -> None:
+        rows = pattern[0, :, rows_at.to(pattern.device)]  # [H, rows, keys]
+        consume(int(hook.name.split(".")[1]), span_sums(rows, spans).cpu())
+
+    cache, _ = runtime.prefill(model, ids[:, :n_cached])
+    hooks = [(f"blocks.{layer}.attn.hook_pattern", read) for layer in range(model.spec.n_layers)]
+    return model.bridge.run_with_hooks(
+        ids[:, n_cached:], past_key_values=cache, fwd_hooks=hooks, logits_to_keep=logits_to_keep
+    )
+
+
+def teacher_forced_edge_attention(
+    model: LoadedModel, instance: PathTraversalInstance, score_steps: bool = False
+) -> EdgeAttention:
+    """Every head's edge masses at each gold step, from one pass over the gold answer.
+
+    With `score_steps` the same pass also scores each step (`correct`: every token of the
+    city name is the argmax), at the cost of full-vocabulary logits for the answer tokens.
+    """
     spec = model.spec
-    if spec.sliding_window is not None:
-        raise ValueError("edge attention needs full-attention layers; sliding-window models are not supported")
     inputs = teacher_forced_inputs(instance, model.tokenizer)
     n_prompt = inputs.prompt_len
-    ids = runtime.as_ids(model, inputs.input_ids)
-    model.check_fits(ids.shape[1])
     rows_at = torch.tensor(inputs.first_token_positions, dtype=torch.long) - n_prompt
     if (rows_at < 0).any():
         raise ValueError("a route step is predicted from inside the prompt; the answer format is unexpected")
     spans = [tuple(s) for s in instance.edge_token_spans]
     masses = torch.empty(len(rows_at), spec.n_layers, spec.n_heads, len(spans))
 
-    def read(pattern: torch.Tensor, hook) -> None:
-        layer = int(hook.name.split(".")[1])
-        rows = pattern[0, :, rows_at.to(pattern.device), :n_prompt]  # [H, steps, n_prompt]
-        masses[:, layer] = span_sums(rows, spans).transpose(0, 1).cpu()
+    def store(layer: int, sums: torch.Tensor) -> None:
+        masses[:, layer] = sums.transpose(0, 1)
 
-    cache, _ = runtime.prefill(model, ids[:, :n_prompt])
-    hooks = [(f"blocks.{layer}.attn.hook_pattern", read) for layer in range(spec.n_layers)]
-    model.bridge.run_with_hooks(ids[:, n_prompt:], past_key_values=cache, fwd_hooks=hooks, logits_to_keep=1)
-    return EdgeAttention(masses, torch.tensor(instance.gold_edge_indices, dtype=torch.long))
+    logits = span_attention_by_layer(
+        model, inputs.input_ids, n_prompt, rows_at, spans, store, logits_to_keep=0 if score_steps else 1
+    )
+    correct = None
+    if score_steps:  # logits cover positions n_prompt.. ; earlier ones predict nothing scored
+        predicted = [-1] * n_prompt + logits[0].argmax(-1).tolist()
+        correct = teacher_forced_step_accuracy(predicted, inputs, "name").correct
+    return EdgeAttention(masses, torch.tensor(instance.gold_edge_indices, dtype=torch.long), correct)
