@@ -1,12 +1,18 @@
-"""Decode-step cost: DySCO against vanilla on the same backend (TransformerLens bridge).
+"""Decode speed and memory: DySCO against vanilla on the same backend, in one run.
 
-For each context length: prefill once, branch the cache, then time single decode steps
-of both methods alternately (so drift hits both alike) and report medians. The layer
-floor of DySCO over vanilla is 1 + (L* + 1) / L: the partial pass runs layers 0..L*.
-One CPU thread, as the project's benchmarks require.
+For each context length: prefill once, then time single decode steps of both methods
+alternately from copies of that cache (drift hits both alike), after warm-up steps, and
+report medians, tokens per second, their ratio, and on a GPU the peak memory of each
+method's steps. The layer floor of DySCO over vanilla is 1 + (L* + 1) / L (the partial
+pass runs layers 0..L*); on a GPU the bandwidth floor of one step is (weight bytes + KV
+bytes) / measured copy bandwidth.
 
-    python analyses/bench_decode.py --model qwen2.5-coder-0.5b --heads shipped \
-        --contexts 2048,4096 --out figures/bench_decode.json
+    # CPU, one thread, the TransformerLens path
+    python analyses/bench_decode.py --model qwen2.5-coder-0.5b --contexts 2048,4096 --backend bridge \
+        --threads 1 --out figures/bench_decode.json
+    # GPU, a Qwen3-8B-shaped model with random weights and the paper's Qwen3-8B heads
+    python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
+        --backend sdpa --contexts 32768,65536,102400 --out figures/bench_decode_gpu_qwen3-8b.json
 """
 
 from __future__ import annotations
@@ -19,94 +25,205 @@ import sys
 import time
 from pathlib import Path
 
+# Qwen3-8B's shape (config.json of Qwen/Qwen3-8B); weights are random, speed does not depend on them.
+GEOMETRIES = {
+    "qwen3-8b": dict(style="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288,
+                     num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                     max_position_embeddings=131072, rope_theta=1000000.0, tie_word_embeddings=False,
+                     initializer_range=0.02),
+}
 
-def _time(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+
+def random_model(geometry: str, device, dtype):
+    """A LoadedModel of a real model's shape with random weights, built on the device."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from dysco_interp.models import from_hf
+    from dysco_interp.tiny_models import tiny_config, tiny_tokenizer
+
+    shape = dict(GEOMETRIES[geometry])
+    style, vocab = shape.pop("style"), shape.pop("vocab_size")
+    config = tiny_config(style, vocab_size=vocab, **shape)
+    with torch.device(device):
+        hf = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
+    return from_hf(hf, tiny_tokenizer(style), f"{geometry}-random")
 
 
-def bench_context(model, heads, config, n_context: int, n_steps: int, n_warmup: int) -> dict:
+def _sync(device) -> None:
     import torch
 
-    from dysco_interp.decoding import runtime
-    from dysco_interp.decoding.dysco import _Stepper
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
+
+def copy_bandwidth(device, n_bytes: int = 1 << 30) -> float | None:
+    """Device memory bandwidth in bytes/s from a large copy (read + write), median of 5."""
+    import torch
+
+    if device.type != "cuda":
+        return None
+    a = torch.empty(n_bytes // 2, dtype=torch.bfloat16, device=device)
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(6):
+        _sync(device)
+        t0 = time.perf_counter()
+        b.copy_(a)
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * n_bytes / statistics.median(times[1:])
+
+
+def bench_context(model, heads, config, backend: str, n_context: int, n_steps: int, n_warmup: int) -> dict:
+    import torch
+
+    from dysco_interp.decoding.backends import make_backend
+    from dysco_interp.decoding.dysco import Rows, _Stepper
+
+    device = model.device
     gen = torch.Generator().manual_seed(n_context)
-    ids = torch.randint(100, min(len(model.tokenizer), 30000), (1, n_context + n_steps + n_warmup), generator=gen)
-    prefix, _ = runtime.prefill(model, ids[:, :n_context])
-    vanilla_cache, dysco_cache = runtime.clone_cache(prefix), runtime.clone_cache(prefix)
-    del prefix
-    stepper = _Stepper(model, config, heads, torch.zeros(n_context, dtype=torch.bool), None)
-    # relevance as if warmed up on the context
-    stepper.relevance = torch.full((1, n_context), 1.0 / n_context)
-    vanilla, dysco = [], []
+    ids = torch.randint(10, min(len(model.tokenizer), 30000), (1, n_context + n_steps + n_warmup), generator=gen)
+    plain = make_backend(model, backend, None)
+    t0 = time.perf_counter()
+    prefix = plain.prefill(ids[:, :n_context].to(device), None)
+    _sync(device)
+    prefill_s = time.perf_counter() - t0
+    states = {"vanilla": prefix.clone(), "dysco": prefix}
+    rows = Rows.of([_Prompt(tuple(ids[0, :n_context].tolist()))], 0)
+    stepper = _Stepper(make_backend(model, backend, heads), config, rows)
+    stepper.relevance = torch.full((1, n_context), 1.0 / n_context, device=device)  # as if warmed up
+    runs = {
+        "vanilla": lambda tok: plain.step(states["vanilla"], tok),
+        "dysco": lambda tok: stepper.full_step(states["dysco"], tok, "decode"),
+    }
+    times = {m: [] for m in runs}
+    peaks = {m: 0 for m in runs}
     for i in range(n_warmup + n_steps):
-        pos = n_context + i
-        tok = int(ids[0, pos])
-        tv = _time(lambda: runtime.step(model, vanilla_cache, torch.tensor([[tok]])))
-        td = _time(lambda: stepper.full_step(dysco_cache, tok, pos, "decode"))
-        if i >= n_warmup:
-            vanilla.append(tv)
-            dysco.append(td)
-    v, d = statistics.median(vanilla), statistics.median(dysco)
-    return {
+        tok = ids[:, n_context + i].to(device)
+        for method, fn in runs.items():
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+                base = torch.cuda.memory_allocated(device)
+            _sync(device)
+            t0 = time.perf_counter()
+            fn(tok)
+            _sync(device)
+            if i >= n_warmup:
+                times[method].append(time.perf_counter() - t0)
+                if device.type == "cuda":
+                    peaks[method] = max(peaks[method], torch.cuda.max_memory_allocated(device) - base)
+    v, d = statistics.median(times["vanilla"]), statistics.median(times["dysco"])
+    row = {
         "context": n_context,
         "steps": n_steps,
-        "vanilla_step_ms": round(v * 1e3, 2),
-        "dysco_step_ms": round(d * 1e3, 2),
+        "prefill_s": round(prefill_s, 3),
+        "vanilla_step_ms": round(v * 1e3, 3),
+        "dysco_step_ms": round(d * 1e3, 3),
         "vanilla_tok_per_s": round(1 / v, 3),
         "dysco_tok_per_s": round(1 / d, 3),
-        "ratio": round(d / v, 3),
-        "vanilla_step_ms_iqr": [round(x * 1e3, 2) for x in statistics.quantiles(vanilla, n=4)[::2]],
-        "dysco_step_ms_iqr": [round(x * 1e3, 2) for x in statistics.quantiles(dysco, n=4)[::2]],
+        "ratio": round(d / v, 4),
+        "vanilla_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["vanilla"], n=4)[::2]],
+        "dysco_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["dysco"], n=4)[::2]],
     }
+    if device.type == "cuda":
+        kv = sum(layer.keys.numel() + layer.values.numel() for layer in prefix.cache.layers) * prefix.cache.layers[0].keys.element_size()
+        row.update({
+            "kv_cache_gib": round(kv / 2**30, 3),
+            "allocated_gib": round(torch.cuda.memory_allocated(device) / 2**30, 3),
+            "vanilla_step_extra_peak_gib": round(peaks["vanilla"] / 2**30, 3),
+            "dysco_step_extra_peak_gib": round(peaks["dysco"] / 2**30, 3),
+        })
+    return row
+
+
+class _Prompt:
+    """A context without chat template (benchmarks feed raw ids)."""
+
+    def __init__(self, ids):
+        import torch
+
+        self.ids = ids
+        self.template = torch.zeros(len(ids), dtype=torch.bool)
+        self.encoded = type("Encoded", (), {"n_generation_prompt": 0})()
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
-    p.add_argument("--heads", default="shipped", help="head file or 'shipped'")
+    p.add_argument("--random-geometry", choices=sorted(GEOMETRIES), default=None,
+                   help="benchmark a real model's shape with random weights instead of --model")
+    p.add_argument("--heads", default="shipped", help="head file, 'shipped', or 'paper' (the paper's Qwen3-8B list)")
+    p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa"])
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
     p.add_argument("--contexts", default="2048,4096")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 for the CPU benchmark)")
     p.add_argument("--out", default="figures/bench_decode.json")
     args = p.parse_args(argv)
 
     import torch
     import transformers
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     from dysco_interp.decoding.config import DecodingConfig
-    from dysco_interp.heads import load_heads, shipped_heads
-    from dysco_interp.models import load_model
+    from dysco_interp.heads import load_heads, paper_heads, shipped_heads
+    from dysco_interp.models import load_model, resolve_device, resolve_dtype
 
-    model = load_model(args.model, progress=False)
-    heads = shipped_heads(args.model, spec=model.spec) if args.heads == "shipped" else load_heads(args.heads, spec=model.spec)
+    if args.random_geometry:
+        device = resolve_device(args.device)
+        model = random_model(args.random_geometry, device, resolve_dtype(args.dtype, device))
+        name = model.spec.name
+    else:
+        model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
+        name = args.model
+    if args.heads == "paper":
+        if args.random_geometry != "qwen3-8b":
+            raise SystemExit("--heads paper is the Qwen3-8B list: use it with --random-geometry qwen3-8b")
+        heads = paper_heads("qwen3-8b").validate_for(model.spec, allow_other_model=True)
+    elif args.heads == "shipped":
+        heads = shipped_heads(name, spec=model.spec)
+    else:
+        heads = load_heads(args.heads, spec=model.spec)
     config = DecodingConfig()
     n_layers, deepest = model.spec.n_layers, heads.max_layer
     floor = 1 + (deepest + 1) / n_layers
+    device = model.device
+    bandwidth = copy_bandwidth(device)
+    weight_bytes = sum(t.numel() * t.element_size() for t in model.prefill_model.parameters())
     rows = []
     for n in [int(x) for x in args.contexts.split(",")]:
-        row = bench_context(model, heads, config, n, args.steps, args.warmup)
-        row["ratio_over_floor"] = round(row["ratio"] / floor, 3)
+        row = bench_context(model, heads, config, args.backend, n, args.steps, args.warmup)
+        row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
+        if bandwidth:
+            step_bytes = weight_bytes + row["kv_cache_gib"] * 2**30
+            row["bandwidth_floor_ms"] = round(step_bytes / bandwidth * 1e3, 3)
+            row["bandwidth_floor_tok_per_s"] = round(bandwidth / step_bytes, 2)
         rows.append(row)
         print(
-            f"context {n:>6}: vanilla {row['vanilla_step_ms']:8.1f} ms  dysco {row['dysco_step_ms']:8.1f} ms  "
-            f"ratio {row['ratio']:.3f}  (floor {floor:.3f}, ratio/floor {row['ratio_over_floor']:.3f})",
+            f"context {n:>7}: vanilla {row['vanilla_step_ms']:9.2f} ms ({row['vanilla_tok_per_s']:.1f} tok/s)  "
+            f"dysco {row['dysco_step_ms']:9.2f} ms ({row['dysco_tok_per_s']:.1f} tok/s)  ratio {row['ratio']:.3f} "
+            f"(layer floor {floor:.3f})" + (f"  bandwidth floor {row['bandwidth_floor_ms']:.2f} ms" if bandwidth else ""),
             flush=True,
         )
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     result = {
         "benchmark": "decode-step",
-        "backend": "TransformerLens bridge (eager attention) for both methods",
-        "model": args.model,
+        "backend": args.backend,
+        "model": name,
+        "random_weights": bool(args.random_geometry),
+        "dtype": str(model.dtype).replace("torch.", ""),
         "heads": {"source": args.heads, "n": len(heads), "deepest_layer": deepest, "labels": heads.labels()},
         "n_layers": n_layers,
         "layer_floor": round(floor, 4),
+        "weights_gib": round(weight_bytes / 2**30, 3),
+        "copy_bandwidth_gb_per_s": round(bandwidth / 1e9, 1) if bandwidth else None,
         "config": {"top_p": config.top_p, "top_k": config.top_k, "beta": config.beta},
-        "threads": args.threads,
-        "machine": {"platform": platform.platform(), "processor": platform.processor()},
+        "threads": torch.get_num_threads(),
+        "machine": {"device": device_name, "platform": platform.platform()},
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "command": "python analyses/bench_decode.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "rows": rows,

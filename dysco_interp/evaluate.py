@@ -1,6 +1,6 @@
 """Evaluate decoding methods on a task dataset, one stored record per (instance, method).
 
-Methods that keep prefill attention share one prefill per instance (`compare_methods`).
+Methods that keep prefill attention share one prefill per instance (or batch of instances).
 Records go to a `ResultStore`, so a killed run resumes without redoing finished items.
 """
 
@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Mapping
 from tqdm.auto import tqdm
 
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.dysco import compare_methods, prepare_prompt
+from dysco_interp.decoding.dysco import generate_batch, prepare_prompt
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
@@ -67,40 +67,76 @@ def evaluate(
     seed: int = 0,
     keep_trace: bool = False,
     progress: bool = True,
+    backend: str = "bridge",
+    batch_size: int = 1,
 ) -> list[dict]:
-    """Run every method on every instance not yet in the store; return the new records."""
+    """Run every method on every instance not yet in the store; return the new records.
+
+    `backend="sdpa"` with `batch_size > 1` decodes that many instances together; each
+    finished batch is stored before the next starts.
+    """
     if task not in ADAPTERS:
         raise ConfigError(f"no evaluation for task {task!r}; choose one of {', '.join(ADAPTERS)}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     adapter = ADAPTERS[task]
-    new: list[dict] = []
-    for inst in tqdm(list(instances), desc=f"{task} x {len(methods)} methods", disable=not progress):
-        def key(method):
-            return {"model": model_name, "task": task, "length": inst.target_tokens, "method": method,
-                    "seed": seed, "index": inst.index, "id": inst.id}
 
-        pending = {m: c for m, c in methods.items() if key(m) not in store}
-        if not pending:
-            continue
-        prompt = adapter.prompt(inst)
-        prepared = prepare_prompt(model, prompt, inst.enable_thinking)
-        check_same_tokenizer(inst, len(prepared.ids))
-        pending = {m: c.replace(enable_thinking=inst.enable_thinking) for m, c in pending.items()}
-        results = compare_methods(model, prompt, pending, heads, spans=adapter.spans(inst), prepared=prepared)
-        for method, res in results.items():
-            record = {
-                **key(method),
-                "n_tokens": inst.n_tokens,
-                "output": res.text,
-                "finished": res.finished,
-                **adapter.score(res.text, inst),
-                "timings": res.timings.as_dict(),
-                "config": {k: v for k, v in vars(pending[method]).items() if k != "sampling"},
-            }
-            if keep_trace and res.trace is not None:
-                record["trace"] = res.trace.to_dict()
-            store.append(record)
-            new.append(record)
+    def key(inst, method):
+        return {"model": model_name, "task": task, "length": inst.target_tokens, "method": method,
+                "seed": seed, "index": inst.index, "id": inst.id}
+
+    todo = [inst for inst in instances if any(key(inst, m) not in store for m in methods)]
+    new: list[dict] = []
+    bar = tqdm(total=len(todo), desc=f"{task} x {len(methods)} methods", disable=not progress)
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        pending = {m: c for m, c in methods.items() if any(key(inst, m) not in store for inst in batch)}
+        thinking = {inst.enable_thinking for inst in batch}
+        if len(thinking) != 1:
+            raise ConfigError("instances decoded together must share enable_thinking")
+        thinking = thinking.pop()
+        prompts = [adapter.prompt(inst) for inst in batch]
+        prepared = [prepare_prompt(model, p, thinking) for p in prompts]
+        for inst, prep in zip(batch, prepared):
+            check_same_tokenizer(inst, len(prep.ids))
+        pending = {m: c.replace(enable_thinking=thinking) for m, c in pending.items()}
+        results = generate_batch(model, prompts, pending, heads, spans=[adapter.spans(i) for i in batch],
+                                 prepared=prepared, backend=backend)
+        for method, rows in results.items():
+            for inst, res in zip(batch, rows):
+                if key(inst, method) in store:
+                    continue
+                record = {
+                    **key(inst, method),
+                    "n_tokens": inst.n_tokens,
+                    "output": res.text,
+                    "finished": res.finished,
+                    **adapter.score(res.text, inst),
+                    "timings": res.timings.as_dict(),
+                    "config": {k: v for k, v in vars(pending[method]).items() if k != "sampling"},
+                    "backend": backend,
+                }
+                if keep_trace and res.trace is not None:
+                    record["trace"] = res.trace.to_dict()
+                store.append(record)
+                new.append(record)
+        bar.update(len(batch))
+    bar.close()
     return new
+
+
+def choose_tau(records: Iterable[dict], metric: str = "score") -> tuple[float, dict[float, float]]:
+    """The UniAttnS temperature with the best mean score (ties: the one closest to 1, i.e.
+    vanilla), and the mean per temperature. Pick it on tuning data, never on test instances."""
+    scores: dict[float, list[float]] = defaultdict(list)
+    for r in records:
+        if r.get("config", {}).get("method") == "uniattns":
+            scores[float(r["config"]["tau"])].append(float(r[metric]))
+    if not scores:
+        raise ConfigError("no UniAttnS records to choose a temperature from")
+    means = {tau: sum(v) / len(v) for tau, v in sorted(scores.items())}
+    best = max(means.values())
+    return min((tau for tau, m in means.items() if m == best), key=lambda tau: abs(tau - 1.0)), means
 
 
 def summarise(records: Iterable[dict], metrics: Iterable[str]) -> dict[tuple, dict[str, float]]:

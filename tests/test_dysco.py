@@ -1,6 +1,7 @@
 """DySCO's invariants and a hand-computed step, on tiny random models of every style."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -8,7 +9,8 @@ import torch
 
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
-from dysco_interp.decoding.dysco import _Stepper, compare_methods, dysco_generate, prepare_prompt
+from dysco_interp.decoding.backends import DecodeState, make_backend
+from dysco_interp.decoding.dysco import Rows, _Stepper, compare_methods, dysco_generate, prepare_prompt
 from dysco_interp.decoding.generate import generate
 from dysco_interp.decoding.interventions import BiasWriter
 from dysco_interp.decoding.relevance import scaling_bias
@@ -23,6 +25,10 @@ N_NEW = 16
 def heads_for(model, pairs=((1, 0), (2, 3), (1, 2))):
     s = model.spec
     return HeadSet(list(pairs), model=s.name, n_layers=s.n_layers, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads)
+
+
+def stepper_for(model, config, heads, prepared, backend="bridge"):
+    return _Stepper(make_backend(model, backend, heads), config, Rows.of([prepared], 0))
 
 
 def cfg(method="dysco", **kw):
@@ -71,15 +77,16 @@ def test_relevance_sums_to_one_and_cache_equals_one_biased_pass(tiny):
     prepared = prepare_prompt(tiny, PROMPT)
     ids = prepared.ids
     cache, _ = runtime.prefill(tiny, ids[:-3])
-    stepper = _Stepper(tiny, cfg(beta=3.0, top_p=0.6), heads, prepared.template, None)
+    state = DecodeState(cache, len(ids) - 3)
+    stepper = stepper_for(tiny, cfg(beta=3.0, top_p=0.6), heads, prepared)
     for pos in range(len(ids) - 3, len(ids) - 1):
         before = runtime.clone_cache(cache)
-        logits, record = stepper.full_step(cache, ids[pos], pos, "intervention-warmup")
+        logits, _ = stepper.full_step(state, torch.tensor([ids[pos]]), "intervention-warmup")
         assert stepper.relevance.dtype == torch.float32
         assert math.isclose(float(stepper.relevance.sum()), 1.0, abs_tol=1e-5)
         assert stepper.relevance.shape[-1] == pos + 1
         # one biased pass with the same selection, on the cache as it was, gives the same cache and logits
-        mask = stepper._select(pos + 1).mask
+        mask = stepper.select(pos + 1).mask
         writer = BiasWriter(tiny.spec)
         writer.set_bias(scaling_bias(mask, 3.0))
         again = runtime.step(tiny, before, torch.tensor([[ids[pos]]]), writer.hooks())
@@ -150,12 +157,13 @@ def test_hand_computed_step_on_a_two_layer_model():
 
     # ours: prefill, then one full DySCO step from that relevance
     cache, _ = runtime.prefill(model, ids[:, :-1])
-    no_template = torch.zeros(n, dtype=torch.bool)
-    config = cfg(beta=beta, decay=decay, top_p=top_p, top_k=top_k, record_positions=True)
-    stepper = _Stepper(model, config, heads, no_template, None)
+    config = cfg(beta=beta, decay=decay, top_p=top_p, top_k=top_k, record_positions=True, template_masking=False)
+    prepared = SimpleNamespace(ids=tuple(ids[0].tolist()), template=torch.zeros(n, dtype=torch.bool),
+                               encoded=SimpleNamespace(n_generation_prompt=0))
+    stepper = stepper_for(model, config, heads, prepared)
     stepper.relevance = torch.tensor(r_prev, dtype=torch.float32)[None]
-    logits, record = stepper.full_step(cache, int(ids[0, -1]), n - 1, "decode")
-    assert record.selected == chosen
+    logits, (record,) = stepper.full_step(DecodeState(cache, n - 1), ids[0, -1:], "decode")
+    assert record.selected == chosen and record.position == n - 1
     np.testing.assert_allclose(stepper.relevance[0].numpy(), r, atol=1e-6)
 
     # independent biased logits: a separately loaded HF model with an additive 4D mask

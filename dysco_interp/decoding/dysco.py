@@ -1,4 +1,4 @@
-"""The DySCO decode loop (and its baselines), on the shared runtime and plain TL hooks.
+"""The DySCO decode loop (and its baselines), for one prompt or a left-padded batch.
 
 Schedule for one prompt (the paper's algorithm):
 1. encode with the chat template; n_gen = generation-prompt tokens;
@@ -9,6 +9,7 @@ Schedule for one prompt (the paper's algorithm):
 Full step: partial pass (layers 0..max_layer(H*), no bias, no cache write) -> update
 relevance -> select (nucleus <= p, cap K, no template tokens) -> biased full pass that
 writes the cache and gives the next logits.
+The passes run on a backend (`backends.py`): TL hooks on the bridge, or fast SDPA.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import torch
 from dysco_interp.chat import EncodedPrompt, Messages, as_messages, encode_chat
 from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.generate import GenerationResult, Timings, decode_until_done
-from dysco_interp.decoding.interventions import AttentionTemperature, BiasWriter, RelevanceReader
+from dysco_interp.decoding.backends import DecodeState, check_backend, make_backend
+from dysco_interp.decoding.generate import GenerationResult, Timings
 from dysco_interp.decoding.sampling import Sampler
 from dysco_interp.decoding.template import extend_mask, template_positions
 from dysco_interp.decoding.trace import SpanMass, StepRecord, Trace
@@ -32,15 +33,6 @@ from dysco_interp.heads import HeadSet, random_like
 from dysco_interp.models import LoadedModel
 
 Spans = Mapping[str, tuple[int, int]] | Sequence[tuple[int, int]]
-
-
-@dataclass
-class Prefix:
-    """A prefilled cache for prompt[:n_tokens], reusable by methods that keep prefill attention."""
-
-    cache: object
-    n_tokens: int
-    prefill_s: float
 
 
 @dataclass
@@ -69,16 +61,69 @@ def tail_length(n_prompt: int, n_gen: int, warmup: int) -> int:
     return min(warmup + n_gen, n_prompt - 1)
 
 
-def prefill_prefix(
-    model: LoadedModel, prepared: PreparedPrompt, config: DecodingConfig, chunk_size: int = runtime.DEFAULT_CHUNK
-) -> Prefix:
+
+@dataclass
+class Rows:
+    """Prompts left-padded into one batch; one prompt is a batch of one with no pads."""
+
+    prepared: list[PreparedPrompt]
+    ids: torch.Tensor  # long [B, N]
+    pads: list[int]
+    template: torch.Tensor  # bool [B, N]: chat-template tokens (False at pads)
+    valid: torch.Tensor | None  # bool [B, N]: False at pads; None when nothing is padded
+    n_gen: int
+
+    @classmethod
+    def of(cls, prepared: Sequence[PreparedPrompt], pad_id: int) -> "Rows":
+        if not prepared:
+            raise ConfigError("no prompts to decode")
+        n_gen = {p.encoded.n_generation_prompt for p in prepared}
+        if len(n_gen) != 1:
+            raise ConfigError("prompts decoded together must share the generation prompt (one chat template)")
+        width = max(len(p.ids) for p in prepared)
+        pads = [width - len(p.ids) for p in prepared]
+        ids = torch.tensor([[pad_id] * k + list(p.ids) for p, k in zip(prepared, pads)], dtype=torch.long)
+        template = torch.stack([torch.nn.functional.pad(p.template.to(torch.bool), (k, 0)) for p, k in zip(prepared, pads)])
+        valid = None
+        if any(pads):
+            valid = torch.arange(width)[None, :] >= torch.tensor(pads)[:, None]
+        return cls(list(prepared), ids, pads, template, valid, n_gen.pop())
+
+    @property
+    def width(self) -> int:
+        return self.ids.shape[1]
+
+    def n_prefix(self, warmup: int) -> int:
+        """Columns prefilled; the rest are fed one at a time. Rows share the schedule, which
+        equals each row's own unless a prompt is shorter than warmup + n_gen + 1 tokens."""
+        shortest = min(len(p.ids) for p in self.prepared)
+        return self.width - tail_length(shortest, self.n_gen, warmup)
+
+    def never_selected(self, template_masking: bool) -> torch.Tensor:
+        """Pads always; chat-template tokens with template masking."""
+        pads = torch.zeros_like(self.template) if self.valid is None else ~self.valid
+        return pads | self.template if template_masking else pads
+
+
+@dataclass
+class Prefix:
+    """A prefilled state for columns [0, n_tokens) of the rows, reusable by methods that keep
+    prefill attention (it is copied, not consumed)."""
+
+    state: DecodeState
+    n_tokens: int
+    prefill_s: float
+
+
+def prefill_prefix(model: LoadedModel, rows: Rows, config: DecodingConfig, backend: str = "bridge",
+                   chunk_size: int = runtime.DEFAULT_CHUNK) -> Prefix:
     """Prefill everything but the warm-up and generation-prompt tokens."""
-    ids = prepared.ids
-    n_prefix = len(ids) - tail_length(len(ids), prepared.encoded.n_generation_prompt, config.warmup)
-    hooks = AttentionTemperature(model.spec, config.tau).hooks() if config.changes_prefill else []
+    n_prefix = rows.n_prefix(config.warmup)
+    runner = make_backend(model, backend, None, config.tau if config.changes_prefill else 1.0)
+    valid = None if rows.valid is None else rows.valid[:, :n_prefix]
     t0 = time.perf_counter()
-    cache, _ = runtime.prefill(model, ids[:n_prefix], chunk_size=chunk_size, hooks=hooks)
-    return Prefix(cache, n_prefix, time.perf_counter() - t0)
+    state = runner.prefill(rows.ids[:, :n_prefix].to(model.device), valid, chunk_size)
+    return Prefix(state, n_prefix, time.perf_counter() - t0)
 
 
 def resolve_heads(model: LoadedModel, heads: HeadSet | None, config: DecodingConfig) -> HeadSet | None:
@@ -93,128 +138,191 @@ def resolve_heads(model: LoadedModel, heads: HeadSet | None, config: DecodingCon
 
 
 class _Stepper:
-    """Runs one token through the model according to the method; owns the relevance state."""
+    """Feeds one token per row according to the method; owns the relevance state [B, n_keys]."""
 
-    def __init__(self, model, config, heads, template, span_mass):
-        self.model, self.config, self.template, self.span_mass = model, config, template, span_mass
-        self.method = config.method
-        self.reader = RelevanceReader(heads, model.spec) if heads is not None else None
-        self.writer = BiasWriter(model.spec)
-        self.plain_hooks = AttentionTemperature(model.spec, config.tau).hooks() if self.method == "uniattns" else []
+    def __init__(self, backend, config: DecodingConfig, rows: Rows, span_mass: Sequence[SpanMass | None] | None = None):
+        self.backend, self.config, self.rows = backend, config, rows
+        self.uses_heads = config.uses_heads
+        self.excluded = rows.never_selected(config.template_masking).to(rows.ids.device)
+        self.span_mass = span_mass
         self.relevance: torch.Tensor | None = None
         self.static: relevance.Selection | None = None
 
-    def _read(self, cache, token, n_keys: int, partial: bool):
-        self.reader.set_length(n_keys)
-        if partial:
-            runtime.partial_step(self.model, cache, token, self.reader.max_layer + 1, self.reader.hooks())
-        self.relevance = relevance.update_relevance(self.reader.attention(), self.relevance, self.config.decay)
+    def _update(self, attention: torch.Tensor) -> None:
+        self.relevance = relevance.update_relevance(attention, self.relevance, self.config.decay)
 
-    def _select(self, n_keys: int) -> relevance.Selection:
-        # the prompt's template tokens so far; generated tokens stay selectable
-        exclude = extend_mask(self.template[:n_keys], n_keys)[None] if self.config.template_masking else None
-        return relevance.select_keys(self.relevance, self.config.top_p, self.config.top_k, exclude)
+    def select(self, n_keys: int) -> relevance.Selection:
+        """Nucleus-then-K selection; prompt template tokens and pads are never selected."""
+        excluded = self.excluded[:, :n_keys].to(self.relevance.device)
+        return relevance.select_keys(self.relevance, self.config.top_p, self.config.top_k, extend_mask(excluded, n_keys))
 
-    def _record(self, record: StepRecord, selection: relevance.Selection | None) -> StepRecord:
+    def _records(self, phase: str, n_cached: int, tokens: torch.Tensor, selection) -> list[StepRecord]:
+        pads = self.rows.pads
+        tokens = tokens.tolist()
+        records = [StepRecord(phase, n_cached - pad, tok) for pad, tok in zip(pads, tokens)]
         if selection is not None:
-            record.n_selected = int(selection.count[0])
-            record.nucleus_mass = round(float(selection.mass[0]), 6)
-            if self.config.record_positions:
-                record.selected = selection.mask[0].nonzero().flatten().tolist()
+            counts, masses = selection.count.tolist(), selection.mass.tolist()
+            for i, rec in enumerate(records):
+                rec.n_selected, rec.nucleus_mass = int(counts[i]), round(float(masses[i]), 6)
+                if self.config.record_positions:
+                    rec.selected = (selection.mask[i].nonzero().flatten() - pads[i]).tolist()
         if self.span_mass is not None and self.relevance is not None:
-            record.top_spans = self.span_mass.top_spans(self.relevance[0])
-        return record
+            r = self.relevance.cpu()
+            for i, rec in enumerate(records):
+                if self.span_mass[i] is not None:
+                    rec.top_spans = self.span_mass[i].top_spans(r[i, pads[i]:])
+        return records
 
-    def context_warmup(self, cache, token, position: int) -> tuple[torch.Tensor, StepRecord]:
-        token = torch.tensor([[token]])
-        if self.reader is None:
-            logits = runtime.step(self.model, cache, token, self.plain_hooks)
-        else:
-            self.reader.set_length(position + 1)
-            logits = runtime.step(self.model, cache, token, self.reader.hooks())
-            self.relevance = relevance.update_relevance(self.reader.attention(), self.relevance, self.config.decay)
-        return logits, self._record(StepRecord("context-warmup", position, int(token)), None)
+    def context_warmup(self, state: DecodeState, tokens: torch.Tensor) -> tuple[torch.Tensor, list[StepRecord]]:
+        n_cached = state.n_keys
+        logits, attention = self.backend.step(state, tokens, read=self.uses_heads)
+        if attention is not None:
+            self._update(attention)
+        return logits, self._records("context-warmup", n_cached, tokens, None)
 
-    def full_step(self, cache, token: int, position: int, phase: str) -> tuple[torch.Tensor, StepRecord]:
-        t = torch.tensor([[token]])
-        n_keys = position + 1
-        selection = None
-        if self.reader is None:
-            logits = runtime.step(self.model, cache, t, self.plain_hooks)
-            return logits, StepRecord(phase, position, token)
-        if self.method == "dysco-static":
+    def full_step(self, state: DecodeState, tokens: torch.Tensor, phase: str) -> tuple[torch.Tensor, list[StepRecord]]:
+        n_cached = state.n_keys
+        if not self.uses_heads:
+            logits, _ = self.backend.step(state, tokens)
+            return logits, self._records(phase, n_cached, tokens, None)
+        n_keys = n_cached + 1
+        if self.config.method == "dysco-static":
             if self.static is None:
                 if self.relevance is None:  # no context warm-up: select from this token's partial pass
-                    self._read(cache, t, n_keys, partial=True)
-                self.static = self._select(self.relevance.shape[-1])
+                    self._update(self.backend.partial(state, tokens))
+                self.static = self.select(self.relevance.shape[-1])
             selection = self.static
             mask = torch.nn.functional.pad(selection.mask, (0, n_keys - selection.mask.shape[-1]))
         else:
-            self._read(cache, t, n_keys, partial=True)
-            selection = self._select(n_keys)
+            self._update(self.backend.partial(state, tokens))
+            selection = self.select(n_keys)
             mask = selection.mask
-        self.writer.set_bias(relevance.scaling_bias(mask, self.config.beta))
-        logits = runtime.step(self.model, cache, t, self.writer.hooks())
-        return logits, self._record(StepRecord(phase, position, token), selection)
+        logits, _ = self.backend.step(state, tokens, bias=relevance.scaling_bias(mask, self.config.beta))
+        return logits, self._records(phase, n_cached, tokens, selection)
 
 
-def dysco_generate(
-    model: LoadedModel,
-    prompt: str | Messages,
-    heads: HeadSet | None = None,
-    config: DecodingConfig = DecodingConfig(),
-    spans: Spans | None = None,
-    prefix: Prefix | None = None,
-    prepared: PreparedPrompt | None = None,
-) -> GenerationResult:
-    """Generate with one method; returns text, tokens and a per-step `Trace`.
-
-    `heads`: the QRHeads (H*) for the dysco methods. `spans`: named token spans of the
-    prompt (edges, documents) whose relevance mass the trace reports. `prefix`: a cache
-    from `prefill_prefix` to branch from (it is copied, not consumed).
-    """
-    prepared = prepared or prepare_prompt(model, prompt, config.enable_thinking)
-    ids = prepared.ids
-    n_prompt, n_gen = len(ids), prepared.encoded.n_generation_prompt
-    model.check_fits(n_prompt, config.max_new_tokens)
+def _decode_rows(
+    model: LoadedModel, rows: Rows, config: DecodingConfig, heads: HeadSet | None, prefix: Prefix,
+    backend: str, spans: Sequence[Spans | None] | None,
+) -> list[GenerationResult]:
+    """One method on every row, from a copy of the prefix."""
+    batch, width, n_gen = len(rows.prepared), rows.width, rows.n_gen
     heads = resolve_heads(model, heads, config)
-    timings = Timings(n_prompt=n_prompt)
-
-    n_prefix = n_prompt - tail_length(n_prompt, n_gen, config.warmup)
-    if prefix is None or config.changes_prefill:
-        prefix = prefill_prefix(model, prepared, config)
-    elif prefix.n_tokens != n_prefix:
-        raise ValueError(f"the shared prefix covers {prefix.n_tokens} tokens, this method needs {n_prefix}")
-    cache = runtime.clone_cache(prefix.cache)
-    timings.prefill_s = prefix.prefill_s
-
-    span_mass = SpanMass(spans, n_prompt) if spans is not None else None
-    stepper = _Stepper(model, config, heads, prepared.template, span_mass)
-    trace = Trace(config.method, n_prompt, list(heads) if heads is not None else [])
+    runner = make_backend(model, backend, heads, config.tau if config.method == "uniattns" else 1.0)
+    if runner.max_batch is not None and batch > runner.max_batch:
+        raise ConfigError(f"the {backend} backend decodes at most {runner.max_batch} prompt(s) at a time")
+    span_mass = None
+    if spans is not None:
+        span_mass = [None if s is None else SpanMass(s, len(p.ids)) for s, p in zip(spans, rows.prepared)]
+    stepper = _Stepper(runner, config, rows, span_mass)
+    traces = [Trace(config.method, len(p.ids), list(heads) if heads is not None else []) for p in rows.prepared]
     sampler = Sampler(config.sampling, model.device)
+    state = prefix.state.clone()
+    ids = rows.ids.to(model.device)
 
+    def keep(records, active):
+        for trace, rec, on in zip(traces, records, active):
+            if on:
+                trace.steps.append(rec)
+
+    everyone = [True] * batch
     t0 = time.perf_counter()
     logits = None
-    for pos in range(n_prefix, n_prompt - n_gen):
-        logits, record = stepper.context_warmup(cache, ids[pos], pos)
-        trace.steps.append(record)
-    for pos in range(max(n_prefix, n_prompt - n_gen), n_prompt):
-        logits, record = stepper.full_step(cache, ids[pos], pos, "intervention-warmup")
-        trace.steps.append(record)
+    for col in range(prefix.n_tokens, width - n_gen):
+        logits, records = stepper.context_warmup(state, ids[:, col])
+        keep(records, everyone)
+    for col in range(max(prefix.n_tokens, width - n_gen), width):
+        logits, records = stepper.full_step(state, ids[:, col], "intervention-warmup")
+        keep(records, everyone)
     warm_s = time.perf_counter() - t0
 
-    def decode_step(token: int, n_out: int) -> torch.Tensor:
-        logits, record = stepper.full_step(cache, token, n_prompt + n_out - 1, "decode")
-        trace.steps.append(record)
-        return logits
-
     t0 = time.perf_counter()
-    out, finished = decode_until_done(logits, sampler, model.eos_token_ids, config.max_new_tokens, decode_step)
-    timings.decode_s = time.perf_counter() - t0
-    timings.warmup_s = warm_s
-    timings.n_new = len(out)
-    text = model.tokenizer.decode(out, skip_special_tokens=True)
-    return GenerationResult(text, out, list(ids), finished, timings, trace=trace, method=config.method)
+    outs: list[list[int]] = [[] for _ in range(batch)]
+    finished = [False] * batch
+    active = list(everyone)
+    eos = model.eos_token_ids
+    while True:
+        tokens = sampler(logits)
+        for i, tok in enumerate(tokens.tolist()):
+            if active[i]:
+                outs[i].append(tok)
+                finished[i] = tok in eos
+                active[i] = not finished[i] and len(outs[i]) < config.max_new_tokens
+        if not any(active):
+            break
+        logits, records = stepper.full_step(state, tokens, "decode")  # finished rows idle along
+        keep(records, active)
+    decode_s = time.perf_counter() - t0
+
+    results = []
+    for i, p in enumerate(rows.prepared):
+        timings = Timings(prefill_s=prefix.prefill_s, warmup_s=warm_s, decode_s=decode_s,
+                          n_prompt=len(p.ids), n_new=len(outs[i]), batch_size=batch)
+        text = model.tokenizer.decode(outs[i], skip_special_tokens=True)
+        results.append(GenerationResult(text, outs[i], list(p.ids), finished[i], timings, trace=traces[i],
+                                        method=config.method))
+    return results
+
+
+def _prepare_all(model, prompts, configs, prepared) -> dict:
+    """Encoded prompts per enable_thinking setting the configs use."""
+    by_thinking: dict = {}
+    if prepared is not None:
+        thinking = {c.enable_thinking for c in configs.values()}
+        if len(thinking) != 1:
+            raise ConfigError("prepared prompts serve configs with one enable_thinking setting")
+        if len(prepared) != len(prompts):
+            raise ConfigError(f"{len(prepared)} prepared prompts for {len(prompts)} prompts")
+        by_thinking[thinking.pop()] = list(prepared)
+    for config in configs.values():
+        if config.enable_thinking not in by_thinking:
+            by_thinking[config.enable_thinking] = [prepare_prompt(model, p, config.enable_thinking) for p in prompts]
+    return by_thinking
+
+
+def generate_batch(
+    model: LoadedModel,
+    prompts: Sequence[str | Messages],
+    configs: Mapping[str, DecodingConfig],
+    heads: HeadSet | None = None,
+    spans: Sequence[Spans | None] | None = None,
+    prepared: Sequence[PreparedPrompt] | None = None,
+    backend: str = "bridge",
+) -> dict[str, list[GenerationResult]]:
+    """Several methods on several prompts decoded together; one result per prompt per method.
+
+    Methods that keep prefill attention share one prefill. `backend`: "bridge" (TL hooks,
+    one prompt) or "sdpa" (fast; prompts of any lengths together, left-padded). Every row
+    gets the tokens it would get alone, up to floating-point differences of the padded batch.
+    """
+    check_backend(backend)
+    prompts = list(prompts)
+    if spans is not None and len(spans) != len(prompts):
+        raise ConfigError(f"{len(spans)} span sets for {len(prompts)} prompts")
+    by_thinking = _prepare_all(model, prompts, configs, prepared)
+    rows_by_thinking = {t: Rows.of(p, _pad_id(model)) for t, p in by_thinking.items()}
+    for rows in rows_by_thinking.values():
+        for config in configs.values():
+            model.check_fits(rows.width, config.max_new_tokens)
+    results: dict[str, list[GenerationResult]] = {}
+    shared: dict[tuple, Prefix] = {}
+    for name, config in configs.items():
+        rows = rows_by_thinking[config.enable_thinking]
+        if config.changes_prefill:
+            prefix = prefill_prefix(model, rows, config, backend)
+        else:
+            key = (config.enable_thinking, config.warmup)
+            if key not in shared:
+                shared[key] = prefill_prefix(model, rows, config, backend)
+            prefix = shared[key]
+        results[name] = _decode_rows(model, rows, config, heads, prefix, backend, spans)
+    return results
+
+
+def _pad_id(model: LoadedModel) -> int:
+    tok = model.tokenizer
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    return int(pad if pad is not None else 0)
 
 
 def compare_methods(
@@ -224,28 +332,30 @@ def compare_methods(
     heads: HeadSet | None = None,
     spans: Spans | None = None,
     prepared: PreparedPrompt | None = None,
+    backend: str = "bridge",
 ) -> dict[str, GenerationResult]:
-    """Run several methods on one prompt, prefilling once for all that keep prefill attention.
+    """Several methods on one prompt, prefilling once for all that keep prefill attention.
 
     `prepared`: the prompt already encoded with the configs' (one) `enable_thinking`.
     """
-    results: dict[str, GenerationResult] = {}
-    shared: dict[tuple, Prefix] = {}
-    prepared_by_thinking: dict = {}
-    if prepared is not None:
-        thinking = {c.enable_thinking for c in configs.values()}
-        if len(thinking) != 1:
-            raise ConfigError("a prepared prompt serves configs with one enable_thinking setting")
-        prepared_by_thinking[thinking.pop()] = prepared
-    for name, config in configs.items():
-        prepared = prepared_by_thinking.get(config.enable_thinking)
-        if prepared is None:
-            prepared = prepared_by_thinking[config.enable_thinking] = prepare_prompt(model, prompt, config.enable_thinking)
-        prefix = None
-        if not config.changes_prefill:
-            key = (config.enable_thinking, config.warmup)
-            if key not in shared:
-                shared[key] = prefill_prefix(model, prepared, config)
-            prefix = shared[key]
-        results[name] = dysco_generate(model, prompt, heads, config, spans, prefix, prepared)
-    return results
+    out = generate_batch(model, [prompt], configs, heads, None if spans is None else [spans],
+                         None if prepared is None else [prepared], backend)
+    return {name: results[0] for name, results in out.items()}
+
+
+def dysco_generate(
+    model: LoadedModel,
+    prompt: str | Messages,
+    heads: HeadSet | None = None,
+    config: DecodingConfig = DecodingConfig(),
+    spans: Spans | None = None,
+    prepared: PreparedPrompt | None = None,
+    backend: str = "bridge",
+) -> GenerationResult:
+    """Generate with one method; returns text, tokens and a per-step `Trace`.
+
+    `heads`: the QRHeads (H*) for the dysco methods. `spans`: named token spans of the
+    prompt (edges, documents) whose relevance mass the trace reports. `backend`: "bridge"
+    (TransformerLens hooks) or "sdpa" (fast, same tokens).
+    """
+    return compare_methods(model, prompt, {config.method: config}, heads, spans, prepared, backend)[config.method]

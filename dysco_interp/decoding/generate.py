@@ -22,6 +22,7 @@ class Timings:
     decode_s: float = 0.0
     n_prompt: int = 0
     n_new: int = 0
+    batch_size: int = 1  # rows decoded together (the times are the batch's)
 
     @property
     def decode_tok_per_s(self) -> float:
@@ -33,6 +34,7 @@ class Timings:
         return {
             "n_prompt": self.n_prompt,
             "n_new": self.n_new,
+            "batch_size": self.batch_size,
             "prefill_s": round(self.prefill_s, 4),
             "warmup_s": round(self.warmup_s, 4),
             "decode_s": round(self.decode_s, 4),

@@ -1,0 +1,110 @@
+"""The fast SDPA backend against the TransformerLens bridge, and batches against single prompts."""
+
+import pytest
+import torch
+
+from dysco_interp.decoding import backends, relevance
+from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.dysco import compare_methods, generate_batch
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet
+
+PROMPT = "You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Please give a route from Paris to Berlin."
+OTHERS = [
+    "Oslo has a harbour. Bergen is rainy. " * 3 + "Which city has a harbour?",
+    "Tokyo, Kyoto and Osaka are linked by fast trains; " * 8 + "Name the linked cities.",
+]
+N_NEW = 12
+
+
+def heads_for(model, pairs=((1, 0), (2, 3), (1, 2))):
+    s = model.spec
+    return HeadSet(list(pairs), model=s.name, n_layers=s.n_layers, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads)
+
+
+METHODS = {
+    "vanilla": DecodingConfig(method="vanilla", max_new_tokens=N_NEW),
+    "dysco": DecodingConfig(beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True),
+    "static": DecodingConfig(method="dysco-static", beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True),
+    "random": DecodingConfig(method="dysco-random", head_seed=1, beta=4.0, top_p=0.7, max_new_tokens=N_NEW),
+    "uniattns": DecodingConfig(method="uniattns", tau=0.5, max_new_tokens=N_NEW),
+}
+
+
+def selections(result):
+    return [(s.position, s.selected, s.n_selected) for s in result.trace.steps]
+
+
+def test_one_step_of_each_operation_matches_the_bridge(tiny):
+    heads = heads_for(tiny)
+    ids = torch.randint(20, 500, (1, 40), generator=torch.Generator().manual_seed(1))
+    out = {}
+    for name in backends.BACKENDS:
+        b = backends.make_backend(tiny, name, heads)
+        state = b.prefill(ids[:, :-2], None)
+        partial = b.partial(state, ids[:, -2])
+        logits, read = b.step(state, ids[:, -2], read=True)
+        bias = relevance.scaling_bias(torch.nn.functional.pad(read > read.mean(), (0, 1)), 3.0)
+        biased, _ = b.step(state, ids[:, -1], bias=bias)
+        out[name] = (partial, read, logits, biased)
+    for ours, ref in zip(out["sdpa"], out["bridge"]):
+        torch.testing.assert_close(ours, ref, atol=2e-5, rtol=1e-4)
+    torch.testing.assert_close(out["sdpa"][0], out["sdpa"][1])  # the partial pass reads what the full one does
+    assert not torch.allclose(out["sdpa"][3], out["sdpa"][2], atol=1e-3)  # the bias did something
+
+
+def test_every_method_gives_the_same_tokens_and_selections_as_the_bridge(tiny):
+    heads = heads_for(tiny)
+    bridge = compare_methods(tiny, PROMPT, METHODS, heads, backend="bridge")
+    sdpa = compare_methods(tiny, PROMPT, METHODS, heads, backend="sdpa")
+    for name in METHODS:
+        assert sdpa[name].tokens == bridge[name].tokens, name
+        assert selections(sdpa[name]) == selections(bridge[name]), name
+    assert sdpa["dysco"].tokens != sdpa["vanilla"].tokens or sdpa["uniattns"].tokens != sdpa["vanilla"].tokens
+
+
+def test_a_padded_batch_gives_each_row_its_own_result(tiny):
+    heads = heads_for(tiny)
+    prompts = [PROMPT, *OTHERS]
+    batched = generate_batch(tiny, prompts, METHODS, heads, backend="sdpa")
+    for i, prompt in enumerate(prompts):
+        alone = compare_methods(tiny, prompt, METHODS, heads, backend="sdpa")
+        for name in METHODS:
+            row = batched[name][i]
+            assert row.tokens == alone[name].tokens, (i, name)
+            assert row.prompt_ids == alone[name].prompt_ids
+            assert selections(row) == selections(alone[name]), (i, name)
+            assert row.timings.batch_size == 3
+
+
+def test_rows_stop_on_their_own_end_of_sequence(tiny_llama):
+    prompts = [PROMPT, *OTHERS]
+    config = DecodingConfig(method="vanilla", max_new_tokens=N_NEW)
+    alone = [compare_methods(tiny_llama, p, {"v": config}, backend="sdpa")["v"] for p in prompts]
+    eos = alone[1].tokens[3]  # pretend this token ends a sequence
+    tiny_llama.prefill_model.generation_config.eos_token_id = eos
+    try:
+        batched = generate_batch(tiny_llama, prompts, {"v": config}, backend="sdpa")["v"]
+    finally:
+        tiny_llama.prefill_model.generation_config.eos_token_id = None
+    for row, ref in zip(batched, alone):
+        cut = ref.tokens.index(eos) + 1 if eos in ref.tokens else len(ref.tokens)
+        assert row.tokens == ref.tokens[:cut] and row.finished == (eos in ref.tokens)
+    assert batched[1].finished and len(batched[1].tokens) <= 4
+
+
+def test_the_bridge_refuses_batches_and_unknown_backends_are_refused(tiny_llama):
+    with pytest.raises(ConfigError, match="one prompt at a time"):
+        generate_batch(tiny_llama, [PROMPT, OTHERS[0]], {"v": METHODS["vanilla"]}, backend="bridge")
+    with pytest.raises(ConfigError, match="unknown backend"):
+        compare_methods(tiny_llama, PROMPT, {"v": METHODS["vanilla"]}, backend="flash")
+
+
+def test_plain_prefill_is_untouched_by_the_dysco_attention_function(tiny_llama):
+    from dysco_interp.decoding import runtime
+
+    ids = torch.randint(20, 500, (1, 30), generator=torch.Generator().manual_seed(2))
+    _, before = runtime.prefill(tiny_llama, ids)
+    backends.make_backend(tiny_llama, "sdpa", None)  # switches the twin to the DySCO attention function
+    _, after = runtime.prefill(tiny_llama, ids)
+    torch.testing.assert_close(after, before, atol=0, rtol=0)
