@@ -9,8 +9,6 @@ from pathlib import Path
 
 from dysco_interp.errors import DyscoError
 
-DEMO_PROMPT = "What is the capital of France? Answer in one sentence."
-
 
 def _cmd_models(args) -> int:
     from dysco_interp import packaged_models
@@ -175,7 +173,19 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    return _run_generation(args, DEMO_PROMPT)
+    from dysco_interp.decoding.config import preset
+    from dysco_interp.demo import format_report, run_demo
+    from dysco_interp.replay_view import write_replay_html
+
+    model = _setup(args)
+    heads = _load_heads(args.heads, model)
+    overrides = (("beta", args.beta), ("top_p", args.nucleus_p), ("top_k", args.nucleus_k))
+    dysco = preset(args.preset, **{field: value for field, value in overrides if value is not None})
+    demo = run_demo(model, heads, length=args.length, seed=args.seed, hops=args.hops,
+                    dysco=dysco, max_new_tokens=args.max_new_tokens)
+    html = write_replay_html(demo.replays, args.out, title=demo.title)
+    print(format_report(demo, html))
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,9 +226,25 @@ def build_parser() -> argparse.ArgumentParser:
     add_make_data_parser(sub)
     add_detect_parser(sub)
 
-    p = sub.add_parser("demo", help="the main job: load the default model and generate, with timings")
-    _add_generation_args(p)
-    p.set_defaults(func=_cmd_demo)
+    from dysco_interp.decoding.config import PRESETS
+
+    p = sub.add_parser("demo", help="the main job: vanilla vs DySCO on one Path Traversal instance, "
+                                    "with an attention-replay HTML")
+    p.add_argument("--model", default="smollm2-135m", help="registry alias, local folder or hub name")
+    p.add_argument("--heads", default="shipped", help="head file (any supported format) or 'shipped'")
+    p.add_argument("--length", type=int, default=1024, help="prompt tokens of the instance (default 1024)")
+    p.add_argument("--hops", type=int, default=4, help="route length (default 4)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=None, help="default: the gold answer's length + 8")
+    p.add_argument("--preset", default="paper", choices=list(PRESETS), help="DySCO parameters (default: paper)")
+    p.add_argument("--beta", type=float, default=None, help="override the preset's strength")
+    p.add_argument("--p", dest="nucleus_p", type=float, default=None, help="override the preset's top_p")
+    p.add_argument("--k", dest="nucleus_k", type=int, default=None, help="override the preset's top_k")
+    p.add_argument("--out", default="dysco-demo/attention_replay.html", help="where the replay HTML goes")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if present)")
+    p.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: fp32 on CPU, bf16 on GPU)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.set_defaults(func=_cmd_demo, yarn=None)
     return parser
 
 
