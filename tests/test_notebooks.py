@@ -1,0 +1,66 @@
+"""The notebooks run top to bottom on the default model, in a kernel of this very interpreter.
+
+The kernel is started from `sys.executable` (not from whatever `python3` kernelspec the
+machine has), so a fresh clone's `.venv` tests its own install.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+from traitlets import default
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+CELL_TIMEOUT_S = 600
+
+
+class ThisPythonSpecs(KernelSpecManager):
+    """Every kernel name resolves to an ipykernel on the interpreter running the tests."""
+
+    def get_kernel_spec(self, kernel_name):
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        return KernelSpec(argv=argv, display_name=f"Python ({sys.executable})", language="python")
+
+
+class ThisPythonKernel(AsyncKernelManager):
+    @default("kernel_spec_manager")
+    def _kernel_spec_manager_default(self):
+        return ThisPythonSpecs(data_dir=self.data_dir)
+
+
+def kernel_env() -> dict:
+    env = dict(os.environ)
+    # importable without an install, and one thread per process as in conftest
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
+    return env
+
+
+def test_the_three_notebooks_are_there_with_outputs_cleared():
+    names = ["01_quickstart.ipynb", "02_retrieval_heads.ipynb", "03_attention_replay.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == names
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        code = [c for c in nb.cells if c.cell_type == "code"]
+        assert code and all(not c.outputs and c.execution_count is None for c in code), f"{path.name} has outputs"
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(path, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", kernel_manager_class=ThisPythonKernel,
+        resources={"metadata": {"path": str(tmp_path)}},  # the kernel's working directory
+    )
+    client.execute(env=kernel_env())
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors
+    assert all(c.execution_count for c in nb.cells if c.cell_type == "code")
