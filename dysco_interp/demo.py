@@ -35,7 +35,7 @@ class DemoResult:
     def title(self) -> str:
         inst = self.instance
         return (f"Attention replay: {self.model}, Path Traversal {inst.n_tokens} tokens, {inst.n_edges} edges, "
-                f"{inst.n_hops} hops (seed {inst.seed}); gold route {' → '.join(gold_cities(inst))}")
+                f"{inst.n_hops} hops (seed {inst.seed})\ngold route: {' → '.join(gold_cities(inst))}")
 
 
 def gold_cities(instance: PathTraversalInstance) -> list[str]:

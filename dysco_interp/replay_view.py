@@ -101,6 +101,8 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
     )
     # fixed pixel layout: the bottom margin holds rotated edge names, the note and the slider
     plot_px, top_px, bottom_px = ROW_PX * len(rows), 150, 300
+    width_px, left_px, right_px = max(760, 640 * len(runs)), 80, 40
+    slider_x = 100 / (width_px - left_px - right_px)  # leaves room for the play buttons
 
     def below(px: int) -> float:  # paper y of a point px pixels under the plots
         return -px / plot_px
@@ -159,14 +161,16 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
     fig.update_layout(annotations=annotations(0), **y_ranges(0))
     show = {"mode": "immediate", "frame": {"duration": 0, "redraw": True}, "transition": {"duration": 0}}
     fig.update_layout(
-        title={"text": _visible(title), "x": 0.01, "y": 0.99},
+        # a title's lines stay lines (the modebar sits at the top right of the first one)
+        title={"text": "<br>".join(html.escape(line) for line in title.split("\n")), "x": 0.01, "y": 0.975,
+               "yanchor": "top"},
         height=plot_px + top_px + bottom_px,
-        width=max(760, 640 * len(runs)),
-        margin={"t": top_px, "b": bottom_px},
+        width=width_px,
+        margin={"t": top_px, "b": bottom_px, "l": left_px, "r": right_px},
         plot_bgcolor="white",
         bargap=0.15,
         sliders=[{
-            "active": 0, "y": below(240), "yanchor": "top", "len": 0.9, "x": 0.1,
+            "active": 0, "y": below(240), "yanchor": "top", "len": 1 - slider_x, "x": slider_x,
             "currentvalue": {"prefix": "generated token "},
             "steps": [{"label": str(j), "method": "animate", "args": [[str(j)], show]} for j in range(n_frames)],
         }],

@@ -127,6 +127,9 @@ def test_replay_validates_its_inputs(tiny_llama):
         replay_attention(model, [1, 2, 3], [4], [(0, 2)], [(9, 0)])
     with pytest.raises(ConfigError, match="gold"):
         replay_attention(model, [1, 2, 3], [4, 5], [(0, 2)], heads, gold=[0])
+    gemma = tiny_model("gemma3")  # sliding-window layers: rows are not over absolute positions
+    with pytest.raises(ConfigError, match="sliding-window"):
+        replay_attention(gemma, [1, 2, 3], [4], [(0, 2)], [(0, 0)])
 
 
 def test_path_traversal_replay_on_a_tiny_model():

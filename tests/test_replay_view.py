@@ -24,7 +24,9 @@ def make_replay(method="dysco", n_tokens=3, selected=True):
 
 
 def test_one_frame_per_token_with_gold_and_selection_marks():
-    fig = replay_figure({"vanilla": make_replay("vanilla", n_tokens=2, selected=False), "dysco": make_replay()})
+    fig = replay_figure({"vanilla": make_replay("vanilla", n_tokens=2, selected=False), "dysco": make_replay()},
+                        title="replay of <Route>\nline two")
+    assert fig.layout.title.text == "replay of &lt;Route&gt;<br>line two"
     assert len(fig.frames) == 3  # the longer run sets the slider
     assert len(fig.data) == 6  # 3 rows x 2 runs
     dysco_qr = fig.frames[0].data[3]
@@ -50,10 +52,10 @@ def test_caption_marks_the_token_and_the_gold_edge():
 
 
 def test_html_is_self_contained(tmp_path):
-    path = write_replay_html(make_replay(), tmp_path / "sub" / "replay.html", title="t <x>")
+    path = write_replay_html(make_replay(), tmp_path / "sub" / "replay.html", title="t <x>\nsecond line")
     text = path.read_text()
     assert not re.search(r"<script[^>]+src=", text)  # no CDN: plotly.js is inlined
-    assert "Plotly.newPlot" in text and "addFrames" in text and "t &lt;x&gt;" in text
+    assert "Plotly.newPlot" in text and "addFrames" in text and "t &lt;x&gt;" in text and "second line" in text
     assert path.stat().st_size > 1_000_000
 
 

@@ -195,6 +195,8 @@ def replay_attention(
     `spans`: token spans of the prompt. `heads`: the QRHeads (a HeadSet or (layer, head)
     pairs). `trace`: a DySCO trace recorded with `record_positions=True`, for the selection.
     """
+    if model.spec.sliding_window is not None:
+        raise ConfigError("the replay needs full-attention layers; sliding-window models are not supported")
     prompt_ids, tokens = [int(t) for t in prompt_ids], [int(t) for t in tokens]
     if len(prompt_ids) < 2 or not tokens:
         raise ConfigError("the replay needs a prompt of at least 2 tokens and at least one generated token")
