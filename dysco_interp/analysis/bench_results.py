@@ -1,0 +1,157 @@
+"""Decode speed and peak memory of vanilla vs DySCO, read from benchmark JSON documents
+and from evaluation records (pure: parsed JSON in, rows out).
+
+Benchmark files differ in layout, so the reader accepts, for each method m in
+("vanilla", "dysco"):
+- flat row fields: `m_tok_per_s`, `m_decode_tok_per_s`, `m_tokens_per_s`, or
+  `m_step_ms` (converted to tokens/s), and `m_peak_<memory>_<unit>`;
+- a nested dict `row[m]` or `row["methods"][m]` with the same fields unprefixed;
+- one row per method (`row["method"] == m`), joined on the other row fields.
+Memory fields are any key with "peak" and "mem" in it; the unit comes from its suffix
+(_bytes, _kib, _mib/_mb, _gib/_gb). What a document lacks is reported, not guessed.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+METHODS = ("vanilla", "dysco")
+_TOK_KEYS = ("decode_tok_per_s", "tok_per_s", "tokens_per_s", "decode_tokens_per_s")
+_STEP_KEYS = ("step_ms", "decode_step_ms")
+_CONTEXT_KEYS = ("context", "n_context", "context_tokens", "context_length", "n_prompt", "prompt_tokens",
+                 "input_tokens", "length")
+_BATCH_KEYS = ("batch", "batch_size")
+_META_KEYS = ("device", "gpu", "machine_name", "backend", "model", "dtype", "attention")
+_UNITS_GIB = {"bytes": 1 / 2**30, "b": 1 / 2**30, "kib": 1 / 2**20, "kb": 1 / 2**20, "mib": 1 / 1024,
+              "mb": 1 / 1024, "gib": 1.0, "gb": 1.0}
+
+
+def _number(v) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _tok_per_s(fields: Mapping, prefix: str = "") -> float | None:
+    for k in _TOK_KEYS:
+        v = _number(fields.get(prefix + k))
+        if v is not None:
+            return v
+    for k in _STEP_KEYS:
+        v = _number(fields.get(prefix + k))
+        if v:
+            return 1000.0 / v
+    return None
+
+
+def _peak_gib(fields: Mapping, prefix: str = "") -> float | None:
+    for key, value in fields.items():
+        k = key.lower()
+        if not k.startswith(prefix) or "peak" not in k or "mem" not in k or _number(value) is None:
+            continue
+        unit = k.rsplit("_", 1)[-1]
+        if unit in _UNITS_GIB:
+            return float(value) * _UNITS_GIB[unit]
+    return None
+
+
+def _first(fields: Mapping, keys: Iterable[str]):
+    return next((fields[k] for k in keys if fields.get(k) is not None), None)
+
+
+def _rows_of(doc: Any) -> list[Mapping]:
+    if isinstance(doc, list):
+        return [r for r in doc if isinstance(r, Mapping)]
+    if isinstance(doc, Mapping):
+        for key in ("rows", "results", "runs"):
+            if isinstance(doc.get(key), list):
+                return [r for r in doc[key] if isinstance(r, Mapping)]
+        return [doc]
+    return []
+
+
+def _method_fields(row: Mapping, method: str) -> tuple[float | None, float | None]:
+    for nested in (row.get(method), (row.get("methods") or {}).get(method) if isinstance(row.get("methods"), Mapping)
+                   else None):
+        if isinstance(nested, Mapping):
+            return _tok_per_s(nested), _peak_gib(nested)
+    return _tok_per_s(row, method + "_"), _peak_gib(row, method + "_")
+
+
+def _join_per_method_rows(rows: list[Mapping]) -> list[dict]:
+    """Rows that each hold one method (row["method"]) become one row per configuration."""
+    joined: dict[tuple, dict] = {}
+    for r in rows:
+        method = str(r.get("method", "")).lower()
+        if method not in METHODS:
+            continue
+        key = tuple(sorted((k, str(v)) for k, v in r.items()
+                           if k in _CONTEXT_KEYS + _BATCH_KEYS + _META_KEYS))
+        joined.setdefault(key, {k: r[k] for k in r if k in _CONTEXT_KEYS + _BATCH_KEYS + _META_KEYS})
+        joined[key][method] = r
+    return list(joined.values())
+
+
+def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
+    """Rows {source, label, context, batch, <method>_tok_per_s, <method>_peak_gib, slowdown,
+    memory_ratio} from one benchmark document, and notes on what it lacks."""
+    meta = {k: doc.get(k) for k in _META_KEYS if isinstance(doc, Mapping) and isinstance(doc.get(k), (str, int))}
+    torch_version = str(((doc.get("versions") or {}) if isinstance(doc, Mapping) else {}).get("torch", ""))
+    if "device" not in meta and "gpu" not in meta and torch_version.endswith("+cpu"):
+        meta["device"] = "CPU"  # a CPU-only torch build can only have run on the CPU
+    rows = _rows_of(doc)
+    if any("method" in r for r in rows):
+        rows = _join_per_method_rows(rows)
+    out, notes = [], []
+    for r in rows:
+        values = {m: _method_fields(r, m) for m in METHODS}
+        if all(v[0] is None for v in values.values()):
+            continue
+        context, batch = _first(r, _CONTEXT_KEYS), _first(r, _BATCH_KEYS)
+        info = {**meta, **{k: r[k] for k in _META_KEYS if isinstance(r.get(k), (str, int))}}
+        label = ", ".join(str(x) for x in (info.get("device") or info.get("gpu"), info.get("model"),
+                                            info.get("dtype"), f"ctx {context}" if context else None,
+                                            f"batch {batch}" if batch else None) if x)
+        row = {"source": source, "label": label or source, "context": context, "batch": batch, **info}
+        for m, (tok, mem) in values.items():
+            row[f"{m}_tok_per_s"] = tok
+            row[f"{m}_peak_gib"] = mem
+        v, d = row["vanilla_tok_per_s"], row["dysco_tok_per_s"]
+        row["slowdown"] = v / d if v and d else None
+        vm, dm = row["vanilla_peak_gib"], row["dysco_peak_gib"]
+        row["memory_ratio"] = dm / vm if vm and dm else None
+        out.append(row)
+    if not out:
+        notes.append(f"{source}: no decode tokens/s for vanilla or dysco; skipped")
+        return out, notes
+    for field, what in (("tok_per_s", "decode tokens/s"), ("peak_gib", "peak memory")):
+        for m in METHODS:
+            if any(r[f"{m}_{field}"] is None for r in out):
+                notes.append(f"{source}: no {what} for {m}" + ("" if all(r[f"{m}_{field}"] is None for r in out)
+                                                              else " in some rows"))
+    return out, notes
+
+
+def record_speed_rows(records: Iterable[Mapping], source: str) -> list[dict]:
+    """Median decode tokens/s of vanilla and default-parameter DySCO runs per (model, task,
+    length), from the timings evaluation records carry (no memory there)."""
+    from dysco_interp.analysis.method_key import method_key
+
+    speeds: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        key = method_key(r)
+        tok = _number((r.get("timings") or {}).get("decode_tok_per_s"))
+        if tok is None or key.method not in METHODS or not key.is_default:
+            continue
+        speeds[(str(r["model"]), str(r["task"]), int(r.get("length") or 0))][key.method].append(tok)
+    rows = []
+    for (model, task, length), by_method in sorted(speeds.items()):
+        if not all(by_method.get(m) for m in METHODS):
+            continue
+        v, d = (statistics.median(by_method[m]) for m in METHODS)
+        rows.append({"source": source, "label": f"{model}, {task} {length} (eval records)", "model": model,
+                     "context": length, "batch": 1, "vanilla_tok_per_s": v, "dysco_tok_per_s": d,
+                     "vanilla_peak_gib": None, "dysco_peak_gib": None, "slowdown": v / d, "memory_ratio": None,
+                     "n_runs": {m: len(by_method[m]) for m in METHODS}})
+    return rows

@@ -1,0 +1,49 @@
+"""Markdown and JSON outputs of the analysis scripts (tables with intervals, a command line)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def fmt_ci(est: Mapping | None, digits: int = 3) -> str:
+    """'0.250 [0.100, 0.400]' from {mean, lo, hi}; '-' when there is nothing."""
+    if not est:
+        return "-"
+    return f"{est['mean']:.{digits}f} [{est['lo']:.{digits}f}, {est['hi']:.{digits}f}]"
+
+
+def fmt_delta(est: Mapping | None, digits: int = 3) -> str:
+    if not est:
+        return "-"
+    return f"{est['mean']:+.{digits}f} [{est['lo']:+.{digits}f}, {est['hi']:+.{digits}f}]"
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    def cell(v):
+        return str(v).replace("|", "\\|").replace("\n", " ")
+
+    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    return path
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    return write_text(path, json.dumps(obj, indent=1, allow_nan=False))
+
+
+def command_line(script: str, argv: Sequence[str]) -> str:
+    """The command as a reader would type it from the repository root."""
+    import shlex
+
+    # quote globs too, so the recorded command matches the same files when pasted
+    return " ".join(["python", script, *(shlex.quote(a) if any(c in a for c in " '\"*?[") else a for a in argv)])

@@ -1,0 +1,268 @@
+"""Summaries of evaluation records for the paper's tables (pure: records in, rows out).
+
+Records are grouped by cell (model, task, length, setting) and by what ran (`MethodKey`
+from the record's config). Every mean carries a 95% percentile-bootstrap interval over
+instances; comparisons against a reference method are paired by instance (seed, index, id).
+
+- `tau_sweep` / `choose_tau`: UniAttnS's temperature chosen on MRCR-style data, as the
+  paper does: the best mean score; ties go to the tau closest to 1 (the smaller on a tie).
+- `pt_table`: vanilla / UniAttnS at the chosen tau / DySCO per model and length.
+- `ablation_table`: DySCO vs random heads vs static selection at equal DySCO parameters.
+- `robustness_points`: DySCO with one of p, K, beta moved off the default.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.method_key import (
+    ROBUSTNESS_PARAMS,
+    MethodKey,
+    default_value,
+    method_key,
+    setting_of,
+)
+from dysco_interp.errors import ConfigError
+
+TASK_METRICS: dict[str, tuple[str, ...]] = {
+    "path_traversal": ("accuracy", "step_accuracy", "partial_accuracy"),
+    "mrcr": ("score",),
+}
+# the metrics a comparison against a reference method reports
+DELTA_METRICS: dict[str, tuple[str, ...]] = {"path_traversal": ("accuracy", "step_accuracy"), "mrcr": ("score",)}
+TAU_TIE_TOLERANCE = 1e-9
+
+
+@dataclass(frozen=True, order=True)
+class Cell:
+    model: str
+    task: str
+    length: int
+    setting: tuple
+
+    def as_dict(self) -> dict:
+        return {"model": self.model, "task": self.task, "length": self.length, "setting": dict(self.setting)}
+
+
+@dataclass(frozen=True)
+class CIOptions:
+    n_boot: int = 2000
+    seed: int = 0
+
+
+def cell_of(record: Mapping) -> Cell:
+    return Cell(str(record["model"]), str(record["task"]), int(record.get("length") or 0), setting_of(record))
+
+
+def instance_of(record: Mapping) -> tuple:
+    # the id names the data seed too; `seed` is only the evaluation's
+    return (record.get("seed"), record.get("index"), record.get("id"))
+
+
+def dedupe(records: Iterable[Mapping]) -> tuple[list[Mapping], int]:
+    """Drop repeated (cell, method, instance) records (a run stored twice); keep the first."""
+    seen, kept, dropped = set(), [], 0
+    for r in records:
+        key = (cell_of(r), method_key(r), instance_of(r))
+        if key in seen:
+            dropped += 1
+            continue
+        seen.add(key)
+        kept.append(r)
+    return kept, dropped
+
+
+def group(records: Iterable[Mapping]) -> dict[Cell, dict[MethodKey, list[Mapping]]]:
+    out: dict[Cell, dict[MethodKey, list[Mapping]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        out[cell_of(r)][method_key(r)].append(r)
+    return {c: dict(m) for c, m in sorted(out.items())}
+
+
+def metric_estimates(records: Sequence[Mapping], metrics: Sequence[str], ci: CIOptions = CIOptions()) -> dict:
+    """{metric: {mean, lo, hi, n}} over the records that have the metric (None if none do)."""
+    out = {}
+    for m in metrics:
+        values = [float(r[m]) for r in records if r.get(m) is not None]
+        out[m] = bootstrap_ci(values, n_boot=ci.n_boot, seed=ci.seed).as_dict() if values else None
+    return out
+
+
+def paired_deltas(records: Sequence[Mapping], reference: Sequence[Mapping], metrics: Sequence[str],
+                  ci: CIOptions = CIOptions()) -> dict:
+    """{metric: mean of (record - reference) over instances present in both, with its CI}."""
+    ref = {instance_of(r): r for r in reference}
+    pairs = [(r, ref[instance_of(r)]) for r in records if instance_of(r) in ref]
+    out = {}
+    for m in metrics:
+        diffs = [float(a[m]) - float(b[m]) for a, b in pairs if a.get(m) is not None and b.get(m) is not None]
+        out[m] = bootstrap_ci(diffs, n_boot=ci.n_boot, seed=ci.seed).as_dict() if diffs else None
+    return out
+
+
+def _row(cell: Cell, key: MethodKey | None, label: str, records: Sequence[Mapping], ci: CIOptions,
+         reference: Sequence[Mapping] | None = None, **extra) -> dict:
+    metrics = TASK_METRICS.get(cell.task) or ()
+    row: dict[str, Any] = {**cell.as_dict(), "method": label, "config_method": key.method if key else None,
+                           "params": key.params_dict() if key else {}, "n": len(records),
+                           "metrics": metric_estimates(records, metrics, ci) if records else {m: None for m in metrics}}
+    if reference is not None:
+        row["delta"] = paired_deltas(records, reference, DELTA_METRICS.get(cell.task, metrics), ci) if records else None
+    row.update(extra)
+    return row
+
+
+# ---------------------------------------------------------------------------- tau choice
+
+
+def choose_tau(mean_by_tau: Mapping[float, float], tolerance: float = TAU_TIE_TOLERANCE) -> float:
+    """The tau with the best mean score; ties -> the tau closest to 1, then the smaller one."""
+    if not mean_by_tau:
+        raise ConfigError("no UniAttnS temperatures to choose from")
+    best = max(mean_by_tau.values())
+    tied = [float(t) for t, m in mean_by_tau.items() if m >= best - tolerance]
+    # rounded: 0.85 and 1.15 are equally close to 1 despite binary floats
+    return min(tied, key=lambda t: (round(abs(t - 1.0), 9), t))
+
+
+def tau_sweep(records: Iterable[Mapping], metric: str = "score", ci: CIOptions = CIOptions()) -> dict[str, dict]:
+    """Per model: every UniAttnS tau's mean MRCR score (pooled over lengths) and the chosen tau."""
+    by_model: dict[str, dict[float, list[Mapping]]] = defaultdict(lambda: defaultdict(list))
+    for r in records:
+        key = method_key(r)
+        if r.get("task") == "mrcr" and key.method == "uniattns" and r.get(metric) is not None:
+            by_model[str(r["model"])][key.value("tau")].append(r)
+    out = {}
+    for model, by_tau in sorted(by_model.items()):
+        rows = [{"tau": tau, "n": len(recs), "lengths": sorted({int(r.get("length") or 0) for r in recs}),
+                 metric: bootstrap_ci([float(r[metric]) for r in recs], n_boot=ci.n_boot, seed=ci.seed).as_dict()}
+                for tau, recs in sorted(by_tau.items())]
+        means = {tau: sum(float(r[metric]) for r in recs) / len(recs) for tau, recs in by_tau.items()}
+        best = max(means.values())
+        tied = sum(1 for m in means.values() if m >= best - TAU_TIE_TOLERANCE)
+        out[model] = {"rows": rows, "chosen_tau": choose_tau(means), "tied": tied > 1,
+                      "all_tied": tied == len(means) > 1}
+    return out
+
+
+# ---------------------------------------------------------------------------- Path Traversal table
+
+
+def pt_table(records: Iterable[Mapping], chosen_tau: Mapping[str, float], ci: CIOptions = CIOptions(),
+             task: str = "path_traversal") -> tuple[list[dict], list[str]]:
+    """vanilla / UniAttnS (chosen tau) / DySCO per (model, length, setting), deltas vs vanilla."""
+    rows, notes = [], []
+    for cell, by_key in group(r for r in records if r.get("task") == task).items():
+        vanilla_key = MethodKey("vanilla")
+        vanilla = by_key.get(vanilla_key, [])
+        where = f"{cell.model} {cell.length}"
+        if not vanilla:
+            notes.append(f"{where}: no vanilla records; deltas vs vanilla are empty")
+        rows.append(_row(cell, vanilla_key, "vanilla", vanilla, ci, role="vanilla"))
+        taus = {k.value("tau"): recs for k, recs in by_key.items() if k.method == "uniattns"}
+        tau = chosen_tau.get(cell.model)
+        if tau is None and not taus:
+            notes.append(f"{where}: no UniAttnS records and no MRCR tau sweep for {cell.model}")
+        if tau is None:
+            if taus:
+                notes.append(f"{where}: no MRCR tau sweep for {cell.model}; every stored UniAttnS tau is shown")
+            for t, recs in sorted(taus.items()):
+                rows.append(_row(cell, MethodKey("uniattns", (("tau", t),)), f"UniAttnS (tau={t:g}, not chosen)",
+                                 recs, ci, vanilla, role="uniattns", tau_source="stored, no sweep"))
+        elif tau in taus:
+            rows.append(_row(cell, MethodKey("uniattns", (("tau", tau),)), f"UniAttnS (tau={tau:g})", taus[tau],
+                             ci, vanilla, role="uniattns", tau_source="MRCR sweep"))
+        elif tau == 1.0 and vanilla:
+            # tau = 1 leaves every score unchanged: UniAttnS is vanilla decoding
+            rows.append(_row(cell, MethodKey("uniattns", (("tau", 1.0),)), "UniAttnS (tau=1 = vanilla)", vanilla,
+                             ci, vanilla, role="uniattns", tau_source="MRCR sweep; tau=1 is vanilla"))
+        else:
+            notes.append(f"{where}: UniAttnS at the chosen tau={tau:g} was not evaluated"
+                         + (f" (stored: {', '.join(f'{t:g}' for t in sorted(taus))})" if taus else ""))
+            rows.append(_row(cell, MethodKey("uniattns", (("tau", tau),)), f"UniAttnS (tau={tau:g})", [], ci,
+                             vanilla, role="uniattns", tau_source="MRCR sweep; not evaluated"))
+        other = sorted(t for t in taus if tau is not None and t != tau)
+        if other:
+            notes.append(f"{where}: UniAttnS also stored at tau {', '.join(f'{t:g}' for t in other)} "
+                         "(not the MRCR choice; left out)")
+        dysco = sorted((k for k in by_key if k.method == "dysco"), key=lambda k: (not k.is_default, k))
+        if not dysco:
+            notes.append(f"{where}: no DySCO records")
+        for k in dysco:
+            rows.append(_row(cell, k, k.label, by_key[k], ci, vanilla, role="dysco"))
+        skipped = sorted({k.label for k in by_key if k.method in ("dysco-random", "dysco-static")})
+        if skipped:
+            notes.append(f"{where}: ablation records left to the ablation table: {', '.join(skipped)}")
+    return rows, notes
+
+
+# ---------------------------------------------------------------------------- ablation table
+
+_ABLATION_ORDER = {"dysco": 0, "dysco-random": 1, "dysco-static": 2}
+
+
+def ablation_table(records: Iterable[Mapping], ci: CIOptions = CIOptions()) -> tuple[list[dict], list[str]]:
+    """DySCO vs its random-head and static variants at equal DySCO parameters; deltas vs DySCO."""
+    rows, notes = [], []
+    for cell, by_key in group(records).items():
+        families: dict[tuple, dict[MethodKey, list[Mapping]]] = defaultdict(dict)
+        for k, recs in by_key.items():
+            if k.method in _ABLATION_ORDER:
+                families[k.scaling_params()][k] = recs
+        for params, members in sorted(families.items(), key=lambda kv: (not MethodKey("dysco", kv[0]).is_default,
+                                                                          kv[0])):
+            if not any(k.method != "dysco" for k in members):
+                continue  # DySCO alone: not an ablation
+            base_key = next((k for k in members if k.method == "dysco"), None)
+            base = members.get(base_key, []) if base_key else []
+            deviations = MethodKey("dysco", params).deviations()
+            suffix = ", ".join(f"{k}={v}" for k, v in deviations.items())
+            if base_key is None:
+                notes.append(f"{cell.model} {cell.task} {cell.length}: no DySCO run with the variants' parameters"
+                             + (f" ({suffix})" if suffix else ""))
+            for k in sorted(members, key=lambda k: (_ABLATION_ORDER[k.method], k)):
+                rows.append(_row(cell, k, k.label, members[k], ci, None if k.method == "dysco" else base,
+                                 variant=k.method))
+    if not rows:
+        notes.append("no dysco-random or dysco-static records")
+    return rows, notes
+
+
+# ---------------------------------------------------------------------------- robustness
+
+
+def robustness_points(records: Iterable[Mapping], ci: CIOptions = CIOptions()) -> tuple[list[dict], list[str]]:
+    """One point per (cell, parameter, value): DySCO runs off the default in at most that parameter.
+
+    The default run is the shared point of every parameter's curve. Runs that also move
+    another DySCO parameter (decay, warm-up, template masking) or two robustness
+    parameters at once are left out, with a note.
+    """
+    points, notes = [], []
+    for cell, by_key in group(r for r in records if method_key(r).method == "dysco").items():
+        default, varied = None, defaultdict(dict)
+        for k, recs in by_key.items():
+            dev = k.deviations()
+            others = [d for d in dev if d not in ROBUSTNESS_PARAMS]
+            moved = [d for d in dev if d in ROBUSTNESS_PARAMS]
+            if others or len(moved) > 1:
+                notes.append(f"{cell.model} {cell.task} {cell.length}: {k.label} moves "
+                             f"{', '.join(others + moved)} at once; left out")
+            elif not moved:
+                default = (k, recs)
+            else:
+                varied[moved[0]][dev[moved[0]]] = (k, recs)
+        if default is None:
+            notes.append(f"{cell.model} {cell.task} {cell.length}: no run at the default parameters")
+        for param in ROBUSTNESS_PARAMS:
+            values = dict(varied.get(param, {}))
+            if default is not None:
+                values[default_value(param)] = default
+            for value, (k, recs) in sorted(values.items()):
+                points.append(_row(cell, k, k.label, recs, ci, param=param, value=value,
+                                   is_default=value == default_value(param)))
+    return points, notes

@@ -1,0 +1,40 @@
+"""Panel grids: PNG and self-contained HTML with the data inside."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from dysco_interp.grid_plots import Line, Panel, save_panels
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_panels_with_lines_bars_marks_and_empty_panels(tmp_path):
+    panels = [
+        Panel("acc vs K", "K", "accuracy", [Line("1K", [256, 4096], [0.25, 0.5], [0.0, 0.25], [0.5, 0.75])],
+              log_x=True, mark_x=4096, mark_label="default 4096"),
+        Panel("speed", "", "tok/s", [Line("vanilla", ["a", "b"], [3.0, 2.0]), Line("DySCO", ["a", "b"], [1.5, None])],
+              kind="bar", log_y=True),
+        Panel("memory", "", "GiB", [], kind="bar", note="nothing measured"),
+    ]
+    png, html = save_panels(panels, tmp_path / "sub" / "fig", title="grid", ncols=2)
+    assert png.name == "fig.png" and png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 5000
+    text = html.read_text()
+    # plotly.js inlined, no external script (the library itself mentions its CDN for geo maps)
+    assert html.name == "fig.html" and len(text) > 1_000_000 and "Plotly.newPlot" in text
+    assert not re.search(r"<script[^>]*\bsrc=", text)
+    assert "default 4096" in text and "nothing measured" in text
+    assert "0.75" in text and "DySCO" in text  # the data travel in the file
+
+
+def test_bad_panels_are_rejected():
+    with pytest.raises(ValueError, match="y has 1 values for 2"):
+        Line("s", [1, 2], [0.5])
+    with pytest.raises(ValueError, match="both lo and hi"):
+        Line("s", [1], [0.5], lo=[0.1])
+    with pytest.raises(ValueError, match="kind"):
+        Panel("t", "x", "y", kind="pie")
+    with pytest.raises(ValueError, match="at least one panel"):
+        save_panels([], "unused", title="t")
