@@ -30,7 +30,7 @@ GEOMETRIES = {
     "qwen3-8b": dict(style="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288,
                      num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                      max_position_embeddings=131072, rope_theta=1000000.0, tie_word_embeddings=False,
-                     initializer_range=0.02),
+                     initializer_range=0.02, layer_types=["full_attention"] * 36, max_window_layers=36),
 }
 
 

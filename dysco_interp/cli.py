@@ -68,6 +68,8 @@ def _add_method_args(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--k", dest="nucleus_k", type=int, default=None, help="override the preset's top_k")
     p.add_argument("--tau", type=float, default=None, help="UniAttnS temperature (default 1.0; see the README)")
     p.add_argument("--head-seed", type=int, default=0, help="seed of dysco-random's heads")
+    p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa"],
+                   help="bridge: TransformerLens hooks (eager); sdpa: fast, same tokens, batches")
 
 
 def _decoding_config(args, method: str):
@@ -114,7 +116,7 @@ def _run_generation(args, prompt: str) -> int:
     method = getattr(args, "method", "vanilla")
     config = _decoding_config(args, method) if hasattr(args, "preset") else _plain_config(args)
     heads = _load_heads(args.heads, model) if config.uses_heads else None
-    result = dysco_generate(model, prompt, heads, config)
+    result = dysco_generate(model, prompt, heads, config, backend=getattr(args, "backend", "bridge"))
     if args.json:
         print(json.dumps({"model": args.model, "method": method, "text": result.text, "tokens": result.tokens,
                           **result.timings.as_dict()}))
@@ -157,7 +159,8 @@ def _cmd_evaluate(args) -> int:
     store = ResultStore(args.out)
     for f in files:
         instances = load_dataset(f)[: args.limit] if args.limit else load_dataset(f)
-        evaluate(model, args.model, task, instances, methods, heads, store, keep_trace=args.keep_trace)
+        evaluate(model, args.model, task, instances, methods, heads, store, keep_trace=args.keep_trace,
+                 backend=args.backend, batch_size=args.batch_size)
     metrics = ADAPTERS[task].metrics
     mine = [r for r in store.records() if r["model"] == args.model and r["task"] == task and r["method"] in methods]
     print(format_table(summarise(mine, metrics), metrics))
@@ -216,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="results JSONL (appended; finished items are skipped)")
     p.add_argument("--limit", type=int, default=None, help="instances per file")
     p.add_argument("--keep-trace", action="store_true", help="store each run's per-step trace")
+    p.add_argument("--batch-size", type=int, default=1, help="instances decoded together (backend sdpa)")
     _add_generation_args(p)
     _add_method_args(p, multi=True)
     p.set_defaults(func=_cmd_evaluate, max_new_tokens=256)

@@ -13,7 +13,7 @@ from typing import Callable, Iterable, Mapping
 from tqdm.auto import tqdm
 
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.dysco import generate_batch, prepare_prompt
+from dysco_interp.decoding.dysco import iter_methods, prepare_prompt
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
@@ -72,8 +72,8 @@ def evaluate(
 ) -> list[dict]:
     """Run every method on every instance not yet in the store; return the new records.
 
-    `backend="sdpa"` with `batch_size > 1` decodes that many instances together; each
-    finished batch is stored before the next starts.
+    `backend="sdpa"` with `batch_size > 1` decodes that many instances together; the
+    records of each method are stored as soon as that method has finished the batch.
     """
     if task not in ADAPTERS:
         raise ConfigError(f"no evaluation for task {task!r}; choose one of {', '.join(ADAPTERS)}")
@@ -100,9 +100,10 @@ def evaluate(
         for inst, prep in zip(batch, prepared):
             check_same_tokenizer(inst, len(prep.ids))
         pending = {m: c.replace(enable_thinking=thinking) for m, c in pending.items()}
-        results = generate_batch(model, prompts, pending, heads, spans=[adapter.spans(i) for i in batch],
-                                 prepared=prepared, backend=backend)
-        for method, rows in results.items():
+        # each method's records are stored as soon as it finishes, so a kill loses at most one
+        results = iter_methods(model, prompts, pending, heads, spans=[adapter.spans(i) for i in batch],
+                               prepared=prepared, backend=backend)
+        for method, rows in results:
             for inst, res in zip(batch, rows):
                 if key(inst, method) in store:
                     continue

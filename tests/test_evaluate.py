@@ -112,3 +112,24 @@ def test_choose_tau_takes_the_best_mean_and_breaks_ties_toward_one():
     assert choose_tau([rec(0.6, 0.5), rec(0.8, 0.5)])[0] == 0.8
     with pytest.raises(ConfigError, match="no UniAttnS"):
         choose_tau([])
+
+
+def test_a_batch_killed_mid_way_keeps_the_methods_that_finished(tiny_llama, pt_data, tmp_path, monkeypatch):
+    from dysco_interp.decoding import dysco
+
+    real = dysco._decode_rows
+    calls = []
+
+    def dies_on_the_second_method(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dysco, "_decode_rows", dies_on_the_second_method)
+    store = ResultStore(tmp_path / "r.jsonl")
+    with pytest.raises(KeyboardInterrupt):
+        evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), store,
+                 progress=False, backend="sdpa", batch_size=2)
+    kept = ResultStore(tmp_path / "r.jsonl").records()
+    assert {(r["method"], r["index"]) for r in kept} == {("vanilla", 0), ("vanilla", 1)}

@@ -295,6 +295,11 @@ def generate_batch(
     one prompt) or "sdpa" (fast; prompts of any lengths together, left-padded). Every row
     gets the tokens it would get alone, up to floating-point differences of the padded batch.
     """
+    return dict(iter_methods(model, prompts, configs, heads, spans, prepared, backend))
+
+
+def iter_methods(model, prompts, configs, heads=None, spans=None, prepared=None, backend="bridge"):
+    """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
     check_backend(backend)
     prompts = list(prompts)
     if spans is not None and len(spans) != len(prompts):
@@ -304,7 +309,6 @@ def generate_batch(
     for rows in rows_by_thinking.values():
         for config in configs.values():
             model.check_fits(rows.width, config.max_new_tokens)
-    results: dict[str, list[GenerationResult]] = {}
     shared: dict[tuple, Prefix] = {}
     for name, config in configs.items():
         rows = rows_by_thinking[config.enable_thinking]
@@ -315,8 +319,7 @@ def generate_batch(
             if key not in shared:
                 shared[key] = prefill_prefix(model, rows, config, backend)
             prefix = shared[key]
-        results[name] = _decode_rows(model, rows, config, heads, prefix, backend, spans)
-    return results
+        yield name, _decode_rows(model, rows, config, heads, prefix, backend, spans)
 
 
 def _pad_id(model: LoadedModel) -> int:
