@@ -136,14 +136,24 @@ def _last_row(query, key, mask, heads: torch.Tensor, scale: float, groups: int) 
 
 def _biased_mask(mask, bias: torch.Tensor, query: torch.Tensor, n_visible: int) -> torch.Tensor:
     """SDPA's mask with the bias added on the keys this layer sees (the last n_visible)."""
+    bias = relevance.window_slice(bias, n_visible).to(device=query.device, dtype=query.dtype)
+    if mask is not None:
+        bias = torch.where(mask, bias, torch.finfo(query.dtype).min) if mask.dtype == torch.bool else mask + bias
+    # an 8-aligned row stride keeps SDPA on its fused kernels for any key count
+    width = bias.shape[-1]
+    return torch.nn.functional.pad(bias, (0, -width % 8))[..., :width]
+
+
+def _biased_decode_attention(query, key, value, mask, bias, scale: float, groups: int):
+    """One decoding query with the bias: the query heads of each KV head form the query rows
+    of one SDPA call, so keys and values are never repeated per query head."""
     if query.shape[2] != 1:
         raise ValueError("the attention bias is applied one decoding token at a time")
-    bias = relevance.window_slice(bias, n_visible).to(device=query.device, dtype=query.dtype)
-    if mask is None:
-        return bias
-    if mask.dtype == torch.bool:
-        return torch.where(mask, bias, torch.finfo(query.dtype).min)
-    return mask + bias
+    batch, n_heads, _, dim = query.shape
+    mask = _biased_mask(mask, bias, query, key.shape[-2])
+    packed = query.reshape(batch, n_heads // groups, groups, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scale)
+    return out.reshape(batch, n_heads, 1, -1).transpose(1, 2).contiguous(), None
 
 
 def dysco_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
@@ -160,7 +170,8 @@ def dysco_attention(module, query, key, value, attention_mask, dropout: float = 
         if module.layer_idx == ctl.stop_at:
             raise _PartialDone
     if ctl.bias is not None:
-        attention_mask = _biased_mask(attention_mask, ctl.bias, query, key.shape[-2])
+        groups = getattr(module, "num_key_value_groups", 1)
+        return _biased_decode_attention(query, key, value, attention_mask, ctl.bias, scale, groups)
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scale, **kwargs)
 
 
