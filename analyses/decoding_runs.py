@@ -84,7 +84,8 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from dysco_interp.decoding.config import DecodingConfig
-    from dysco_interp.evaluate import choose_tau, evaluate
+    from dysco_interp.analysis.result_tables import tau_sweep
+    from dysco_interp.evaluate import evaluate
     from dysco_interp.heads import load_heads, shipped_heads
     from dysco_interp.models import load_model
     from dysco_interp.runner import ResultStore
@@ -122,8 +123,11 @@ def main(argv=None) -> int:
     if "pt" in parts:
         if not tau_store.is_file():
             raise SystemExit(f"part 'pt' needs the tau sweep {tau_store}; run part 'tau' first")
-        tau, means = choose_tau(ResultStore(tau_store).records())
-        print(f"UniAttnS tau chosen on MRCR: {tau:g} (mean score per tau: {means})")
+        sweep = tau_sweep(ResultStore(tau_store).records()).get(args.model)
+        if sweep is None:
+            raise SystemExit(f"{tau_store} holds no UniAttnS records of {args.model}")
+        tau = sweep["chosen_tau"]
+        print(f"UniAttnS tau chosen on MRCR: {tau:g} (sweep: {sweep['rows']})")
         base = DecodingConfig(max_new_tokens=args.pt_new_tokens)
         methods = {"vanilla": base.replace(method="vanilla"), tau_label(tau): base.replace(method="uniattns", tau=tau),
                    "dysco": base}

@@ -126,20 +126,6 @@ def evaluate(
     return new
 
 
-def choose_tau(records: Iterable[dict], metric: str = "score") -> tuple[float, dict[float, float]]:
-    """The UniAttnS temperature with the best mean score (ties: the one closest to 1, i.e.
-    vanilla), and the mean per temperature. Pick it on tuning data, never on test instances."""
-    scores: dict[float, list[float]] = defaultdict(list)
-    for r in records:
-        if r.get("config", {}).get("method") == "uniattns":
-            scores[float(r["config"]["tau"])].append(float(r[metric]))
-    if not scores:
-        raise ConfigError("no UniAttnS records to choose a temperature from")
-    means = {tau: sum(v) / len(v) for tau, v in sorted(scores.items())}
-    best = max(means.values())
-    return min((tau for tau, m in means.items() if m == best), key=lambda tau: abs(tau - 1.0)), means
-
-
 def summarise(records: Iterable[dict], metrics: Iterable[str]) -> dict[tuple, dict[str, float]]:
     """Mean of each metric per (length, method), with the instance count."""
     groups: dict[tuple, list[dict]] = defaultdict(list)

@@ -7,7 +7,7 @@ import pytest
 from dysco_interp.cli import main
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
-from dysco_interp.evaluate import choose_tau, evaluate, format_table, summarise
+from dysco_interp.evaluate import evaluate, format_table, summarise
 from dysco_interp.heads import HeadSet
 from dysco_interp.runner import ResultStore
 from dysco_interp.tasks import make_dataset
@@ -100,18 +100,6 @@ def test_cli_generate_with_dysco_and_a_head_file(tmp_path, capsys):
     assert main(argv[:-2] + ["--beta", "0"]) == 2
     assert "beta" in capsys.readouterr().err
     assert main(["generate", "--model", "tiny-qwen3", "--prompt", "x", "--method", "dysco", "--heads", "shipped"]) == 2
-
-
-def test_choose_tau_takes_the_best_mean_and_breaks_ties_toward_one():
-    def rec(tau, score):
-        return {"config": {"method": "uniattns", "tau": tau}, "score": score}
-
-    tau, means = choose_tau([rec(0.7, 0.2), rec(0.7, 0.4), rec(0.9, 0.1), rec(1.0, 0.0), {"config": {"method": "dysco"}, "score": 9}])
-    assert tau == 0.7 and means == pytest.approx({0.7: 0.3, 0.9: 0.1, 1.0: 0.0})
-    assert choose_tau([rec(0.6, 0.0), rec(0.9, 0.0), rec(1.0, 0.0)])[0] == 1.0
-    assert choose_tau([rec(0.6, 0.5), rec(0.8, 0.5)])[0] == 0.8
-    with pytest.raises(ConfigError, match="no UniAttnS"):
-        choose_tau([])
 
 
 def test_a_batch_killed_mid_way_keeps_the_methods_that_finished(tiny_llama, pt_data, tmp_path, monkeypatch):
