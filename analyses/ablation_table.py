@@ -31,7 +31,7 @@ def parse_args(argv):
 
 
 def render(result: dict) -> str:
-    from dysco_interp.analysis.report import fmt_ci, fmt_delta, markdown_table
+    from dysco_interp.analysis.report import fmt_ci, fmt_delta, markdown_table, with_footer
     from dysco_interp.analysis.result_tables import DELTA_METRICS
 
     parts = ["# Ablations: DySCO vs random heads vs static selection", "",
@@ -50,31 +50,23 @@ def render(result: dict) -> str:
                                   *(f"Δ {METRIC_NAMES.get(m, m)}" for m in deltas)], body)]
     if not result["rows"]:
         parts += ["", "No ablation records."]
-    if result["notes"]:
-        parts += ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
-    parts += ["", f"`{result['command']}`"]
-    return "\n".join(parts)
+    return with_footer(parts, result)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from dysco_interp.analysis import result_tables as T
-    from dysco_interp.analysis.report import command_line, write_json, write_text
-    from dysco_interp.analysis.stores import display_path, load_records
+    from dysco_interp.analysis.report import command_line, store_notes, write_report
+    from dysco_interp.analysis.stores import display_path, load_deduplicated
     from dysco_interp.errors import DyscoError
 
     try:
-        records, files, unmatched = load_records(args.stores)
-        if not records:
-            raise DyscoError(f"no records in {' '.join(args.stores)}")
-        records, dropped = T.dedupe(records)
+        records, files, unmatched, dropped = load_deduplicated(args.stores)
         rows, notes = T.ablation_table(records, T.CIOptions(args.n_boot, args.seed))
     except DyscoError as e:
         print(f"ablation_table: {e}", file=sys.stderr)
         return 2
-    notes = [f"no store matches {p}" for p in unmatched] + notes
-    if dropped:
-        notes.append(f"{dropped} repeated records (same method and instance) counted once")
+    notes = store_notes(unmatched, dropped) + notes
     result = {
         "table": "ablations",
         "command": command_line(SCRIPT, argv if argv is not None else sys.argv[1:]),
@@ -83,10 +75,7 @@ def main(argv=None) -> int:
         "rows": rows,
         "notes": notes,
     }
-    text = render(result)
-    write_text(args.out + ".md", text)
-    write_json(args.out + ".json", result)
-    print(text)
+    write_report(args.out, result, render(result))
     print(f"wrote {args.out}.md and {args.out}.json")
     return 0
 

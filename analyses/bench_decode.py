@@ -134,7 +134,19 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
             "vanilla_step_extra_peak_gib": round(peaks["vanilla"] / 2**30, 3),
             "dysco_step_extra_peak_gib": round(peaks["dysco"] / 2**30, 3),
         })
+        row.update(peak_memory(row, weight_bytes(model)))
     return row
+
+
+def weight_bytes(model) -> int:
+    return sum(t.numel() * t.element_size() for t in model.prefill_model.parameters())
+
+
+def peak_memory(row: dict, n_weight_bytes: int) -> dict:
+    """Each method's peak alone: weights + one KV cache + its decoding step's transient peak
+    (both methods' caches live together in the benchmark, so the allocator's total is not it)."""
+    base = n_weight_bytes / 2**30 + row["kv_cache_gib"]
+    return {f"{m}_peak_mem_gib": round(base + row[f"{m}_step_extra_peak_gib"], 3) for m in ("vanilla", "dysco")}
 
 
 class _Prompt:
@@ -193,13 +205,13 @@ def main(argv=None) -> int:
     floor = 1 + (deepest + 1) / n_layers
     device = model.device
     bandwidth = copy_bandwidth(device)
-    weight_bytes = sum(t.numel() * t.element_size() for t in model.prefill_model.parameters())
+    n_weight_bytes = weight_bytes(model)
     rows = []
     for n in [int(x) for x in args.contexts.split(",")]:
         row = bench_context(model, heads, config, args.backend, n, args.steps, args.warmup)
         row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
         if bandwidth:
-            step_bytes = weight_bytes + row["kv_cache_gib"] * 2**30
+            step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30
             row["bandwidth_floor_ms"] = round(step_bytes / bandwidth * 1e3, 3)
             row["bandwidth_floor_tok_per_s"] = round(bandwidth / step_bytes, 2)
         rows.append(row)
@@ -219,7 +231,7 @@ def main(argv=None) -> int:
         "heads": {"source": args.heads, "n": len(heads), "deepest_layer": deepest, "labels": heads.labels()},
         "n_layers": n_layers,
         "layer_floor": round(floor, 4),
-        "weights_gib": round(weight_bytes / 2**30, 3),
+        "weights_gib": round(n_weight_bytes / 2**30, 3),
         "copy_bandwidth_gb_per_s": round(bandwidth / 1e9, 1) if bandwidth else None,
         "config": {"top_p": config.top_p, "top_k": config.top_k, "beta": config.beta},
         "threads": torch.get_num_threads(),

@@ -29,8 +29,9 @@ from pathlib import Path
 PARTS = ("tau", "pt", "ablation", "robustness")
 # The paper's robustness grid, one parameter at a time around (p 0.975, K 4096, beta 2).
 GRID = {"top_p": (0.9, 0.95, 0.975, 0.99), "top_k": (1024, 2048, 4096, 8192), "beta": (1.5, 2.0, 2.5, 3.0)}
-SMALL_GRID = {"top_p": (0.9, 0.975), "top_k": (256, 4096), "beta": (1.5, 2.0)}
+SMALL_GRID = {"top_p": (0.9,), "top_k": (256,), "beta": (1.5,)}
 GRID_LABEL = {"top_p": "p", "top_k": "K", "beta": "beta"}
+SMALL_TAUS = (1.0, 0.85)
 
 
 def tau_label(tau: float) -> str:
@@ -49,7 +50,7 @@ def grid_methods(base, grid) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen2.5-coder-0.5b")
+    p.add_argument("--model", default=None, help="default qwen2.5-coder-0.5b (smollm2-135m with --small)")
     p.add_argument("--data-dir", required=True)
     p.add_argument("--out-dir", default="figures")
     p.add_argument("--parts", default=",".join(PARTS))
@@ -68,12 +69,13 @@ def main(argv=None) -> int:
     p.add_argument("--heads", default="shipped")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--small", action="store_true",
-                   help="smollm2-135m at 1k, 2 instances, short outputs, a 2-value grid (CPU, minutes)")
+                   help="smollm2-135m at 1k, 2 instances, 8 new tokens, one other value per parameter (CPU, minutes)")
     args = p.parse_args(argv)
+    args.model = args.model or ("smollm2-135m" if args.small else "qwen2.5-coder-0.5b")
     if args.small:
-        args.model, args.n, args.batch_size = "smollm2-135m", args.n or 2, 2
+        args.n, args.batch_size = args.n or 2, 2
         args.pt_lengths = args.ablation_lengths = args.robustness_length = args.tau_length = "1k"
-        args.taus, args.pt_new_tokens, args.mrcr_new_tokens = "1.0,0.7", 24, 24
+        args.taus, args.pt_new_tokens, args.mrcr_new_tokens = ",".join(map(str, SMALL_TAUS)), 8, 8
     parts = [x for x in args.parts.split(",") if x]
     unknown = set(parts) - set(PARTS)
     if unknown:
@@ -129,8 +131,9 @@ def main(argv=None) -> int:
         tau = sweep["chosen_tau"]
         print(f"UniAttnS tau chosen on MRCR: {tau:g} (sweep: {sweep['rows']})")
         base = DecodingConfig(max_new_tokens=args.pt_new_tokens)
-        methods = {"vanilla": base.replace(method="vanilla"), tau_label(tau): base.replace(method="uniattns", tau=tau),
-                   "dysco": base}
+        methods = {"vanilla": base.replace(method="vanilla"), "dysco": base}
+        if tau != 1.0:  # tau = 1 is vanilla decoding; the table reads it from the vanilla runs
+            methods[tau_label(tau)] = base.replace(method="uniattns", tau=tau)
         for length in lengths(args.pt_lengths):
             run("path_traversal", length, methods, out_dir / "path_traversal" / f"{args.model}_{length}.jsonl")
     for task in ("path_traversal", "mrcr"):

@@ -4,8 +4,8 @@ For one stored DySCO record (evaluate --keep-trace), lists each decode step's to
 number of keys selected, their relevance mass, and the three most relevant edge lines,
 marking the gold route's edges.
 
-    python analyses/failure_trace.py --results figures/path_traversal/qwen2.5-coder-0.5b_2k_vanilla_dysco.jsonl \
-        --data DATA.jsonl --model qwen2.5-coder-0.5b --index 0 --out figures/path_traversal/failure_trace_0.json
+    python analyses/failure_trace.py --results figures/traced_runs/qwen2.5-coder-0.5b_2k_vanilla_dysco.jsonl \
+        --data DATA.jsonl --model qwen2.5-coder-0.5b --index 0 --out figures/traced_runs/failure_trace_0.json
 """
 
 from __future__ import annotations

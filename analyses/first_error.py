@@ -10,7 +10,7 @@ generated first into OUT_DIR/evaluation.jsonl):
 Full run, on stored evaluation records (CPU, ~1 min for one 2K instance; the instance is
 regenerated from its seed and length, or read with --data-dir / --data):
 
-    python analyses/first_error.py --results figures/path_traversal/qwen2.5-coder-0.5b_2k_vanilla_dysco.jsonl \\
+    python analyses/first_error.py --results figures/traced_runs/qwen2.5-coder-0.5b_2k_vanilla_dysco.jsonl \\
         --model qwen2.5-coder-0.5b --out-dir figures/first_error
     python analyses/first_error.py --figures-only --out-dir figures/first_error
 

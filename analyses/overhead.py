@@ -163,7 +163,7 @@ def _flops_ratio_for(row: dict, settings: list[dict]) -> float | None:
 
 
 def render(result: dict) -> str:
-    from dysco_interp.analysis.report import markdown_table
+    from dysco_interp.analysis.report import markdown_table, with_footer
 
     def t(x):
         return f"{x / 1e12:.3g}"
@@ -192,16 +192,13 @@ def render(result: dict) -> str:
     parts += ["", "## Measured decode speed and peak memory (vanilla vs DySCO, same backend)", "",
               markdown_table(["configuration", "source", "vanilla tok/s", "DySCO tok/s", "slowdown",
                               "FLOPs ratio", "vanilla peak GiB", "DySCO peak GiB", "memory ratio"], meas)]
-    if result["notes"]:
-        parts += ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
-    parts += ["", f"`{result['command']}`"]
-    return "\n".join(parts)
+    return with_footer(parts, result)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from dysco_interp.analysis.flops import ModelShape
-    from dysco_interp.analysis.report import command_line, write_json, write_text
+    from dysco_interp.analysis.report import command_line, write_report
     from dysco_interp.errors import DyscoError
     from dysco_interp.grid_plots import Line, Panel, save_panels
     from dysco_interp.tasks.common import parse_lengths
@@ -253,10 +250,7 @@ def main(argv=None) -> int:
               note="no peak-memory measurements yet\n(GPU benchmark JSONs add them)"),
     ]
     save_panels(grid, Path(args.out), title="DySCO overhead: analytic FLOPs and measured speed/memory", ncols=3)
-    text = render(result)
-    write_text(args.out + ".md", text)
-    write_json(args.out + ".json", result)
-    print(text)
+    write_report(args.out, result, render(result))
     print(f"wrote {args.out}.png/.html/.md/.json")
     return 0
 

@@ -32,7 +32,7 @@ def parse_args(argv):
 
 
 def render(result: dict) -> str:
-    from dysco_interp.analysis.report import fmt_ci, fmt_delta, markdown_table
+    from dysco_interp.analysis.report import fmt_ci, fmt_delta, markdown_table, with_footer
 
     body = []
     for r in result["rows"]:
@@ -53,16 +53,13 @@ def render(result: dict) -> str:
                           fmt_ci(row["score"]), chosen])
     parts.append(markdown_table(["model", "tau", "n", "lengths", "MRCR score", ""], sweep) if sweep
                  else "No MRCR tau-sweep records.")
-    if result["notes"]:
-        parts += ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
-    parts += ["", f"`{result['command']}`"]
-    return "\n".join(parts)
+    return with_footer(parts, result)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from dysco_interp.analysis import result_tables as T
-    from dysco_interp.analysis.report import command_line, write_json, write_text
+    from dysco_interp.analysis.report import command_line, store_notes, write_report
     from dysco_interp.analysis.stores import display_path, load_records
     from dysco_interp.errors import DyscoError
 
@@ -78,12 +75,10 @@ def main(argv=None) -> int:
     except DyscoError as e:
         print(f"pt_table: {e}", file=sys.stderr)
         return 2
-    notes = [f"no store matches {p}" for p in unmatched + tau_unmatched] + notes
+    notes = store_notes(unmatched + tau_unmatched, dropped) + notes
     notes += [f"{m}: every tau in the MRCR sweep has the same mean score, so the data cannot choose; "
               f"the rule falls back to the tau closest to 1 ({s['chosen_tau']:g})"
               for m, s in sweep.items() if s["all_tied"]]
-    if dropped:
-        notes.append(f"{dropped} repeated records (same method and instance) counted once")
     result = {
         "table": "path_traversal",
         "command": command_line(SCRIPT, argv if argv is not None else sys.argv[1:]),
@@ -96,10 +91,7 @@ def main(argv=None) -> int:
         "rows": rows,
         "notes": notes,
     }
-    text = render(result)
-    write_text(args.out + ".md", text)
-    write_json(args.out + ".json", result)
-    print(text)
+    write_report(args.out, result, render(result))
     print(f"wrote {args.out}.md and {args.out}.json")
     return 0
 

@@ -73,7 +73,7 @@ def panels(points: list[dict]):
 
 def render(result: dict) -> str:
     from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS
-    from dysco_interp.analysis.report import fmt_ci, markdown_table
+    from dysco_interp.analysis.report import fmt_ci, markdown_table, with_footer
 
     parts = ["# DySCO hyper-parameter robustness (one parameter at a time)", "",
              f"Mean over instances; {result['ci']}. Defaults: p=0.975, K=4096, beta=2."]
@@ -85,34 +85,26 @@ def render(result: dict) -> str:
         parts += ["", f"## {PARAM_LABELS[param]}", "",
                   markdown_table(["model", "task", "length", "new tokens", "value", "n", "metrics"], body)
                   if body else "No runs."]
-    if result["notes"]:
-        parts += ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
-    parts += ["", f"`{result['command']}`"]
-    return "\n".join(parts)
+    return with_footer(parts, result)
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     from dysco_interp.analysis import result_tables as T
-    from dysco_interp.analysis.report import command_line, write_json, write_text
-    from dysco_interp.analysis.stores import display_path, load_records
+    from dysco_interp.analysis.report import command_line, store_notes, write_report
+    from dysco_interp.analysis.stores import display_path, load_deduplicated
     from dysco_interp.errors import DyscoError
     from dysco_interp.grid_plots import save_panels
 
     try:
-        records, files, unmatched = load_records(args.stores)
-        if not records:
-            raise DyscoError(f"no records in {' '.join(args.stores)}")
-        records, dropped = T.dedupe(records)
+        records, files, unmatched, dropped = load_deduplicated(args.stores)
         points, notes = T.robustness_points(records, T.CIOptions(args.n_boot, args.seed))
         if not points:
             raise DyscoError(f"no DySCO runs in {' '.join(args.stores)}")
     except DyscoError as e:
         print(f"robustness: {e}", file=sys.stderr)
         return 2
-    notes = [f"no store matches {p}" for p in unmatched] + notes
-    if dropped:
-        notes.append(f"{dropped} repeated records (same method and instance) counted once")
+    notes = store_notes(unmatched, dropped) + notes
     result = {
         "figure": "robustness",
         "command": command_line(SCRIPT, argv if argv is not None else sys.argv[1:]),
@@ -125,10 +117,7 @@ def main(argv=None) -> int:
     models = ", ".join(sorted({p["model"] for p in points}))
     save_panels(grid, Path(args.out), title=f"DySCO robustness ({models}): one parameter at a time, 95% CI",
                 ncols=3)
-    text = render(result)
-    write_text(args.out + ".md", text)
-    write_json(args.out + ".json", result)
-    print(text)
+    write_report(args.out, result, render(result))
     print(f"wrote {args.out}.png/.html/.md/.json")
     return 0
 

@@ -9,9 +9,9 @@ motivation and first-error figures (from their stored records) and the QRScore h
 (from the shipped head files). A step whose inputs are missing is skipped and says so.
 
 --small makes Path Traversal and MRCR data (1K tokens, 2 instances each), runs every
-decoding experiment small with `evaluate` (the UniAttnS tau sweep on MRCR, vanilla /
-UniAttnS at the chosen tau / DySCO, the ablations, and a 2-value grid per parameter: the
-default and one other value; 8 new tokens), then draws every table and figure from
+decoding experiment small with `decoding_runs.py --small` (the UniAttnS tau sweep on MRCR,
+vanilla / UniAttnS at the chosen tau / DySCO, the ablations, and a 2-value grid per
+parameter: the default and one other value; 8 new tokens), then draws every table and figure from
 those stores, and runs the motivation and first-error analyses small. Everything goes
 under --out-dir (a new temporary folder by default); OUT/run_all.json lists each step,
 its status and its outputs.
@@ -37,11 +37,6 @@ SMALL_MODEL = "smollm2-135m"
 SMALL_LENGTH = "1k"
 SMALL_N = 2
 SMALL_SEEDS = {"path_traversal": 0, "mrcr": 100}  # MRCR tuning data never shares a seed with test data
-SMALL_NEW_TOKENS = 8
-SMALL_TAUS = (1.0, 0.85)
-# one non-default value per parameter; the default point is the ablation store's DySCO run
-SMALL_GRID = {"top_p": 0.9, "top_k": 256, "beta": 1.5}
-GRID_LABELS = {"top_p": "p", "top_k": "K", "beta": "beta"}
 
 
 def load_script(name: str):
@@ -124,7 +119,8 @@ def table_steps(stores: Path, out: Path, overhead_argv: list[str]) -> list[Step]
 def regenerate_steps(figures: Path) -> list[Step]:
     rel = figures.resolve() == (REPO / "figures").resolve()
     root = Path("figures") if rel else figures  # committed outputs name repository paths only
-    steps = table_steps(root, root, ["--bench", str(root / "bench_decode*.json"), str(root / "overhead/bench*.json"),
+    steps = table_steps(root, root, ["--models", "qwen2.5-coder-0.5b,qwen2.5-coder-1.5b",
+                                     "--bench", str(root / "bench_decode*.json"), str(root / "overhead/bench*.json"),
                                      "--stores", str(root / "path_traversal/*.jsonl")])
     for name, store in (("motivation", "motivation.jsonl"), ("first_error", "first_error.jsonl")):
         out = root / name
@@ -151,82 +147,22 @@ def make_small_data(data_dir: Path, model: str) -> None:
         save_dataset(data_dir / f"{task}_{SMALL_LENGTH}.jsonl", data)
 
 
-class SmallRuns:
-    """The decoding experiments, small, in the stores' planned layout under `out`."""
-
-    def __init__(self, data: Path, out: Path, model: str):
-        self.data, self.out, self.name = data, out, model
-        self._model = self._heads = None
-
-    def _load(self):
-        if self._model is None:
-            from dysco_interp.heads import shipped_heads
-            from dysco_interp.models import load_model
-
-            self._model = load_model(self.name, progress=False)
-            self._heads = shipped_heads(self.name, spec=self._model.spec)
-        return self._model, self._heads
-
-    def run(self, task: str, methods: dict, store: str) -> None:
-        from dysco_interp.evaluate import evaluate
-        from dysco_interp.runner import ResultStore
-        from dysco_interp.tasks import load_dataset
-
-        model, heads = self._load()
-        instances = load_dataset(self.data / f"{task}_{SMALL_LENGTH}.jsonl")
-        evaluate(model, self.name, task, instances, methods, heads, ResultStore(self.out / store))
-
-    def tau_sweep(self) -> None:
-        from dysco_interp.decoding.config import DecodingConfig
-
-        self.run("mrcr", {f"uniattns-tau{t:g}": DecodingConfig(method="uniattns", tau=t,
-                                                               max_new_tokens=SMALL_NEW_TOKENS)
-                          for t in SMALL_TAUS}, f"mrcr/{self.name}_{SMALL_LENGTH}_tau.jsonl")
-
-    def path_traversal(self) -> None:
-        from dysco_interp.analysis.result_tables import tau_sweep
-        from dysco_interp.analysis.stores import read_records
-        from dysco_interp.decoding.config import DecodingConfig
-
-        sweep = tau_sweep(read_records(self.out / f"mrcr/{self.name}_{SMALL_LENGTH}_tau.jsonl"))
-        tau = sweep[self.name]["chosen_tau"]
-        print(f"[run_all] UniAttnS tau chosen on MRCR: {tau:g}", flush=True)
-        base = DecodingConfig(max_new_tokens=SMALL_NEW_TOKENS)
-        methods = {"vanilla": base.replace(method="vanilla"), "dysco": base}
-        if tau != 1.0:  # tau = 1 is vanilla decoding; the table reads it from the vanilla runs
-            methods[f"uniattns-tau{tau:g}"] = base.replace(method="uniattns", tau=tau)
-        self.run("path_traversal", methods, f"path_traversal/{self.name}_{SMALL_LENGTH}.jsonl")
-
-    def ablations(self) -> None:
-        from dysco_interp.decoding.config import DecodingConfig
-
-        base = DecodingConfig(max_new_tokens=SMALL_NEW_TOKENS)
-        for task in SMALL_SEEDS:
-            self.run(task, {m: base.replace(method=m) for m in ("dysco", "dysco-random", "dysco-static")},
-                     f"ablations/{self.name}_{task}_{SMALL_LENGTH}.jsonl")
-
-    def robustness(self) -> None:
-        from dysco_interp.decoding.config import DecodingConfig
-
-        base = DecodingConfig(max_new_tokens=SMALL_NEW_TOKENS)
-        methods = {f"dysco {GRID_LABELS[k]}={v:g}": base.replace(**{k: v}) for k, v in SMALL_GRID.items()}
-        for task in SMALL_SEEDS:
-            self.run(task, methods, f"robustness/{self.name}_{task}_{SMALL_LENGTH}.jsonl")
-
-
 def small_steps(out: Path, model: str) -> list[Step]:
     data = out / "data"
-    runs = SmallRuns(data, out, model)
+
+    def runs(part: str) -> Callable[[], object]:
+        return _script("decoding_runs", ["--small", "--model", model, "--data-dir", str(data),
+                                         "--out-dir", str(out), "--parts", part])
+
     steps = [
         Step(f"make data: Path Traversal and MRCR, {SMALL_LENGTH}, {SMALL_N} instances",
              lambda: make_small_data(data, model), outputs=[str(data / "*.jsonl")]),
-        Step(f"UniAttnS tau sweep on MRCR (tau {', '.join(map(str, SMALL_TAUS))})", runs.tau_sweep,
-             outputs=[str(out / "mrcr/*.jsonl")]),
-        Step("Path Traversal: vanilla, UniAttnS (chosen tau), DySCO", runs.path_traversal,
+        Step("UniAttnS tau sweep on MRCR", runs("tau"), outputs=[str(out / "mrcr/*.jsonl")]),
+        Step("Path Traversal: vanilla, UniAttnS (chosen tau), DySCO", runs("pt"),
              outputs=[str(out / "path_traversal/*.jsonl")]),
-        Step("ablations: DySCO, random heads, static (both tasks)", runs.ablations,
+        Step("ablations: DySCO, random heads, static (both tasks)", runs("ablation"),
              outputs=[str(out / "ablations/*.jsonl")]),
-        Step("robustness: p, K, beta one at a time (both tasks)", runs.robustness,
+        Step("robustness: p, K, beta one at a time (both tasks)", runs("robustness"),
              outputs=[str(out / "robustness/*.jsonl")]),
     ]
     overhead = ["--models", f"qwen2.5-coder-0.5b,{model}", "--bench",

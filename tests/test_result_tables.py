@@ -253,9 +253,20 @@ def test_decode_rows_reads_flat_nested_and_per_method_layouts():
 
 
 def test_record_speed_rows_take_medians_of_default_runs():
-    records = ([rec("vanilla", index=i, timings={"decode_tok_per_s": v}) for i, v in enumerate([10, 30, 20])]
-               + [rec("dysco", index=i, timings={"decode_tok_per_s": v}) for i, v in enumerate([5, 10, 15])]
-               + [rec("dysco", top_p=0.5, timings={"decode_tok_per_s": 100})])
+    def t(n_new, decode_s, batch=1):
+        return {"n_new": n_new, "decode_s": decode_s, "batch_size": batch}
+
+    records = ([rec("vanilla", index=i, timings=t(11, 10 / v)) for i, v in enumerate([10, 30, 20])]
+               + [rec("dysco", index=i, timings=t(11, 10 / v)) for i, v in enumerate([5, 10, 15])]
+               + [rec("dysco", top_p=0.5, timings=t(11, 0.1))])
     (row,) = record_speed_rows(records, "store")
-    assert (row["vanilla_tok_per_s"], row["dysco_tok_per_s"], row["slowdown"]) == (20, 10, 2.0)
-    assert row["n_runs"] == {"vanilla": 3, "dysco": 3}
+    assert (row["vanilla_tok_per_s"], row["dysco_tok_per_s"]) == pytest.approx((20, 10))
+    assert row["n_runs"] == {"vanilla": 3, "dysco": 3} and row["batch"] == 1
+
+
+def test_record_speed_rows_count_a_batch_as_one_run_with_all_its_tokens():
+    records = ([rec("vanilla", index=i, timings={"n_new": n, "decode_s": 2.0, "batch_size": 2}) for i, n in enumerate([11, 21])]
+               + [rec("dysco", index=i, timings={"n_new": n, "decode_s": 5.0, "batch_size": 2}) for i, n in enumerate([11, 21])])
+    (row,) = record_speed_rows(records, "store")
+    assert (row["vanilla_tok_per_s"], row["dysco_tok_per_s"]) == pytest.approx((15.0, 6.0))
+    assert row["batch"] == 2 and row["n_runs"] == {"vanilla": 1, "dysco": 1} and "batch of 2" in row["label"]

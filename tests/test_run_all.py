@@ -75,8 +75,9 @@ def test_path_traversal_table(small_run):
     assert [r["role"] for r in table["rows"]] == ["vanilla", "uniattns", "dysco"]
     assert all(r["n"] == run_all.SMALL_N and r["length"] == 1024 for r in table["rows"])
     sweep = table["tau_selection"][MODEL]
-    assert [r["tau"] for r in sweep["rows"]] == sorted(run_all.SMALL_TAUS)
-    assert sweep["chosen_tau"] in run_all.SMALL_TAUS
+    taus = _script("decoding_runs").SMALL_TAUS
+    assert [r["tau"] for r in sweep["rows"]] == sorted(taus)
+    assert sweep["chosen_tau"] in taus
     for r in table["rows"]:
         for est in r["metrics"].values():
             assert 0 <= est["lo"] <= est["mean"] <= est["hi"] <= 1

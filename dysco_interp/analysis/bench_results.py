@@ -135,23 +135,32 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
 
 def record_speed_rows(records: Iterable[Mapping], source: str) -> list[dict]:
     """Median decode tokens/s of vanilla and default-parameter DySCO runs per (model, task,
-    length), from the timings evaluation records carry (no memory there)."""
+    length, batch size), from the timings evaluation records carry (no memory there). Rows
+    decoded together share one decode time, so a batch's speed is all its rows' tokens over it."""
     from dysco_interp.analysis.method_key import method_key
 
-    speeds: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    batches: dict[tuple, float] = defaultdict(float)
     for r in records:
         key = method_key(r)
-        tok = _number((r.get("timings") or {}).get("decode_tok_per_s"))
-        if tok is None or key.method not in METHODS or not key.is_default:
+        t = r.get("timings") or {}
+        decode_s, n_new = _number(t.get("decode_s")), _number(t.get("n_new"))
+        if not decode_s or n_new is None or key.method not in METHODS or not key.is_default:
             continue
-        speeds[(str(r["model"]), str(r["task"]), int(r.get("length") or 0))][key.method].append(tok)
+        batch = int(t.get("batch_size") or 1)
+        # the first token comes from the warm-up's logits; each later one is a decode step
+        batches[(str(r["model"]), str(r["task"]), int(r.get("length") or 0), batch, key.method, decode_s,
+                 None if batch > 1 else id(r))] += max(n_new - 1, 0)
+    speeds: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for (model, task, length, batch, method, decode_s, _), steps in batches.items():
+        speeds[(model, task, length, batch)][method].append(steps / decode_s)
     rows = []
-    for (model, task, length), by_method in sorted(speeds.items()):
+    for (model, task, length, batch), by_method in sorted(speeds.items()):
         if not all(by_method.get(m) for m in METHODS):
             continue
         v, d = (statistics.median(by_method[m]) for m in METHODS)
-        rows.append({"source": source, "label": f"{model}, {task} {length} (eval records)", "model": model,
-                     "context": length, "batch": 1, "vanilla_tok_per_s": v, "dysco_tok_per_s": d,
+        what = "eval records" if batch == 1 else f"eval records, batch of {batch}"
+        rows.append({"source": source, "label": f"{model}, {task} {length} ({what})", "model": model,
+                     "context": length, "batch": batch, "vanilla_tok_per_s": v, "dysco_tok_per_s": d,
                      "vanilla_peak_gib": None, "dysco_peak_gib": None, "slowdown": v / d, "memory_ratio": None,
                      "n_runs": {m: len(by_method[m]) for m in METHODS}})
     return rows

@@ -30,6 +30,28 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     return "\n".join(lines)
 
 
+def store_notes(unmatched: Sequence[str], dropped: int) -> list[str]:
+    """What a reader should know about the stores a table was built from."""
+    notes = [f"no store matches {p}" for p in unmatched]
+    if dropped:
+        notes.append(f"{dropped} repeated records (same method and instance) counted once")
+    return notes
+
+
+def write_report(out: str, result: Mapping, text: str) -> None:
+    """OUT.md (the rendered text) and OUT.json (the result), and the text on stdout."""
+    write_text(out + ".md", text)
+    write_json(out + ".json", result)
+    print(text)
+
+
+def with_footer(parts: list[str], result: Mapping) -> str:
+    """A report's markdown: its parts, then its notes and the command that made it."""
+    if result.get("notes"):
+        parts = parts + ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
+    return "\n".join(parts + ["", f"`{result['command']}`"])
+
+
 def write_text(path: str | Path, text: str) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -67,3 +67,16 @@ def display_path(path: str | Path, root: str | Path) -> str:
         return p.relative_to(Path(root).resolve()).as_posix()
     except ValueError:
         return str(path)
+
+
+def load_deduplicated(patterns: Iterable[str]) -> tuple[list[dict], list[Path], list[str], int]:
+    """Records of the matching stores with repeated items dropped: (records, files, patterns
+    that matched nothing, how many were dropped); ConfigError when there is nothing at all."""
+    from dysco_interp.analysis.result_tables import dedupe
+
+    patterns = list(patterns)
+    records, files, unmatched = load_records(patterns)
+    if not records:
+        raise ConfigError(f"no records in {' '.join(patterns)}")
+    records, dropped = dedupe(records)
+    return records, files, unmatched, dropped
