@@ -160,7 +160,7 @@ def _model_from_config(config, attn_implementation: str) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(copy.deepcopy(config), attn_implementation=attn_implementation)
 
 
-def _share_weights_twin(hf_model: torch.nn.Module, attn_implementation: str) -> torch.nn.Module:
+def share_weights_twin(hf_model: torch.nn.Module, attn_implementation: str) -> torch.nn.Module:
     """A second HF model object whose parameters and buffers are the same tensors."""
     with torch.device("meta"):
         twin = _model_from_config(hf_model.config, attn_implementation)
@@ -188,7 +188,7 @@ def from_hf(
         hf_model.config.architectures = [type(hf_model).__name__]
     hf_model.eval()
     prefill_model = hf_model
-    eager = _share_weights_twin(hf_model, "eager")
+    eager = share_weights_twin(hf_model, "eager")
     param = next(hf_model.parameters())
     bridge = TransformerBridge.boot_transformers(
         name, hf_model=eager, tokenizer=tokenizer, device=param.device, dtype=param.dtype

@@ -100,11 +100,15 @@ def test_the_bridge_refuses_batches_and_unknown_backends_are_refused(tiny_llama)
         compare_methods(tiny_llama, PROMPT, {"v": METHODS["vanilla"]}, backend="flash")
 
 
-def test_plain_prefill_is_untouched_by_the_dysco_attention_function(tiny_llama):
+def test_the_sdpa_backend_leaves_the_loaded_model_as_it_was(tiny_llama):
     from dysco_interp.decoding import runtime
 
     ids = torch.randint(20, 500, (1, 30), generator=torch.Generator().manual_seed(2))
     _, before = runtime.prefill(tiny_llama, ids)
-    backends.make_backend(tiny_llama, "sdpa", None)  # switches the twin to the DySCO attention function
+    backend = backends.make_backend(tiny_llama, "sdpa", None)
+    assert tiny_llama.prefill_model.config._attn_implementation == "sdpa"
+    assert backend.hf is not tiny_llama.prefill_model and backend.hf is backends.make_backend(tiny_llama, "sdpa", None).hf
+    shared = {p.data_ptr() for p in tiny_llama.prefill_model.parameters()}
+    assert {p.data_ptr() for p in backend.hf.parameters()} == shared  # no copy of the weights
     _, after = runtime.prefill(tiny_llama, ids)
     torch.testing.assert_close(after, before, atol=0, rtol=0)

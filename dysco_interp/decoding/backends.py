@@ -19,6 +19,7 @@ shared; only these two operations differ.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -31,7 +32,7 @@ from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.interventions import AttentionTemperature, BiasWriter, RelevanceReader
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
-from dysco_interp.models import LoadedModel
+from dysco_interp.models import LoadedModel, share_weights_twin
 
 BACKENDS = ("bridge", "sdpa")
 ATTN_IMPLEMENTATION = "dysco_sdpa"
@@ -179,12 +180,17 @@ AttentionInterface.register(ATTN_IMPLEMENTATION, dysco_attention)
 AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
 
 
-def _use_dysco_attention(model: LoadedModel) -> torch.nn.Module:
-    """The SDPA twin with the DySCO attention function (plain SDPA when no control is passed)."""
+_TWINS: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+
+
+def _dysco_twin(model: LoadedModel) -> torch.nn.Module:
+    """A third view of the model's weights whose attention is the DySCO function; made once
+    per model, so the SDPA twin that prefill uses stays exactly as loaded."""
     hf = model.prefill_model
-    if hf.config._attn_implementation != ATTN_IMPLEMENTATION:
-        hf.set_attn_implementation(ATTN_IMPLEMENTATION)
-    return hf
+    twin = _TWINS.get(hf)
+    if twin is None:
+        twin = _TWINS[hf] = share_weights_twin(hf, ATTN_IMPLEMENTATION)
+    return twin
 
 
 class SdpaBackend:
@@ -195,7 +201,7 @@ class SdpaBackend:
 
     def __init__(self, model: LoadedModel, heads: HeadSet | None, tau: float = 1.0):
         self.model = model
-        self.hf = _use_dysco_attention(model)
+        self.hf = _dysco_twin(model)
         self.tau = float(tau)
         self.read: dict[int, torch.Tensor] = {}
         if heads is not None:
