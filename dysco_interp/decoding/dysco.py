@@ -26,7 +26,7 @@ from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.backends import DecodeState, check_backend, make_backend
 from dysco_interp.decoding.generate import GenerationResult, Timings
 from dysco_interp.decoding.sampling import Sampler
-from dysco_interp.decoding.template import extend_mask, template_positions
+from dysco_interp.decoding.template import template_positions
 from dysco_interp.decoding.trace import SpanMass, StepRecord, Trace
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, random_like
@@ -143,7 +143,9 @@ class _Stepper:
     def __init__(self, backend, config: DecodingConfig, rows: Rows, span_mass: Sequence[SpanMass | None] | None = None):
         self.backend, self.config, self.rows = backend, config, rows
         self.uses_heads = config.uses_heads
-        self.excluded = rows.never_selected(config.template_masking).to(rows.ids.device)
+        # on the device once, with room for every generated key (never excluded): each step slices it
+        never = rows.never_selected(config.template_masking)
+        self.excluded = torch.nn.functional.pad(never, (0, config.max_new_tokens + 1)).to(backend.model.device)
         self.span_mass = span_mass
         self.relevance: torch.Tensor | None = None
         self.static: relevance.Selection | None = None
@@ -153,8 +155,7 @@ class _Stepper:
 
     def select(self, n_keys: int) -> relevance.Selection:
         """Nucleus-then-K selection; prompt template tokens and pads are never selected."""
-        excluded = self.excluded[:, :n_keys].to(self.relevance.device)
-        return relevance.select_keys(self.relevance, self.config.top_p, self.config.top_k, extend_mask(excluded, n_keys))
+        return relevance.select_keys(self.relevance, self.config.top_p, self.config.top_k, self.excluded[:, :n_keys])
 
     def _records(self, phase: str, n_cached: int, tokens: torch.Tensor, selection) -> list[StepRecord]:
         pads = self.rows.pads
