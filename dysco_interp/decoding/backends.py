@@ -164,14 +164,13 @@ def dysco_attention(module, query, key, value, attention_mask, dropout: float = 
     if ctl is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     scale = (scaling if scaling is not None else query.shape[-1] ** -0.5) / ctl.tau
+    groups = getattr(module, "num_key_value_groups", 1)
     heads = ctl.read.get(module.layer_idx)
     if heads is not None:
-        groups = getattr(module, "num_key_value_groups", 1)
         ctl.rows[module.layer_idx] = _last_row(query, key, attention_mask, heads, scale, groups)
         if module.layer_idx == ctl.stop_at:
             raise _PartialDone
     if ctl.bias is not None:
-        groups = getattr(module, "num_key_value_groups", 1)
         return _biased_decode_attention(query, key, value, attention_mask, ctl.bias, scale, groups)
     return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scale, **kwargs)
 
