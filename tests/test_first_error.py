@@ -3,7 +3,6 @@ its per-edge attention, and the figure and tables drawn from the stored record."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -18,16 +17,9 @@ from dysco_interp.heads import HeadSet
 from dysco_interp.runner import ResultStore
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.tiny_models import tiny_model
+from analysis_scripts import load_script
 
-REPO = Path(__file__).resolve().parents[1]
 LENGTH = 1980  # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"analyses_{name}", REPO / "analyses" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 first_error_script = load_script("first_error")

@@ -3,7 +3,6 @@ intervals, and figures drawn from the records alone."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from analysis_scripts import load_script
 
 from dysco_interp.analysis import edge_attention
 from dysco_interp.analysis.bootstrap import bootstrap_ci
@@ -29,13 +29,6 @@ from dysco_interp.tiny_models import tiny_model
 REPO = Path(__file__).resolve().parents[1]
 # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens: room for the prompt and the answer
 LENGTHS = (1980, 2150)
-
-
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(f"analyses_{name}", REPO / "analyses" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 motivation = load_script("motivation")

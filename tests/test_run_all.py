@@ -3,27 +3,17 @@ and holds what it should (runs analyses/run_all.py --small; a few minutes on 2 C
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
+from analysis_scripts import load_script
 
 pytestmark = pytest.mark.real_model
 
-ANALYSES = Path(__file__).resolve().parents[1] / "analyses"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODEL = "smollm2-135m"
-
-
-def _script(name):
-    spec = importlib.util.spec_from_file_location(f"test_{name}", ANALYSES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def check_png(path: Path) -> None:
@@ -46,7 +36,7 @@ def check_md(path: Path) -> None:
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run_all_small")
-    rc = _script("run_all").main(["--small", "--out-dir", str(out)])
+    rc = load_script("run_all").main(["--small", "--out-dir", str(out)])
     return out, rc
 
 
@@ -69,13 +59,13 @@ def test_stores_follow_the_planned_layout(small_run):
 
 def test_path_traversal_table(small_run):
     out, _ = small_run
-    run_all = _script("run_all")
+    run_all = load_script("run_all")
     table = json.loads((out / "path_traversal/table.json").read_text())
     check_md(out / "path_traversal/table.md")
     assert [r["role"] for r in table["rows"]] == ["vanilla", "uniattns", "dysco"]
     assert all(r["n"] == run_all.SMALL_N and r["length"] == 1024 for r in table["rows"])
     sweep = table["tau_selection"][MODEL]
-    taus = _script("decoding_runs").SMALL_TAUS
+    taus = load_script("decoding_runs").SMALL_TAUS
     assert [r["tau"] for r in sweep["rows"]] == sorted(taus)
     assert sweep["chosen_tau"] in taus
     for r in table["rows"]:
@@ -137,7 +127,7 @@ def test_other_analyses_ran_small(small_run, name):
 def test_recorded_shapes_match_the_converted_configs():
     from dysco_interp import packaged_models
 
-    overhead = _script("overhead")
+    overhead = load_script("overhead")
     checked = 0
     for alias, shape in overhead.RECORDED_SHAPES.items():
         model = packaged_models.REGISTRY[alias]

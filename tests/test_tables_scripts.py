@@ -3,22 +3,11 @@ and run_all's regenerate mode skipping what has no stores."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
-
-ANALYSES = Path(__file__).resolve().parents[1] / "analyses"
-
-
-def _script(name):
-    spec = importlib.util.spec_from_file_location(f"test_scripts_{name}", ANALYSES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+from analysis_scripts import load_script
 
 
 def _record(method, task, index, value, **config):
@@ -54,7 +43,7 @@ def figures(tmp_path):
 
 def test_table_scripts_on_synthetic_stores(figures, tmp_path):
     out = tmp_path / "out"
-    assert _script("pt_table").main(["--stores", str(figures / "path_traversal/*.jsonl"), "--tau-stores",
+    assert load_script("pt_table").main(["--stores", str(figures / "path_traversal/*.jsonl"), "--tau-stores",
                                      str(figures / "mrcr/*.jsonl"), "--out", str(out / "pt")]) == 0
     table = json.loads((out / "pt.json").read_text())
     assert table["tau_selection"]["m"]["chosen_tau"] == 0.8  # 0.5 beats 0.3
@@ -62,10 +51,10 @@ def test_table_scripts_on_synthetic_stores(figures, tmp_path):
         ("vanilla", pytest.approx(1 / 3, abs=1e-4)), ("UniAttnS (tau=0.8)", pytest.approx(2 / 3, abs=1e-4)),
         ("DySCO", 1.0)]
     assert "**chosen**" in (out / "pt.md").read_text()
-    assert _script("ablation_table").main(["--stores", str(figures / "ablations/*.jsonl"), "--out",
+    assert load_script("ablation_table").main(["--stores", str(figures / "ablations/*.jsonl"), "--out",
                                            str(out / "abl")]) == 0
     assert len(json.loads((out / "abl.json").read_text())["rows"]) == 6
-    assert _script("robustness").main(["--stores", str(figures / "ablations/*.jsonl"), "--out",
+    assert load_script("robustness").main(["--stores", str(figures / "ablations/*.jsonl"), "--out",
                                        str(out / "rob")]) == 0
     rob = json.loads((out / "rob.json").read_text())
     assert len(rob["points"]) == 2 * 3 and all(p["is_default"] for p in rob["points"])
@@ -74,15 +63,15 @@ def test_table_scripts_on_synthetic_stores(figures, tmp_path):
 
 def test_scripts_say_what_is_missing(tmp_path, capsys):
     missing = str(tmp_path / "none/*.jsonl")
-    assert _script("ablation_table").main(["--stores", missing, "--out", str(tmp_path / "x")]) == 2
+    assert load_script("ablation_table").main(["--stores", missing, "--out", str(tmp_path / "x")]) == 2
     assert "no records" in capsys.readouterr().err
-    assert _script("pt_table").main(["--stores", missing, "--tau-stores", missing, "--out", str(tmp_path / "x")]) == 2
+    assert load_script("pt_table").main(["--stores", missing, "--tau-stores", missing, "--out", str(tmp_path / "x")]) == 2
     assert "no Path Traversal records" in capsys.readouterr().err
 
 
 def test_overhead_without_benchmarks(tmp_path):
     out = tmp_path / "ov"
-    assert _script("overhead").main(["--bench", str(tmp_path / "none.json"), "--stores", "--out", str(out)]) == 0
+    assert load_script("overhead").main(["--bench", str(tmp_path / "none.json"), "--stores", "--out", str(out)]) == 0
     result = json.loads(out.with_suffix(".json").read_text())
     assert [r["setting"] for r in result["flops"]][:2] == ["paper", "paper"] and len(result["flops"]) == 2 + 8
     assert [r["source"] for r in result["measured"]] == ["paper (reported)"]
@@ -91,7 +80,7 @@ def test_overhead_without_benchmarks(tmp_path):
 
 
 def test_run_all_regenerates_what_has_stores(figures, capsys):
-    assert _script("run_all").main(["--figures-dir", str(figures)]) == 0
+    assert load_script("run_all").main(["--figures-dir", str(figures)]) == 0
     log = capsys.readouterr().out
     assert "robustness figure: skipped" in log and "motivation figure (from its stored records): skipped" in log
     for name in ("path_traversal/table.md", "ablations/table.json", "overhead/overhead.png",
