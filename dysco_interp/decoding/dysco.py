@@ -26,7 +26,7 @@ from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.backends import DecodeState, check_backend, make_backend
 from dysco_interp.decoding.generate import GenerationResult, Timings
 from dysco_interp.decoding.sampling import Sampler
-from dysco_interp.decoding.template import template_positions
+from dysco_interp.decoding.template import extend_mask, template_positions
 from dysco_interp.decoding.trace import SpanMass, StepRecord, Trace
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, random_like
@@ -145,7 +145,7 @@ class _Stepper:
         self.uses_heads = config.uses_heads
         # on the device once, with room for every generated key (never excluded): each step slices it
         never = rows.never_selected(config.template_masking)
-        self.excluded = torch.nn.functional.pad(never, (0, config.max_new_tokens + 1)).to(backend.model.device)
+        self.excluded = extend_mask(never, rows.width + config.max_new_tokens + 1).to(backend.model.device)
         self.span_mass = span_mass
         self.relevance: torch.Tensor | None = None
         self.static: relevance.Selection | None = None
