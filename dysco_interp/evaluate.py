@@ -101,8 +101,9 @@ def evaluate(
             check_same_tokenizer(inst, len(prep.ids))
         pending = {m: c.replace(enable_thinking=thinking) for m, c in pending.items()}
         # each method's records are stored as soon as it finishes, so a kill loses at most one
-        results = iter_methods(model, prompts, pending, heads, spans=[adapter.spans(i) for i in batch],
-                               prepared=prepared, backend=backend)
+        # span masses cost a host copy of the relevance every step: only for traces that are kept
+        spans = [adapter.spans(i) for i in batch] if keep_trace else None
+        results = iter_methods(model, prompts, pending, heads, spans=spans, prepared=prepared, backend=backend)
         for method, rows in results:
             for inst, res in zip(batch, rows):
                 if key(inst, method) in store:
