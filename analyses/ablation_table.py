@@ -70,7 +70,7 @@ def main(argv=None) -> int:
     result = {
         "table": "ablations",
         "command": command_line(SCRIPT, argv if argv is not None else sys.argv[1:]),
-        "ci": f"95% percentile-bootstrap CI over instances ({args.n_boot} resamples, seed {args.seed})",
+        "ci": T.CIOptions(args.n_boot, args.seed).description,
         "stores": [display_path(f, REPO) for f in files],
         "rows": rows,
         "notes": notes,

@@ -18,12 +18,10 @@ bytes) / measured copy bandwidth.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 # Qwen3-8B's shape (config.json of Qwen/Qwen3-8B); weights are random, speed does not depend on them.
 GEOMETRIES = {
@@ -240,8 +238,9 @@ def main(argv=None) -> int:
         "command": "python analyses/bench_decode.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "rows": rows,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    from dysco_interp.analysis.report import write_json
+
+    write_json(args.out, result)
     print(f"wrote {args.out}")
     return 0
 

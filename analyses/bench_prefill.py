@@ -18,7 +18,6 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
 METHODS = {
     "runtime-sdpa": "runtime.prefill through the SDPA twin, chunked",
@@ -137,8 +136,9 @@ def main(argv=None) -> int:
         "command": "python analyses/bench_prefill.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "rows": rows,
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+    from dysco_interp.analysis.report import write_json
+
+    write_json(args.out, result)
     print(f"wrote {args.out}")
     return 0
 

@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     result = {
         "table": "path_traversal",
         "command": command_line(SCRIPT, argv if argv is not None else sys.argv[1:]),
-        "ci": f"95% percentile-bootstrap CI over instances ({args.n_boot} resamples, seed {args.seed})",
+        "ci": T.CIOptions(args.n_boot, args.seed).description,
         "tau_rule": "Per model, the UniAttnS tau with the best mean MRCR score over the sweep stores "
                     "(all lengths pooled); ties go to the tau closest to 1.",
         "stores": [display_path(f, REPO) for f in files],

@@ -53,6 +53,10 @@ class CIOptions:
     n_boot: int = 2000
     seed: int = 0
 
+    @property
+    def description(self) -> str:
+        return f"95% percentile-bootstrap CI over instances ({self.n_boot} resamples, seed {self.seed})"
+
 
 def cell_of(record: Mapping) -> Cell:
     return Cell(str(record["model"]), str(record["task"]), int(record.get("length") or 0), setting_of(record))
