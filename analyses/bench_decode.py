@@ -73,7 +73,8 @@ def copy_bandwidth(device, n_bytes: int = 1 << 30) -> float | None:
     return 2 * n_bytes / statistics.median(times[1:])
 
 
-def bench_context(model, heads, config, backend: str, n_context: int, n_steps: int, n_warmup: int) -> dict:
+def bench_context(model, heads, config, backend: str, n_context: int, n_steps: int, n_warmup: int,
+                  profile_dir: str | None = None) -> dict:
     import torch
 
     from dysco_interp.decoding.backends import make_backend
@@ -81,12 +82,16 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
 
     device = model.device
     gen = torch.Generator().manual_seed(n_context)
-    ids = torch.randint(10, min(len(model.tokenizer), 30000), (1, n_context + n_steps + n_warmup), generator=gen)
+    ids = torch.randint(10, min(len(model.tokenizer), 30000), (1, n_context + n_steps + n_warmup + 1), generator=gen)
     plain = make_backend(model, backend, None)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
     t0 = time.perf_counter()
-    prefix = plain.prefill(ids[:, :n_context].to(device), None)
+    prefix = plain.prefill(ids[:, :n_context].to(device), None, reserve=n_steps + n_warmup + 1)
     _sync(device)
     prefill_s = time.perf_counter() - t0
+    prefill_peak = torch.cuda.max_memory_allocated(device) - before if device.type == "cuda" else None
     states = {"vanilla": prefix.clone(), "dysco": prefix}
     rows = Rows.of([_Prompt(tuple(ids[0, :n_context].tolist()))], 0)
     stepper = _Stepper(make_backend(model, backend, heads), config, rows)
@@ -111,6 +116,10 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
                 times[method].append(time.perf_counter() - t0)
                 if device.type == "cuda":
                     peaks[method] = max(peaks[method], torch.cuda.max_memory_allocated(device) - base)
+    if profile_dir:
+        step = n_warmup + n_steps
+        for method, fn in runs.items():
+            profile_step(fn, ids[:, n_context + step].to(device), f"{profile_dir}/{n_context}_{method}.txt")
     v, d = statistics.median(times["vanilla"]), statistics.median(times["dysco"])
     row = {
         "context": n_context,
@@ -125,15 +134,45 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
         "dysco_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["dysco"], n=4)[::2]],
     }
     if device.type == "cuda":
-        kv = sum(layer.keys.numel() + layer.values.numel() for layer in prefix.cache.layers) * prefix.cache.layers[0].keys.element_size()
         row.update({
-            "kv_cache_gib": round(kv / 2**30, 3),
+            "kv_cache_gib": round(kv_bytes(model, n_context) / 2**30, 3),
+            "kv_allocated_gib": round(allocated_kv_bytes(prefix.cache) / 2**30, 3),
+            "prefill_peak_gib": round((prefill_peak + weight_bytes(model)) / 2**30, 3),
             "allocated_gib": round(torch.cuda.memory_allocated(device) / 2**30, 3),
             "vanilla_step_extra_peak_gib": round(peaks["vanilla"] / 2**30, 3),
             "dysco_step_extra_peak_gib": round(peaks["dysco"] / 2**30, 3),
         })
         row.update(peak_memory(row, weight_bytes(model)))
     return row
+
+
+def profile_step(fn, token, path: str) -> None:
+    """Where one more step's time goes: torch.profiler's operator table, by device time."""
+    import pathlib
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if token.is_cuda else [])
+    with profile(activities=activities) as prof:
+        fn(token)
+        _sync(token.device)
+    key = "self_cuda_time_total" if token.is_cuda else "self_cpu_time_total"
+    pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(path).write_text(prof.key_averages().table(sort_by=key, row_limit=40))
+
+
+def kv_bytes(model, n_tokens: int) -> int:
+    """Bytes of keys and values that n_tokens occupy: what one decoding step must read."""
+    s = model.spec
+    return 2 * s.n_layers * s.n_kv_heads * s.d_head * n_tokens * model.prefill_model.dtype.itemsize
+
+
+def allocated_kv_bytes(cache) -> int:
+    """What the cache holds in memory (fixed-capacity buffers include their empty slots)."""
+    if hasattr(cache, "kv_bytes"):
+        return cache.kv_bytes()
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
 
 
 def weight_bytes(model) -> int:
@@ -143,7 +182,7 @@ def weight_bytes(model) -> int:
 def peak_memory(row: dict, n_weight_bytes: int) -> dict:
     """Each method's peak alone: weights + one KV cache + its decoding step's transient peak
     (both methods' caches live together in the benchmark, so the allocator's total is not it)."""
-    base = n_weight_bytes / 2**30 + row["kv_cache_gib"]
+    base = n_weight_bytes / 2**30 + row["kv_allocated_gib"]
     return {f"{m}_peak_mem_gib": round(base + row[f"{m}_step_extra_peak_gib"], 3) for m in ("vanilla", "dysco")}
 
 
@@ -164,7 +203,7 @@ def main(argv=None) -> int:
     p.add_argument("--random-geometry", choices=sorted(GEOMETRIES), default=None,
                    help="benchmark a real model's shape with random weights instead of --model")
     p.add_argument("--heads", default="shipped", help="head file, 'shipped', or 'paper' (the paper's Qwen3-8B list)")
-    p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa"])
+    p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa", "static"])
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--contexts", default="2048,4096")
@@ -172,6 +211,7 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 for the CPU benchmark)")
     p.add_argument("--out", default="figures/bench_decode.json")
+    p.add_argument("--profile", default=None, help="folder for a torch.profiler table of one extra step per method")
     args = p.parse_args(argv)
 
     import torch
@@ -206,7 +246,7 @@ def main(argv=None) -> int:
     n_weight_bytes = weight_bytes(model)
     rows = []
     for n in [int(x) for x in args.contexts.split(",")]:
-        row = bench_context(model, heads, config, args.backend, n, args.steps, args.warmup)
+        row = bench_context(model, heads, config, args.backend, n, args.steps, args.warmup, args.profile)
         row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
         if bandwidth:
             step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30

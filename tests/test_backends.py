@@ -1,4 +1,4 @@
-"""The fast SDPA backend against the TransformerLens bridge, and batches against single prompts."""
+"""The fast backends (SDPA, static) against the TransformerLens bridge, and batches against single prompts."""
 
 import pytest
 import torch
@@ -8,6 +8,7 @@ from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.dysco import compare_methods, generate_batch
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
+from conftest import get_tiny
 
 PROMPT = "You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Please give a route from Paris to Berlin."
 OTHERS = [
@@ -47,28 +48,31 @@ def test_one_step_of_each_operation_matches_the_bridge(tiny):
         bias = relevance.scaling_bias(torch.nn.functional.pad(read > read.mean(), (0, 1)), 3.0)
         biased, _ = b.step(state, ids[:, -1], bias=bias)
         out[name] = (partial, read, logits, biased)
-    for ours, ref in zip(out["sdpa"], out["bridge"]):
-        torch.testing.assert_close(ours, ref, atol=2e-5, rtol=1e-4)
-    torch.testing.assert_close(out["sdpa"][0], out["sdpa"][1])  # the partial pass reads what the full one does
-    assert not torch.allclose(out["sdpa"][3], out["sdpa"][2], atol=1e-3)  # the bias did something
+    for fast in ("sdpa", "static"):
+        for ours, ref in zip(out[fast], out["bridge"]):
+            torch.testing.assert_close(ours, ref, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(out[fast][0], out[fast][1])  # the partial pass reads what the full one does
+        assert not torch.allclose(out[fast][3], out[fast][2], atol=1e-3)  # the bias did something
 
 
-def test_every_method_gives_the_same_tokens_and_selections_as_the_bridge(tiny):
+@pytest.mark.parametrize("backend", ["sdpa", "static"])
+def test_every_method_gives_the_same_tokens_and_selections_as_the_bridge(tiny, backend):
     heads = heads_for(tiny)
     bridge = compare_methods(tiny, PROMPT, METHODS, heads, backend="bridge")
-    sdpa = compare_methods(tiny, PROMPT, METHODS, heads, backend="sdpa")
+    fast = compare_methods(tiny, PROMPT, METHODS, heads, backend=backend)
     for name in METHODS:
-        assert sdpa[name].tokens == bridge[name].tokens, name
-        assert selections(sdpa[name]) == selections(bridge[name]), name
-    assert sdpa["dysco"].tokens != sdpa["vanilla"].tokens or sdpa["uniattns"].tokens != sdpa["vanilla"].tokens
+        assert fast[name].tokens == bridge[name].tokens, name
+        assert selections(fast[name]) == selections(bridge[name]), name
+    assert fast["dysco"].tokens != fast["vanilla"].tokens or fast["uniattns"].tokens != fast["vanilla"].tokens
 
 
-def test_a_padded_batch_gives_each_row_its_own_result(tiny):
+@pytest.mark.parametrize("backend", ["sdpa", "static"])
+def test_a_padded_batch_gives_each_row_its_own_result(tiny, backend):
     heads = heads_for(tiny)
     prompts = [PROMPT, *OTHERS]
-    batched = generate_batch(tiny, prompts, METHODS, heads, backend="sdpa")
+    batched = generate_batch(tiny, prompts, METHODS, heads, backend=backend)
     for i, prompt in enumerate(prompts):
-        alone = compare_methods(tiny, prompt, METHODS, heads, backend="sdpa")
+        alone = compare_methods(tiny, prompt, METHODS, heads, backend=backend)
         for name in METHODS:
             row = batched[name][i]
             assert row.tokens == alone[name].tokens, (i, name)
@@ -112,3 +116,23 @@ def test_the_sdpa_backend_leaves_the_loaded_model_as_it_was(tiny_llama):
     assert {p.data_ptr() for p in backend.hf.parameters()} == shared  # no copy of the weights
     _, after = runtime.prefill(tiny_llama, ids)
     torch.testing.assert_close(after, before, atol=0, rtol=0)
+
+
+def test_static_buffers_grow_when_decoding_outlives_them():
+    from dysco_interp.decoding.static import GRANULE
+
+    tiny_qwen3 = get_tiny("qwen3")
+    heads = heads_for(tiny_qwen3)
+    ids = torch.randint(20, 500, (1, GRANULE + 6), generator=torch.Generator().manual_seed(3))
+    out = {}
+    for name in ("sdpa", "static"):
+        b = backends.make_backend(tiny_qwen3, name, heads)
+        state = b.prefill(ids[:, :GRANULE - 2], None)  # reserve 0: room for 2 more keys
+        logits = []
+        for col in range(GRANULE - 2, ids.shape[1]):
+            read = b.partial(state, ids[:, col])
+            bias = relevance.scaling_bias(read > read.mean(), 2.0)
+            logits.append(b.step(state, ids[:, col], bias=bias)[0])
+        out[name] = (torch.stack(logits), state)
+    torch.testing.assert_close(out["static"][0], out["sdpa"][0], atol=2e-5, rtol=1e-4)
+    assert out["static"][1].cache.capacity > GRANULE and out["static"][1].n_keys == GRANULE + 6

@@ -34,7 +34,7 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, share_weights_twin
 
-BACKENDS = ("bridge", "sdpa")
+BACKENDS = ("bridge", "sdpa", "static")
 ATTN_IMPLEMENTATION = "dysco_sdpa"
 
 
@@ -67,6 +67,10 @@ def check_backend(name: str) -> str:
 
 def make_backend(model: LoadedModel, name: str, heads: HeadSet | None, tau: float = 1.0):
     check_backend(name)
+    if name == "static":
+        from dysco_interp.decoding.static import StaticBackend
+
+        return StaticBackend(model, heads, tau)
     return (BridgeBackend if name == "bridge" else SdpaBackend)(model, heads, tau)
 
 
@@ -82,7 +86,8 @@ class BridgeBackend:
         self.writer = BiasWriter(model.spec)
         self.temperature = AttentionTemperature(model.spec, tau).hooks() if tau != 1.0 else []
 
-    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, chunk_size: int = runtime.DEFAULT_CHUNK) -> DecodeState:
+    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, chunk_size: int = runtime.DEFAULT_CHUNK,
+                reserve: int = 0) -> DecodeState:
         if ids.shape[0] != 1 or valid is not None:
             raise ConfigError("the bridge backend decodes one prompt at a time; use backend='sdpa' for batches")
         cache, _ = runtime.prefill(self.model, ids, chunk_size=chunk_size, hooks=self.temperature)
@@ -179,17 +184,17 @@ AttentionInterface.register(ATTN_IMPLEMENTATION, dysco_attention)
 AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)
 
 
-_TWINS: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+_TWINS: "weakref.WeakKeyDictionary[torch.nn.Module, dict[str, torch.nn.Module]]" = weakref.WeakKeyDictionary()
 
 
-def _dysco_twin(model: LoadedModel) -> torch.nn.Module:
-    """A third view of the model's weights whose attention is the DySCO function; made once
-    per model, so the SDPA twin that prefill uses stays exactly as loaded."""
+def twin(model: LoadedModel, implementation: str) -> torch.nn.Module:
+    """Another view of the model's weights whose attention is a DySCO function; made once per
+    model and function, so the SDPA twin that prefill uses stays exactly as loaded."""
     hf = model.prefill_model
-    twin = _TWINS.get(hf)
-    if twin is None:
-        twin = _TWINS[hf] = share_weights_twin(hf, ATTN_IMPLEMENTATION)
-    return twin
+    twins = _TWINS.setdefault(hf, {})
+    if implementation not in twins:
+        twins[implementation] = share_weights_twin(hf, implementation)
+    return twins[implementation]
 
 
 class SdpaBackend:
@@ -197,10 +202,11 @@ class SdpaBackend:
 
     name = "sdpa"
     max_batch = None
+    implementation = ATTN_IMPLEMENTATION
 
     def __init__(self, model: LoadedModel, heads: HeadSet | None, tau: float = 1.0):
         self.model = model
-        self.hf = _dysco_twin(model)
+        self.hf = twin(model, self.implementation)
         self.tau = float(tau)
         self.read: dict[int, torch.Tensor] = {}
         if heads is not None:
@@ -223,15 +229,20 @@ class SdpaBackend:
         return self.hf(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1,
                        dysco_control=ctl, **kwargs)
 
-    def _attention(self, ctl: _Control, n_keys: int) -> torch.Tensor:
-        layers = sorted(ctl.rows)
-        return relevance.aggregate_heads([ctl.rows[layer] for layer in layers], n_keys)
+    def _attention(self, rows: dict[int, torch.Tensor], n_keys: int) -> torch.Tensor:
+        layers = sorted(rows)
+        return relevance.aggregate_heads([rows[layer] for layer in layers], n_keys)
+
+    def _empty_state(self, batch: int, n_tokens: int) -> DecodeState:
+        return DecodeState(runtime.new_cache(self.model), 0)
 
     @torch.inference_mode()
-    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, chunk_size: int = runtime.DEFAULT_CHUNK) -> DecodeState:
+    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, chunk_size: int = runtime.DEFAULT_CHUNK,
+                reserve: int = 0) -> DecodeState:
+        """`reserve`: tokens to be decoded after the prompt (backends with fixed buffers size them by it)."""
         ids = ids.to(self.model.device)
         self.model.check_fits(ids.shape[1])
-        state = DecodeState(runtime.new_cache(self.model), 0)
+        state = self._empty_state(ids.shape[0], ids.shape[1] + reserve)
         positions = None
         if valid is not None:
             valid = valid.to(self.model.device)
@@ -258,7 +269,7 @@ class SdpaBackend:
         self.model.check_fits(state.n_keys + 1)
         logits = self._forward(state, tokens.to(self.model.device)[:, None], ctl, state.cache).logits[:, -1].float()
         state.advance()
-        return logits, (self._attention(ctl, state.n_keys) if read else None)
+        return logits, (self._attention(ctl.rows, state.n_keys) if read else None)
 
     @torch.inference_mode()
     def partial(self, state: DecodeState, tokens: torch.Tensor) -> torch.Tensor:
@@ -269,4 +280,4 @@ class SdpaBackend:
             pass
         else:
             raise RuntimeError("the partial pass did not reach the deepest QRHead layer")
-        return self._attention(ctl, state.n_keys + 1)
+        return self._attention(ctl.rows, state.n_keys + 1)

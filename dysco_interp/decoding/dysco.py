@@ -122,7 +122,8 @@ def prefill_prefix(model: LoadedModel, rows: Rows, config: DecodingConfig, backe
     runner = make_backend(model, backend, None, config.tau if config.changes_prefill else 1.0)
     valid = None if rows.valid is None else rows.valid[:, :n_prefix]
     t0 = time.perf_counter()
-    state = runner.prefill(rows.ids[:, :n_prefix].to(model.device), valid, chunk_size)
+    reserve = rows.width - n_prefix + config.max_new_tokens
+    state = runner.prefill(rows.ids[:, :n_prefix].to(model.device), valid, chunk_size, reserve)
     return Prefix(state, n_prefix, time.perf_counter() - t0)
 
 

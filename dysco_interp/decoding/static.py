@@ -1,0 +1,319 @@
+"""The "static" backend: decoding steps whose shapes never change, replayed as CUDA graphs.
+
+At batch 1 a decoding step of an 8B model moves a few milliseconds' worth of bytes but
+spends tens of milliseconds in Python and kernel launches, and a `DynamicCache` copies
+the whole cache at every step. Here:
+- prefill (SDPA, chunked) writes into key/value buffers of fixed capacity;
+- a decoding step writes its key/value at the slot a device tensor names and attends
+  over the whole buffer with an additive float32 mask: 0 for real keys, -inf for pads
+  and empty slots, plus log(beta) on DySCO's selected keys;
+- each pass (plain, reading, partial, biased) is captured once per state on a GPU and
+  replayed; on the CPU the same code runs eagerly, which the parity tests check.
+
+The decoding attention of the single query is exact: q.K per KV head (the query heads of
+a group share one product, so K and V are never repeated) with float32 scores, a float32
+softmax, then probabilities (in the model dtype, as fused kernels do) times V, split over
+key chunks so the long reduction runs in parallel. The QRHeads' rows are slices of those
+probabilities. The partial pass writes the slot too; the full pass that follows rewrites it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AttentionInterface
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from dysco_interp.decoding import relevance, runtime
+from dysco_interp.decoding.backends import DecodeState, SdpaBackend, _Control, _PartialDone, dysco_attention, twin
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet
+from dysco_interp.models import LoadedModel
+
+ATTN_IMPLEMENTATION = "dysco_static"
+GRANULE = 256  # capacity is a multiple of this, so keys split into equal chunks
+
+
+def capacity_for(n_tokens: int) -> int:
+    return -(-max(n_tokens, 1) // GRANULE) * GRANULE
+
+
+class SlotCache(DynamicCache):
+    """Key/value buffers `[B, kv_heads, capacity, head_dim]` per layer, written in place.
+
+    Prefill appends chunks at each layer's length (the layers hold views of the buffers,
+    so HF's mask sizes stay right); once `slot` is set, every update writes the slot that
+    long tensor names and returns the whole buffers.
+    """
+
+    def __init__(self, n_layers: int, capacity: int):
+        Cache.__init__(self, layers=[DynamicLayer() for _ in range(n_layers)])
+        self.capacity = capacity
+        self.buffers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
+        self.slot: torch.Tensor | None = None
+
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        if self.buffers[layer_idx] is None:
+            b, h, _, d = key_states.shape
+            self.buffers[layer_idx] = tuple(
+                torch.zeros(b, h, self.capacity, d, dtype=t.dtype, device=t.device) for t in (key_states, value_states)
+            )
+        keys, values = self.buffers[layer_idx]
+        if self.slot is not None:
+            keys.index_copy_(2, self.slot, key_states)
+            values.index_copy_(2, self.slot, value_states)
+            return keys, values
+        layer = self.layers[layer_idx]
+        start = layer.get_seq_length()
+        end = start + key_states.shape[-2]
+        if end > self.capacity:
+            raise RuntimeError(f"the static cache holds {self.capacity} tokens, {end} were written")
+        keys[:, :, start:end].copy_(key_states)
+        values[:, :, start:end].copy_(value_states)
+        layer.keys, layer.values = keys[:, :, :end], values[:, :, :end]
+        layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
+        return layer.keys, layer.values
+
+    def resized(self, capacity: int, n_tokens: int) -> "SlotCache":
+        """A copy of the first n_tokens in buffers of the given capacity."""
+        out = SlotCache(len(self.layers), capacity)
+        for i, pair in enumerate(self.buffers):
+            if pair is None:
+                continue
+            out.buffers[i] = tuple(t.new_zeros(*t.shape[:2], capacity, t.shape[-1]) for t in pair)
+            for new, old in zip(out.buffers[i], pair):
+                new[:, :, :n_tokens].copy_(old[:, :, :n_tokens])
+            layer = out.layers[i]
+            layer.keys, layer.values = (t[:, :, :n_tokens] for t in out.buffers[i])
+            layer.dtype, layer.device, layer.is_initialized = pair[0].dtype, pair[0].device, True
+        return out
+
+    def kv_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for pair in self.buffers if pair is not None for t in pair)
+
+
+@dataclass
+class StaticState(DecodeState):
+    """A `DecodeState` on a `SlotCache`, with the fixed tensors its captured passes read."""
+
+    mask: torch.Tensor | None = None  # float32 [B, 1, 1, capacity]
+    biased: torch.Tensor | None = None  # mask plus the step's bias
+    ids: torch.Tensor | None = None  # long [B, 1]: the step's tokens
+    position: torch.Tensor | None = None  # long [B, 1]: their position ids
+    slot: torch.Tensor | None = None  # long [1]: the cache slot they are written to
+    graphs: dict = field(default_factory=dict)
+
+    @classmethod
+    def finish(cls, state: "StaticState") -> "StaticState":
+        """Decoding buffers for a prefilled state (pads stay masked)."""
+        cache = state.cache
+        batch, device = cache.buffers[0][0].shape[0], cache.buffers[0][0].device
+        state.mask = torch.full((batch, 1, 1, cache.capacity), -torch.inf, device=device)
+        state.mask[..., : state.n_keys] = 0.0
+        if state.valid is not None:
+            state.mask[..., : state.n_keys].masked_fill_(~state.valid[:, None, None, :], -torch.inf)
+        else:
+            state.next_position = torch.full((batch,), state.n_keys, dtype=torch.long, device=device)
+        state.valid = None
+        state.biased = torch.empty_like(state.mask)
+        state.ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        state.position = torch.zeros(batch, 1, dtype=torch.long, device=device)
+        state.slot = torch.zeros(1, dtype=torch.long, device=device)
+        cache.slot = state.slot
+        return state
+
+    def advance(self, n: int = 1) -> None:
+        self.n_keys += n
+        self.next_position = self.next_position + n
+
+    def reserve(self, n_keys: int) -> None:
+        """Room for n_keys keys; growing the buffers drops the captured passes (they point at the old ones)."""
+        cache = self.cache
+        if n_keys <= cache.capacity:
+            return
+        capacity = capacity_for(max(n_keys, cache.capacity + cache.capacity // 4))
+        self.cache = cache.resized(capacity, self.n_keys)
+        mask = torch.full_like(self.mask[..., :1], -torch.inf).expand(*self.mask.shape[:3], capacity).clone()
+        mask[..., : self.n_keys] = self.mask[..., : self.n_keys]
+        self.mask, self.biased = mask, torch.empty_like(mask)
+        self.cache.slot = self.slot
+        self.graphs = {}
+
+    def clone(self) -> "StaticState":
+        out = StaticState(self.cache.resized(self.cache.capacity, self.n_keys), self.n_keys,
+                          next_position=self.next_position.clone(), mask=self.mask.clone())
+        out.biased, out.ids, out.position = torch.empty_like(self.mask), self.ids.clone(), self.position.clone()
+        out.slot = self.slot.clone()
+        out.cache.slot = out.slot
+        return out
+
+
+@dataclass
+class _StaticControl(_Control):
+    """A decoding pass over the whole buffers; `slot` places sliding windows."""
+
+    slot: torch.Tensor | None = None
+
+
+def _bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
+        return torch.bmm(a, b, out_dtype=torch.float32)
+    return torch.bmm(a.float(), b.float())
+
+
+def decode_probabilities(query, key, mask, scale: float, groups: int, window: int | None = None,
+                         slot: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax attention of one query per head over the whole buffer, float32 `[B, heads, capacity]`.
+
+    query `[B, heads, 1, d]`; key `[B, kv_heads, capacity, d]`; mask float32 `[B, 1, 1, capacity]`.
+    """
+    batch, n_heads, _, dim = query.shape
+    n_kv, capacity = key.shape[1], key.shape[2]
+    q = query.reshape(batch * n_kv, groups, dim)
+    scores = _bmm_float32(q, key.reshape(batch * n_kv, capacity, dim).transpose(1, 2))
+    scores = scores.view(batch, n_heads, capacity) * scale + mask.view(batch, 1, capacity)
+    if window is not None:  # keys at or before slot - window are out of a sliding layer's reach
+        old = torch.arange(capacity, device=key.device) <= slot - window
+        scores = scores.masked_fill(old, -torch.inf)
+    return scores.softmax(dim=-1)
+
+
+def _split(capacity: int) -> int:
+    for chunk in (2048, 1024, 512, GRANULE):
+        if capacity % chunk == 0:
+            return chunk
+    return capacity
+
+
+def probabilities_times_values(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """`[B, heads, capacity]` weights times V `[B, kv_heads, capacity, d]` -> `[B, 1, heads, d]` (HF's layout)."""
+    batch, n_heads, capacity = probs.shape
+    n_kv, dim = value.shape[1], value.shape[3]
+    groups, chunk = n_heads // n_kv, _split(capacity)
+    n_chunks = capacity // chunk
+    p = probs.to(value.dtype).view(batch * n_kv, groups, n_chunks, chunk).transpose(1, 2)
+    p = p.reshape(batch * n_kv * n_chunks, groups, chunk)
+    parts = _bmm_float32(p, value.reshape(batch * n_kv * n_chunks, chunk, dim))
+    out = parts.view(batch, n_kv, n_chunks, groups, dim).sum(dim=2)
+    return out.reshape(batch, 1, n_heads, dim).to(value.dtype)
+
+
+def static_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
+                     dysco_control: _Control | None = None, **kwargs):
+    """Decoding passes of the static backend; everything else (prefill) is `dysco_attention`."""
+    ctl = dysco_control
+    if not isinstance(ctl, _StaticControl):
+        return dysco_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                               dysco_control=ctl, **kwargs)
+    if query.shape[2] != 1:
+        raise ValueError("static decoding passes take one token per row")
+    scale = (scaling if scaling is not None else query.shape[-1] ** -0.5) / ctl.tau
+    groups = getattr(module, "num_key_value_groups", 1)
+    probs = decode_probabilities(query, key, attention_mask, scale, groups,
+                                 getattr(module, "sliding_window", None), ctl.slot)
+    heads = ctl.read.get(module.layer_idx)
+    if heads is not None:
+        ctl.rows[module.layer_idx] = probs[:, heads]
+        if module.layer_idx == ctl.stop_at:
+            raise _PartialDone
+    return probabilities_times_values(probs, value), None
+
+
+AttentionInterface.register(ATTN_IMPLEMENTATION, static_attention)
+AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)  # prefill; decoding passes bring their 4D mask
+
+
+class StaticBackend(SdpaBackend):
+    """SDPA prefill into fixed buffers; decoding passes captured as CUDA graphs on a GPU.
+
+    `graphs=None` captures on CUDA devices and runs eagerly elsewhere.
+    """
+
+    name = "static"
+    max_batch = None
+    implementation = ATTN_IMPLEMENTATION
+
+    def __init__(self, model: LoadedModel, heads: HeadSet | None, tau: float = 1.0, graphs: bool | None = None):
+        super().__init__(model, heads, tau)
+        if graphs and model.device.type != "cuda":
+            raise ConfigError("CUDA graphs need a CUDA device")
+        self.graphs = model.device.type == "cuda" if graphs is None else graphs
+
+    def _empty_state(self, batch: int, n_tokens: int) -> StaticState:
+        return StaticState(SlotCache(self.model.spec.n_layers, capacity_for(n_tokens)), 0)
+
+    @torch.inference_mode()
+    def prefill(self, ids, valid, chunk_size: int = runtime.DEFAULT_CHUNK, reserve: int = 0) -> StaticState:
+        return StaticState.finish(super().prefill(ids, valid, chunk_size, reserve))
+
+    def _pass(self, state: StaticState, kind: str):
+        """Run (or replay) one decoding pass: "plain", "read", "partial" or "biased"."""
+        def run():
+            ctl = _StaticControl(tau=self.tau, slot=state.slot)
+            if kind in ("read", "partial"):
+                ctl.read = self.read
+            if kind == "partial":
+                ctl.stop_at = self.max_layer
+            mask = state.biased if kind == "biased" else state.mask
+            try:
+                out = self.hf(input_ids=state.ids, attention_mask=mask, position_ids=state.position,
+                              past_key_values=state.cache, use_cache=True, logits_to_keep=1, dysco_control=ctl)
+            except _PartialDone:
+                return None, ctl.rows
+            if kind == "partial":
+                raise RuntimeError("the partial pass did not reach the deepest QRHead layer")
+            return out.logits[:, -1].float(), ctl.rows
+
+        if not self.graphs:
+            return run()
+        key = (self, kind)
+        if key not in state.graphs:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # lazy initialisations happen outside the capture
+                run()
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = run()
+            state.graphs[key] = (graph, outputs)
+        graph, (logits, rows) = state.graphs[key]
+        graph.replay()
+        return (None if logits is None else logits.clone()), rows
+
+    def _load(self, state: StaticState, tokens: torch.Tensor) -> None:
+        """The step's token, position and slot into the fixed tensors; its key becomes visible."""
+        n = state.n_keys
+        self.model.check_fits(n + 1)
+        state.reserve(n + 1)
+        state.mask[..., n] = 0.0
+        state.slot.fill_(n)
+        state.ids.copy_(tokens.to(state.ids.device).view(-1, 1))
+        state.position.copy_(state.next_position[:, None])
+
+    def _attention(self, rows: dict, n_keys: int) -> torch.Tensor:
+        layers = sorted(rows)
+        full = relevance.aggregate_heads([rows[layer] for layer in layers], rows[layers[0]].shape[-1],
+                                         offsets=[0] * len(layers))
+        return full[:, :n_keys]
+
+    @torch.inference_mode()
+    def step(self, state: StaticState, tokens: torch.Tensor, bias=None, read: bool = False):
+        if bias is not None and read:
+            raise ValueError("the static backend reads relevance in unbiased passes only")
+        self._load(state, tokens)
+        if bias is not None:
+            state.biased.copy_(state.mask)
+            state.biased[..., : bias.shape[-1]] += bias.to(state.biased.device)
+        kind = "biased" if bias is not None else "read" if read else "plain"
+        logits, rows = self._pass(state, kind)
+        state.advance()
+        return logits, (self._attention(rows, state.n_keys) if read else None)
+
+    @torch.inference_mode()
+    def partial(self, state: StaticState, tokens: torch.Tensor) -> torch.Tensor:
+        self._load(state, tokens)
+        _, rows = self._pass(state, "partial")
+        return self._attention(rows, state.n_keys + 1)
