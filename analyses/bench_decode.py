@@ -5,7 +5,8 @@ alternately from copies of that cache (drift hits both alike), after warm-up ste
 report medians, tokens per second, their ratio, and on a GPU the peak memory of each
 method's steps. The layer floor of DySCO over vanilla is 1 + (L* + 1) / L (the partial
 pass runs layers 0..L*); on a GPU the bandwidth floor of one step is (weight bytes + KV
-bytes) / measured copy bandwidth.
+bytes) / measured copy bandwidth. With --batch-size B, B random sequences decode together
+and tokens per second count the tokens of all rows.
 
     # CPU, one thread, the TransformerLens path
     python analyses/bench_decode.py --model qwen2.5-coder-0.5b --contexts 2048,4096 --backend bridge \
@@ -74,7 +75,7 @@ def copy_bandwidth(device, n_bytes: int = 1 << 30) -> float | None:
 
 
 def bench_context(model, heads, config, backend: str, n_context: int, n_steps: int, n_warmup: int,
-                  profile_dir: str | None = None) -> dict:
+                  profile_dir: str | None = None, batch: int = 1) -> dict:
     import torch
 
     from dysco_interp.decoding.backends import make_backend
@@ -82,7 +83,7 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
 
     device = model.device
     gen = torch.Generator().manual_seed(n_context)
-    ids = torch.randint(10, min(len(model.tokenizer), 30000), (1, n_context + n_steps + n_warmup + 1), generator=gen)
+    ids = torch.randint(10, min(len(model.tokenizer), 30000), (batch, n_context + n_steps + n_warmup + 1), generator=gen)
     plain = make_backend(model, backend, None)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -93,9 +94,9 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
     prefill_s = time.perf_counter() - t0
     prefill_peak = torch.cuda.max_memory_allocated(device) - before if device.type == "cuda" else None
     states = {"vanilla": prefix.clone(), "dysco": prefix}
-    rows = Rows.of([_Prompt(tuple(ids[0, :n_context].tolist()))], 0)
+    rows = Rows.of([_Prompt(tuple(row.tolist())) for row in ids[:, :n_context]], 0)
     stepper = _Stepper(make_backend(model, backend, heads), config, rows)
-    stepper.relevance = torch.full((1, n_context), 1.0 / n_context, device=device)  # as if warmed up
+    stepper.relevance = torch.full((batch, n_context), 1.0 / n_context, device=device)  # as if warmed up
     runs = {
         "vanilla": lambda tok: plain.step(states["vanilla"], tok),
         "dysco": lambda tok: stepper.full_step(states["dysco"], tok, "decode"),
@@ -123,19 +124,20 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
     v, d = statistics.median(times["vanilla"]), statistics.median(times["dysco"])
     row = {
         "context": n_context,
+        "batch_size": batch,
         "steps": n_steps,
         "prefill_s": round(prefill_s, 3),
         "vanilla_step_ms": round(v * 1e3, 3),
         "dysco_step_ms": round(d * 1e3, 3),
-        "vanilla_tok_per_s": round(1 / v, 3),
-        "dysco_tok_per_s": round(1 / d, 3),
+        "vanilla_tok_per_s": round(batch / v, 3),  # tokens of all rows together
+        "dysco_tok_per_s": round(batch / d, 3),
         "ratio": round(d / v, 4),
         "vanilla_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["vanilla"], n=4)[::2]],
         "dysco_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["dysco"], n=4)[::2]],
     }
     if device.type == "cuda":
         row.update({
-            "kv_cache_gib": round(kv_bytes(model, n_context) / 2**30, 3),
+            "kv_cache_gib": round(batch * kv_bytes(model, n_context) / 2**30, 3),
             "kv_allocated_gib": round(allocated_kv_bytes(prefix.cache) / 2**30, 3),
             "prefill_peak_gib": round((prefill_peak + weight_bytes(model)) / 2**30, 3),
             "allocated_gib": round(torch.cuda.memory_allocated(device) / 2**30, 3),
@@ -207,6 +209,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--contexts", default="2048,4096")
+    p.add_argument("--batch-size", type=int, default=1, help="sequences decoded together (sdpa and static)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 for the CPU benchmark)")
@@ -246,12 +249,12 @@ def main(argv=None) -> int:
     n_weight_bytes = weight_bytes(model)
     rows = []
     for n in [int(x) for x in args.contexts.split(",")]:
-        row = bench_context(model, heads, config, args.backend, n, args.steps, args.warmup, args.profile)
+        row = bench_context(model, heads, config, args.backend, n, args.steps, args.warmup, args.profile, args.batch_size)
         row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
         if bandwidth:
             step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30
             row["bandwidth_floor_ms"] = round(step_bytes / bandwidth * 1e3, 3)
-            row["bandwidth_floor_tok_per_s"] = round(bandwidth / step_bytes, 2)
+            row["bandwidth_floor_tok_per_s"] = round(args.batch_size * bandwidth / step_bytes, 2)
         rows.append(row)
         print(
             f"context {n:>7}: vanilla {row['vanilla_step_ms']:9.2f} ms ({row['vanilla_tok_per_s']:.1f} tok/s)  "

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
-    p.add_argument("--backend", default="sdpa", choices=["bridge", "sdpa"])
+    p.add_argument("--backend", default="sdpa", choices=["bridge", "sdpa", "static"])
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--n", type=int, default=None, help="instances per file (default: all)")
     p.add_argument("--pt-lengths", default="1k,2k,4k,8k")

@@ -68,8 +68,9 @@ def _add_method_args(p: argparse.ArgumentParser, multi: bool) -> None:
     p.add_argument("--k", dest="nucleus_k", type=int, default=None, help="override the preset's top_k")
     p.add_argument("--tau", type=float, default=None, help="UniAttnS temperature (default 1.0; see the README)")
     p.add_argument("--head-seed", type=int, default=0, help="seed of dysco-random's heads")
-    p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa"],
-                   help="bridge: TransformerLens hooks (eager); sdpa: fast, same tokens, batches")
+    p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa", "static"],
+                   help="bridge: TransformerLens hooks (eager); sdpa: fast, same tokens, batches; "
+                        "static: sdpa prefill, fixed KV buffers, CUDA graphs on a GPU (fastest decoding)")
 
 
 def _decoding_config(args, method: str):
@@ -219,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="results JSONL (appended; finished items are skipped)")
     p.add_argument("--limit", type=int, default=None, help="instances per file")
     p.add_argument("--keep-trace", action="store_true", help="store each run's per-step trace")
-    p.add_argument("--batch-size", type=int, default=1, help="instances decoded together (backend sdpa)")
+    p.add_argument("--batch-size", type=int, default=1, help="instances decoded together (backends sdpa and static)")
     _add_generation_args(p)
     _add_method_args(p, multi=True)
     p.set_defaults(func=_cmd_evaluate, max_new_tokens=256)

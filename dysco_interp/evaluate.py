@@ -72,7 +72,7 @@ def evaluate(
 ) -> list[dict]:
     """Run every method on every instance not yet in the store; return the new records.
 
-    `backend="sdpa"` with `batch_size > 1` decodes that many instances together; the
+    `backend="sdpa"` or `"static"` with `batch_size > 1` decodes that many instances together; the
     records of each method are stored as soon as that method has finished the batch.
     """
     if task not in ADAPTERS:

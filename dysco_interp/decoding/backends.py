@@ -1,11 +1,13 @@
-"""Where a decoding step runs: the TransformerLens bridge (hooks) or plain HF SDPA (fast, batched).
+"""Where a decoding step runs: the TransformerLens bridge (hooks) or plain HF SDPA (fast, batched);
+`static.py` adds fixed KV buffers and CUDA graphs on top of the SDPA one.
 
 The decode loop (`dysco.py`) needs three things on a prefilled `DecodeState`:
 - `step(state, tokens, bias=None, read=False)`: one token per row, cache written; the
   float32 logits and, with `read`, the QRHeads' attention aggregated on key positions;
-- `partial(state, tokens)`: layers 0..max QRHead layer, no bias, cache untouched; the
-  QRHeads' aggregated attention;
-- `prefill(ids, valid)`: the prompt into a fresh state, UniAttnS's temperature included.
+- `partial(state, tokens)`: layers 0..max QRHead layer, no bias, no key kept (the static
+  backend writes the step's slot, which the full step rewrites); the QRHeads' aggregated attention;
+- `prefill(ids, valid, chunk_size, reserve)`: the prompt into a fresh state, UniAttnS's
+  temperature included; `reserve` tokens will be decoded after it (fixed buffers are sized by it).
 The bias is `relevance.scaling_bias` on absolute key positions, float32 `[B, 1, 1, n_keys]`.
 
 "bridge" runs everything through the TransformerBridge with the hooks in

@@ -9,7 +9,8 @@ Schedule for one prompt (the paper's algorithm):
 Full step: partial pass (layers 0..max_layer(H*), no bias, no cache write) -> update
 relevance -> select (nucleus <= p, cap K, no template tokens) -> biased full pass that
 writes the cache and gives the next logits.
-The passes run on a backend (`backends.py`): TL hooks on the bridge, or fast SDPA.
+The passes run on a backend (`backends.py`, `static.py`): TL hooks on the bridge, fast SDPA,
+or SDPA prefill with CUDA-graph decoding steps on fixed KV buffers.
 """
 
 from __future__ import annotations
@@ -294,8 +295,9 @@ def generate_batch(
     """Several methods on several prompts decoded together; one result per prompt per method.
 
     Methods that keep prefill attention share one prefill. `backend`: "bridge" (TL hooks,
-    one prompt) or "sdpa" (fast; prompts of any lengths together, left-padded). Every row
-    gets the tokens it would get alone, up to floating-point differences of the padded batch.
+    one prompt), "sdpa" (fast; prompts of any lengths together, left-padded) or "static" (as
+    sdpa, with fixed KV buffers and CUDA-graph steps on a GPU). Every row gets the tokens it
+    would get alone, up to floating-point differences of the padded batch.
     """
     return dict(iter_methods(model, prompts, configs, heads, spans, prepared, backend))
 
@@ -361,6 +363,6 @@ def dysco_generate(
 
     `heads`: the QRHeads (H*) for the dysco methods. `spans`: named token spans of the
     prompt (edges, documents) whose relevance mass the trace reports. `backend`: "bridge"
-    (TransformerLens hooks) or "sdpa" (fast, same tokens).
+    (TransformerLens hooks), "sdpa" (fast, same tokens) or "static" (fastest on a GPU, same tokens).
     """
     return compare_methods(model, prompt, {config.method: config}, heads, spans, prepared, backend)[config.method]
