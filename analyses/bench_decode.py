@@ -13,7 +13,7 @@ and tokens per second count the tokens of all rows.
         --threads 1 --out figures/bench_decode.json
     # GPU, a Qwen3-8B-shaped model with random weights and the paper's Qwen3-8B heads
     python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
-        --backend sdpa --contexts 32768,65536,102400 --out figures/bench_decode_gpu_qwen3-8b.json
+        --backend static --contexts 32768,65536,102400 --out figures/bench_decode_gpu_qwen3-8b_static.json
 """
 
 from __future__ import annotations
@@ -103,9 +103,12 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
     }
     times = {m: [] for m in runs}
     peaks = {m: 0 for m in runs}
+    kept = {m: 0 for m in runs}
     for i in range(n_warmup + n_steps):
         tok = ids[:, n_context + i].to(device)
         for method, fn in runs.items():
+            if device.type == "cuda" and i == 0:
+                kept[method] = memory_kept_by(fn, tok)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
                 base = torch.cuda.memory_allocated(device)
@@ -141,6 +144,8 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
             "kv_allocated_gib": round(allocated_kv_bytes(prefix.cache) / 2**30, 3),
             "prefill_peak_gib": round((prefill_peak + weight_bytes(model)) / 2**30, 3),
             "allocated_gib": round(torch.cuda.memory_allocated(device) / 2**30, 3),
+            "vanilla_first_step_kept_gib": round(kept["vanilla"] / 2**30, 3),
+            "dysco_first_step_kept_gib": round(kept["dysco"] / 2**30, 3),
             "vanilla_step_extra_peak_gib": round(peaks["vanilla"] / 2**30, 3),
             "dysco_step_extra_peak_gib": round(peaks["dysco"] / 2**30, 3),
         })
@@ -182,10 +187,26 @@ def weight_bytes(model) -> int:
 
 
 def peak_memory(row: dict, n_weight_bytes: int) -> dict:
-    """Each method's peak alone: weights + one KV cache + its decoding step's transient peak
-    (both methods' caches live together in the benchmark, so the allocator's total is not it)."""
+    """Each method's peak alone: weights + one KV cache + what its first step kept (CUDA-graph
+    pools) + its decoding step's transient peak (both methods' caches live together in the
+    benchmark, so the allocator's total is not it)."""
     base = n_weight_bytes / 2**30 + row["kv_allocated_gib"]
-    return {f"{m}_peak_mem_gib": round(base + row[f"{m}_step_extra_peak_gib"], 3) for m in ("vanilla", "dysco")}
+    return {f"{m}_peak_mem_gib": round(base + row.get(f"{m}_first_step_kept_gib", 0) + row[f"{m}_step_extra_peak_gib"], 3)
+            for m in ("vanilla", "dysco")}
+
+
+def memory_kept_by(fn, token) -> int:
+    """Device memory a step leaves reserved (e.g. the pools of the CUDA graphs it captures); the
+    allocator's free cached blocks are released before and after, so only what is held counts."""
+    import torch
+
+    torch.cuda.synchronize(token.device)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(token.device)
+    fn(token)
+    torch.cuda.synchronize(token.device)
+    torch.cuda.empty_cache()
+    return max(torch.cuda.memory_reserved(token.device) - before, 0)
 
 
 class _Prompt:

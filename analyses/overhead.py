@@ -154,7 +154,9 @@ def measured(args) -> tuple[list[dict], list[str], list[str]]:
 def _flops_ratio_for(row: dict, settings: list[dict]) -> float | None:
     from dysco_interp.analysis.flops import decode_token_flops, dysco_extra_token
 
-    s = next((s for s in settings if s["name"] == row.get("model")), None)
+    # a random-weight benchmark of a real shape ("qwen3-8b-random") counts as that model
+    name = str(row.get("model") or "").removesuffix("-random").lower()
+    s = next((s for s in settings if s["name"].lower() == name), None)
     n = row.get("context")
     if s is None or not isinstance(n, int) or n < 1:
         return None

@@ -108,7 +108,7 @@ def table_steps(stores: Path, out: Path, overhead_argv: list[str]) -> list[Step]
         Step("ablation table", _script("ablation_table", ["--stores", abl, "--out", str(out / "ablations/table")]),
              needs=[abl], outputs=[str(out / "ablations/table.*")]),
         Step("robustness figure",
-             _script("robustness", ["--stores", rob, abl, "--out", str(out / "robustness/robustness")]),
+             _script("robustness", ["--stores", rob, "--out", str(out / "robustness/robustness")]),
              needs=[rob], outputs=[str(out / "robustness/robustness.*")]),
         Step("overhead (FLOPs estimate, measured speed and memory)",
              _script("overhead", [*overhead_argv, "--out", str(out / "overhead/overhead")]),

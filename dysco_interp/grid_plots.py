@@ -94,7 +94,8 @@ def panels_png(panels: Sequence[Panel], path: str | Path, *, title: str, ncols: 
     nrows, ncols = _grid(len(panels), ncols)
     colors = _colors(panels)
     # Figure + Agg canvas: no pyplot global state, works without a display.
-    fig = Figure(figsize=(4.4 * ncols, 3.4 * nrows + 0.6))
+    crowded = any(p.kind == "bar" and len({str(x) for line in p.lines for x in line.x}) > 12 for p in panels)
+    fig = Figure(figsize=(4.4 * ncols, (5.6 if crowded else 3.4) * nrows + 0.6))  # room for upright labels
     FigureCanvasAgg(fig)
     for i, panel in enumerate(panels):
         ax = fig.add_subplot(nrows, ncols, i + 1)
@@ -114,7 +115,7 @@ def panels_png(panels: Sequence[Panel], path: str | Path, *, title: str, ncols: 
                 err = _errors(line)
                 ax.bar(pos, [_num(y) for y in line.y], width, color=colors[line.name], label=line.name,
                        yerr=None if err is None else [err[0], err[1]], capsize=3)
-            ax.set_xticks(range(len(cats)), cats, rotation=30, ha="right", fontsize=6)
+            ax.set_xticks(range(len(cats)), cats, rotation=30 if len(cats) <= 12 else 75, ha="right", fontsize=6)
         else:
             for line in panel.lines:
                 order = sorted(range(len(line.x)), key=lambda k: float(line.x[k]))

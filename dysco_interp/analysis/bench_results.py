@@ -13,6 +13,8 @@ Memory fields are any key with "peak" and "mem" in it; the unit comes from its s
 
 from __future__ import annotations
 
+import re
+
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -93,6 +95,21 @@ def _join_per_method_rows(rows: list[Mapping]) -> list[dict]:
     return list(joined.values())
 
 
+_SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _short_device(name) -> str | None:
+    """"NVIDIA H100 80GB HBM3" -> "H100"; other names as they are."""
+    found = re.search(r"\b([A-Z]\d{2,4})\b", str(name)) if name else None
+    return found.group(1) if found else name
+
+
+def _short_context(n) -> str | None:
+    if not n:
+        return None
+    return f"ctx {n // 1024}K" if isinstance(n, int) and n % 1024 == 0 else f"ctx {n}"
+
+
 def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
     """Rows {source, label, context, batch, <method>_tok_per_s, <method>_peak_gib, slowdown,
     memory_ratio} from one benchmark document, and notes on what it lacks."""
@@ -100,6 +117,9 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
     torch_version = str(((doc.get("versions") or {}) if isinstance(doc, Mapping) else {}).get("torch", ""))
     if "device" not in meta and "gpu" not in meta and torch_version.endswith("+cpu"):
         meta["device"] = "CPU"  # a CPU-only torch build can only have run on the CPU
+    machine = doc.get("machine") if isinstance(doc, Mapping) else None
+    if "device" not in meta and isinstance(machine, Mapping) and isinstance(machine.get("device"), str):
+        meta["device"] = machine["device"]
     rows = _rows_of(doc)
     if any("method" in r for r in rows):
         rows = _join_per_method_rows(rows)
@@ -110,9 +130,10 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
             continue
         context, batch = _first(r, _CONTEXT_KEYS), _first(r, _BATCH_KEYS)
         info = {**meta, **{k: r[k] for k in _META_KEYS if isinstance(r.get(k), (str, int))}}
-        label = ", ".join(str(x) for x in (info.get("device") or info.get("gpu"), info.get("model"),
-                                            info.get("dtype"), f"ctx {context}" if context else None,
-                                            f"batch {batch}" if batch else None) if x)
+        label = ", ".join(str(x) for x in (_short_device(info.get("device") or info.get("gpu")), info.get("backend"),
+                                            info.get("model"), _SHORT_DTYPES.get(info.get("dtype"), info.get("dtype")),
+                                            _short_context(context), f"batch {batch}" if batch and batch != 1 else None)
+                          if x)
         row = {"source": source, "label": label or source, "context": context, "batch": batch, **info}
         for m, (tok, mem) in values.items():
             row[f"{m}_tok_per_s"] = tok
