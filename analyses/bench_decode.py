@@ -107,7 +107,7 @@ def bench_context(model, heads, config, backend: str, n_context: int, n_steps: i
     for i in range(n_warmup + n_steps):
         tok = ids[:, n_context + i].to(device)
         for method, fn in runs.items():
-            if device.type == "cuda" and i == 0:
+            if device.type == "cuda" and i == 0:  # one more untimed step, measuring what it keeps
                 kept[method] = memory_kept_by(fn, tok)
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)

@@ -91,7 +91,7 @@ class BridgeBackend:
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, chunk_size: int = runtime.DEFAULT_CHUNK,
                 reserve: int = 0) -> DecodeState:
         if ids.shape[0] != 1 or valid is not None:
-            raise ConfigError("the bridge backend decodes one prompt at a time; use backend='sdpa' for batches")
+            raise ConfigError("the bridge backend decodes one prompt at a time; use backend='sdpa' or 'static' for batches")
         cache, _ = runtime.prefill(self.model, ids, chunk_size=chunk_size, hooks=self.temperature)
         return DecodeState(cache, ids.shape[1])
 
@@ -235,7 +235,7 @@ class SdpaBackend:
         layers = sorted(rows)
         return relevance.aggregate_heads([rows[layer] for layer in layers], n_keys)
 
-    def _empty_state(self, batch: int, n_tokens: int) -> DecodeState:
+    def _empty_state(self, n_tokens: int) -> DecodeState:
         return DecodeState(runtime.new_cache(self.model), 0)
 
     @torch.inference_mode()
@@ -244,7 +244,7 @@ class SdpaBackend:
         """`reserve`: tokens to be decoded after the prompt (backends with fixed buffers size them by it)."""
         ids = ids.to(self.model.device)
         self.model.check_fits(ids.shape[1])
-        state = self._empty_state(ids.shape[0], ids.shape[1] + reserve)
+        state = self._empty_state(ids.shape[1] + reserve)
         positions = None
         if valid is not None:
             valid = valid.to(self.model.device)

@@ -241,7 +241,7 @@ class StaticBackend(SdpaBackend):
             raise ConfigError("CUDA graphs need a CUDA device")
         self.graphs = model.device.type == "cuda" if graphs is None else graphs
 
-    def _empty_state(self, batch: int, n_tokens: int) -> StaticState:
+    def _empty_state(self, n_tokens: int) -> StaticState:
         return StaticState(SlotCache(self.model.spec.n_layers, capacity_for(n_tokens)), 0)
 
     @torch.inference_mode()
