@@ -1,8 +1,8 @@
-"""Ablation table: DySCO vs random heads vs static selection, Path Traversal and MRCR, per length.
+"""Ablation table: DySCO vs random heads vs static selection (and the one-pass reuse variant),
+Path Traversal and MRCR, per length.
 
-Variants are compared at equal DySCO parameters (read from each record's config); random
-heads and static selection also get their paired difference to DySCO on the same
-instances, with 95% bootstrap CIs. Writes STEM.md and STEM.json.
+Variants are compared at equal DySCO parameters (read from each record's config); each
+variant also gets its paired difference to DySCO on the same instances, with 95% bootstrap CIs. Writes STEM.md and STEM.json.
 
     python analyses/ablation_table.py --stores 'figures/ablations/*.jsonl' --out figures/ablations/table
 """
@@ -34,7 +34,7 @@ def render(result: dict) -> str:
     from dysco_interp.analysis.report import fmt_ci, fmt_delta, markdown_table, with_footer
     from dysco_interp.analysis.result_tables import DELTA_METRICS
 
-    parts = ["# Ablations: DySCO vs random heads vs static selection", "",
+    parts = ["# Ablations: DySCO vs random heads vs static selection vs one-pass reuse", "",
              f"Mean over instances; {result['ci']}. Δ: paired difference to DySCO on the same instances."]
     tasks = {r["task"] for r in result["rows"]}
     for task in [t for t in TASK_NAMES if t in tasks] + sorted(tasks - set(TASK_NAMES)):

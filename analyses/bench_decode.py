@@ -226,6 +226,8 @@ def main(argv=None) -> int:
     p.add_argument("--random-geometry", choices=sorted(GEOMETRIES), default=None,
                    help="benchmark a real model's shape with random weights instead of --model")
     p.add_argument("--heads", default="shipped", help="head file, 'shipped', or 'paper' (the paper's Qwen3-8B list)")
+    p.add_argument("--method", default="dysco", choices=["dysco", "dysco-reuse"],
+                   help="the DySCO step timed against vanilla (dysco-reuse: one pass, bias after the deepest QRHead)")
     p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa", "static"])
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
@@ -262,9 +264,9 @@ def main(argv=None) -> int:
         heads = shipped_heads(name, spec=model.spec)
     else:
         heads = load_heads(args.heads, spec=model.spec)
-    config = DecodingConfig()
+    config = DecodingConfig(method=args.method)
     n_layers, deepest = model.spec.n_layers, heads.max_layer
-    floor = 1 + (deepest + 1) / n_layers
+    floor = 1 + (deepest + 1) / n_layers if args.method == "dysco" else 1.0  # reuse: no second pass
     device = model.device
     bandwidth = copy_bandwidth(device)
     n_weight_bytes = weight_bytes(model)
@@ -295,7 +297,7 @@ def main(argv=None) -> int:
         "layer_floor": round(floor, 4),
         "weights_gib": round(n_weight_bytes / 2**30, 3),
         "copy_bandwidth_gb_per_s": round(bandwidth / 1e9, 1) if bandwidth else None,
-        "config": {"top_p": config.top_p, "top_k": config.top_k, "beta": config.beta},
+        "config": {"method": config.method, "top_p": config.top_p, "top_k": config.top_k, "beta": config.beta},
         "threads": torch.get_num_threads(),
         "machine": {"device": device_name, "platform": platform.platform()},
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},

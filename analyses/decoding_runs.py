@@ -10,6 +10,8 @@ Parts (each a set of resumable `ResultStore` files under --out-dir, one record p
               -> ablations/<model>_<task>_<len>.jsonl
 - robustness: p, K and beta varied one at a time around the paper's defaults
               -> robustness/<model>_<task>_<len>.jsonl
+- reuse:      DySCO vs its one-pass variant (bias only after the deepest QRHead layer), in
+              the ablation stores, so the ablation table sets them side by side
 
 Data: the task files `path_traversal_<len>.jsonl` and `mrcr_<len>.jsonl` in --data-dir
 (made with `dysco-interp make-data ... --model MODEL`).
@@ -26,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-PARTS = ("tau", "pt", "ablation", "robustness")
+PARTS = ("tau", "pt", "ablation", "robustness", "reuse")
 # The paper's robustness grid, one parameter at a time around (p 0.975, K 4096, beta 2).
 GRID = {"top_p": (0.9, 0.95, 0.975, 0.99), "top_k": (1024, 2048, 4096, 8192), "beta": (1.5, 2.0, 2.5, 3.0)}
 SMALL_GRID = {"top_p": (0.9,), "top_k": (256,), "beta": (1.5,)}
@@ -141,6 +143,10 @@ def main(argv=None) -> int:
         if "ablation" in parts:
             methods = {"dysco": base, "dysco-random": base.replace(method="dysco-random"),
                        "dysco-static": base.replace(method="dysco-static")}
+            for length in lengths(args.ablation_lengths):
+                run(task, length, methods, out_dir / "ablations" / f"{args.model}_{task}_{length}.jsonl")
+        if "reuse" in parts:
+            methods = {"dysco": base, "dysco-reuse": base.replace(method="dysco-reuse")}
             for length in lengths(args.ablation_lengths):
                 run(task, length, methods, out_dir / "ablations" / f"{args.model}_{task}_{length}.jsonl")
         if "robustness" in parts:

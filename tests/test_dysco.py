@@ -39,7 +39,8 @@ def cfg(method="dysco", **kw):
 def test_beta_one_reproduces_vanilla_and_vanilla_equals_plain_greedy(tiny):
     heads = heads_for(tiny)
     out = compare_methods(
-        tiny, PROMPT, {"vanilla": cfg("vanilla"), "beta1": cfg(beta=1.0), "static1": cfg("dysco-static", beta=1.0)}, heads
+        tiny, PROMPT, {"vanilla": cfg("vanilla"), "beta1": cfg(beta=1.0), "static1": cfg("dysco-static", beta=1.0),
+                      "reuse1": cfg("dysco-reuse", beta=1.0)}, heads
     )
     plain = generate(tiny, PROMPT, max_new_tokens=N_NEW)
     ref = tiny.load_reference_hf("eager")
@@ -50,6 +51,7 @@ def test_beta_one_reproduces_vanilla_and_vanilla_equals_plain_greedy(tiny):
     assert out["vanilla"].tokens == plain.tokens == hf
     assert out["beta1"].tokens == out["vanilla"].tokens
     assert out["static1"].tokens == out["vanilla"].tokens
+    assert out["reuse1"].tokens == out["vanilla"].tokens
     assert len(set(plain.tokens)) > 1  # the model is not degenerate, so equality means something
 
 

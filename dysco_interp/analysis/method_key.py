@@ -23,6 +23,7 @@ METHOD_PARAMS: dict[str, tuple[str, ...]] = {
     "dysco": _DYSCO,
     "dysco-static": _DYSCO,
     "dysco-random": _DYSCO + ("head_seed",),
+    "dysco-reuse": _DYSCO,
 }
 SETTING_FIELDS = ("max_new_tokens", "enable_thinking")
 # the parameters the robustness study varies one at a time
@@ -30,7 +31,7 @@ ROBUSTNESS_PARAMS = ("top_p", "top_k", "beta")
 SYMBOLS = {"top_p": "p", "top_k": "K", "beta": "beta", "tau": "tau", "decay": "decay", "warmup": "T_w",
            "template_masking": "template masking", "head_seed": "head seed"}
 NAMES = {"vanilla": "vanilla", "uniattns": "UniAttnS", "dysco": "DySCO", "dysco-static": "DySCO static",
-         "dysco-random": "DySCO random heads"}
+         "dysco-random": "DySCO random heads", "dysco-reuse": "DySCO reuse"}
 _TYPES = {"beta": float, "top_p": float, "top_k": int, "decay": float, "warmup": int, "template_masking": bool,
           "tau": float, "head_seed": int}
 

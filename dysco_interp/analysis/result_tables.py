@@ -198,7 +198,7 @@ def pt_table(records: Iterable[Mapping], chosen_tau: Mapping[str, float], ci: CI
             notes.append(f"{where}: no DySCO records")
         for k in dysco:
             rows.append(_row(cell, k, k.label, by_key[k], ci, vanilla, role="dysco"))
-        skipped = sorted({k.label for k in by_key if k.method in ("dysco-random", "dysco-static")})
+        skipped = sorted({k.label for k in by_key if k.method in ("dysco-random", "dysco-static", "dysco-reuse")})
         if skipped:
             notes.append(f"{where}: ablation records left to the ablation table: {', '.join(skipped)}")
     return rows, notes
@@ -206,11 +206,12 @@ def pt_table(records: Iterable[Mapping], chosen_tau: Mapping[str, float], ci: CI
 
 # ---------------------------------------------------------------------------- ablation table
 
-_ABLATION_ORDER = {"dysco": 0, "dysco-random": 1, "dysco-static": 2}
+_ABLATION_ORDER = {"dysco": 0, "dysco-random": 1, "dysco-static": 2, "dysco-reuse": 3}
 
 
 def ablation_table(records: Iterable[Mapping], ci: CIOptions = CIOptions()) -> tuple[list[dict], list[str]]:
-    """DySCO vs its random-head and static variants at equal DySCO parameters; deltas vs DySCO."""
+    """DySCO vs its random-head, static and one-pass (reuse) variants at equal DySCO parameters;
+    deltas vs DySCO."""
     rows, notes = [], []
     for cell, by_key in group(records).items():
         families: dict[tuple, dict[MethodKey, list[Mapping]]] = defaultdict(dict)
@@ -232,7 +233,7 @@ def ablation_table(records: Iterable[Mapping], ci: CIOptions = CIOptions()) -> t
                 rows.append(_row(cell, k, k.label, members[k], ci, None if k.method == "dysco" else base,
                                  variant=k.method))
     if not rows:
-        notes.append("no dysco-random or dysco-static records")
+        notes.append("no dysco-random, dysco-static or dysco-reuse records")
     return rows, notes
 
 

@@ -6,6 +6,9 @@ The decode loop (`dysco.py`) needs three things on a prefilled `DecodeState`:
   float32 logits and, with `read`, the QRHeads' attention aggregated on key positions;
 - `partial(state, tokens)`: layers 0..max QRHead layer, no bias, no key kept (the static
   backend writes the step's slot, which the full step rewrites); the QRHeads' aggregated attention;
+- `reuse_step(state, tokens, select_bias)`: one pass that writes the cache; after the
+  deepest QRHead layer L*, `select_bias(attention)` turns that layer's read into the bias
+  of layers L*+1.. (the "dysco-reuse" method); returns the logits;
 - `prefill(ids, valid, chunk_size, reserve)`: the prompt into a fresh state, UniAttnS's
   temperature included; `reserve` tokens will be decoded after it (fixed buffers are sized by it).
 The bias is `relevance.scaling_bias` on absolute key positions, float32 `[B, 1, 1, n_keys]`.
@@ -112,6 +115,24 @@ class BridgeBackend:
         runtime.partial_step(self.model, state.cache, tokens[:, None], self.reader.max_layer + 1, self.reader.hooks())
         return self.reader.attention()
 
+    def reuse_step(self, state: DecodeState, tokens: torch.Tensor, select_bias):
+        after = self.reader.max_layer + 1
+        n_layers = self.model.spec.n_layers
+        self.reader.set_length(state.n_keys + 1)
+        writer = BiasWriter(self.model.spec, layers=range(after, n_layers))
+
+        def trigger(resid, hook):
+            writer.set_bias(select_bias(self.reader.attention()))
+
+        hooks = list(self.temperature) + self.reader.hooks() + writer.hooks()
+        if after < n_layers:
+            hooks.append((f"blocks.{after}.hook_in", trigger))
+        logits = runtime.step(self.model, state.cache, tokens[:, None], hooks)
+        if after == n_layers:  # the deepest QRHead is in the last layer: nothing left to bias
+            select_bias(self.reader.attention())
+        state.advance()
+        return logits
+
 
 # --------------------------------------------------------------------------- sdpa
 
@@ -125,6 +146,7 @@ class _Control:
     stop_at: int | None = None  # raise _PartialDone after reading this layer
     bias: torch.Tensor | None = None  # float32 [B, 1, 1, n_keys]
     rows: dict[int, torch.Tensor] = field(default_factory=dict)
+    then_bias: object = None  # callable: after layer stop_at's attention, the bias of later layers
 
 
 class _PartialDone(Exception):
@@ -175,11 +197,14 @@ def dysco_attention(module, query, key, value, attention_mask, dropout: float = 
     heads = ctl.read.get(module.layer_idx)
     if heads is not None:
         ctl.rows[module.layer_idx] = _last_row(query, key, attention_mask, heads, scale, groups)
-        if module.layer_idx == ctl.stop_at:
+        if module.layer_idx == ctl.stop_at and ctl.then_bias is None:
             raise _PartialDone
     if ctl.bias is not None:
         return _biased_decode_attention(query, key, value, attention_mask, ctl.bias, scale, groups)
-    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scale, **kwargs)
+    out = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scale, **kwargs)
+    if ctl.then_bias is not None and module.layer_idx == ctl.stop_at:
+        ctl.bias = ctl.then_bias()
+    return out
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, dysco_attention)
@@ -283,3 +308,12 @@ class SdpaBackend:
         else:
             raise RuntimeError("the partial pass did not reach the deepest QRHead layer")
         return self._attention(ctl.rows, state.n_keys + 1)
+
+    @torch.inference_mode()
+    def reuse_step(self, state: DecodeState, tokens: torch.Tensor, select_bias):
+        ctl = _Control(tau=self.tau, read=self.read, stop_at=self.max_layer)
+        ctl.then_bias = lambda: select_bias(self._attention(ctl.rows, state.n_keys + 1))
+        self.model.check_fits(state.n_keys + 1)
+        logits = self._forward(state, tokens.to(self.model.device)[:, None], ctl, state.cache).logits[:, -1].float()
+        state.advance()
+        return logits

@@ -16,6 +16,7 @@ METHODS = {
     "dysco": "dynamic attention scaling with the QRHeads",
     "dysco-static": "DySCO with the set selected once after the context warm-up, then kept",
     "dysco-random": "DySCO with |H*| random heads (seeded) instead of the QRHeads",
+    "dysco-reuse": "DySCO in one pass per token: selection from layers 0..L*, bias only in the layers after L*",
 }
 
 

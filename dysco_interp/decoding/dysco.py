@@ -8,7 +8,8 @@ Schedule for one prompt (the paper's algorithm):
 5. decode with the full step until EOS or the budget.
 Full step: partial pass (layers 0..max_layer(H*), no bias, no cache write) -> update
 relevance -> select (nucleus <= p, cap K, no template tokens) -> biased full pass that
-writes the cache and gives the next logits.
+writes the cache and gives the next logits. "dysco-reuse" (beyond the paper) runs one pass:
+layers 0..L* unbiased, the selection from their QRHeads, the bias in layers L*+1.. only.
 The passes run on a backend (`backends.py`, `static.py`): TL hooks on the bridge, fast SDPA,
 or SDPA prefill with CUDA-graph decoding steps on fixed KV buffers.
 """
@@ -189,6 +190,16 @@ class _Stepper:
             logits, _ = self.backend.step(state, tokens)
             return logits, self._records(phase, n_cached, tokens, None)
         n_keys = n_cached + 1
+        if self.config.method == "dysco-reuse":
+            chosen = []
+
+            def select_bias(attention: torch.Tensor) -> torch.Tensor:
+                self._update(attention)
+                chosen.append(self.select(n_keys))
+                return relevance.scaling_bias(chosen[0].mask, self.config.beta)
+
+            logits = self.backend.reuse_step(state, tokens, select_bias)
+            return logits, self._records(phase, n_cached, tokens, chosen[0])
         if self.config.method == "dysco-static":
             if self.static is None:
                 if self.relevance is None:  # no context warm-up: select from this token's partial pass

@@ -19,6 +19,7 @@ probabilities. The partial pass writes the slot too; the full pass that follows 
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import torch
@@ -248,22 +249,29 @@ class StaticBackend(SdpaBackend):
     def prefill(self, ids, valid, chunk_size: int = runtime.DEFAULT_CHUNK, reserve: int = 0) -> StaticState:
         return StaticState.finish(super().prefill(ids, valid, chunk_size, reserve))
 
-    def _pass(self, state: StaticState, kind: str):
-        """Run (or replay) one decoding pass: "plain", "read", "partial" or "biased"."""
+    def _pass(self, state: StaticState, kind: str, hidden: torch.Tensor | None = None):
+        """Run (or replay) one decoding pass: "plain", "read", "partial", "biased", or the two
+        halves of a reuse step: "head" (layers 0..L*, unbiased; returns their output, not
+        logits) and "tail" (layers L*+1.. on `hidden`, biased)."""
         def run():
             ctl = _StaticControl(tau=self.tau, slot=state.slot)
-            if kind in ("read", "partial"):
+            if kind in ("read", "partial", "head"):
                 ctl.read = self.read
             if kind == "partial":
                 ctl.stop_at = self.max_layer
-            mask = state.biased if kind == "biased" else state.mask
-            try:
-                out = self.hf(input_ids=state.ids, attention_mask=mask, position_ids=state.position,
-                              past_key_values=state.cache, use_cache=True, logits_to_keep=1, dysco_control=ctl)
-            except _PartialDone:
-                return None, ctl.rows
-            if kind == "partial":
-                raise RuntimeError("the partial pass did not reach the deepest QRHead layer")
+            inputs = {"input_ids": state.ids}
+            if kind == "tail":
+                inputs = {"inputs_embeds": hidden}
+            mask = state.biased if kind in ("biased", "tail") else state.mask
+            stash = {}
+            with self._split(kind, stash):
+                try:
+                    out = self.hf(**inputs, attention_mask=mask, position_ids=state.position,
+                                  past_key_values=state.cache, use_cache=True, logits_to_keep=1, dysco_control=ctl)
+                except _PartialDone:
+                    return stash.get("hidden"), ctl.rows
+            if kind in ("partial", "head"):
+                raise RuntimeError("the pass did not stop after the deepest QRHead layer")
             return out.logits[:, -1].float(), ctl.rows
 
         if not self.graphs:
@@ -281,7 +289,33 @@ class StaticBackend(SdpaBackend):
             state.graphs[key] = (graph, outputs)
         graph, (logits, rows) = state.graphs[key]
         graph.replay()
+        if kind == "head":  # the tail graph reads this very tensor
+            return logits, rows
         return (None if logits is None else logits.clone()), rows
+
+    @contextlib.contextmanager
+    def _split(self, kind: str, stash: dict):
+        """"head": stop after layer L*, keeping its output; "tail": only layers L*+1.. run."""
+        decoder = self.hf.model
+        if kind == "head":
+            def stop(module, args, output):
+                stash["hidden"] = output[0] if isinstance(output, tuple) else output
+                raise _PartialDone
+
+            handle = decoder.layers[self.max_layer].register_forward_hook(stop)
+            try:
+                yield
+            finally:
+                handle.remove()
+        elif kind == "tail":
+            layers = decoder.layers
+            decoder.layers = torch.nn.ModuleList(list(layers)[self.max_layer + 1:])
+            try:
+                yield
+            finally:
+                decoder.layers = layers
+        else:
+            yield
 
     def _load(self, state: StaticState, tokens: torch.Tensor) -> None:
         """The step's token, position and slot into the fixed tensors; its key becomes visible."""
@@ -305,12 +339,25 @@ class StaticBackend(SdpaBackend):
             raise ValueError("the static backend reads relevance in unbiased passes only")
         self._load(state, tokens)
         if bias is not None:
-            state.biased.copy_(state.mask)
-            state.biased[..., : bias.shape[-1]] += bias.to(state.biased.device)
+            self._set_bias(state, bias)
         kind = "biased" if bias is not None else "read" if read else "plain"
         logits, rows = self._pass(state, kind)
         state.advance()
         return logits, (self._attention(rows, state.n_keys) if read else None)
+
+    @staticmethod
+    def _set_bias(state: StaticState, bias: torch.Tensor) -> None:
+        state.biased.copy_(state.mask)
+        state.biased[..., : bias.shape[-1]] += bias.to(state.biased.device)
+
+    @torch.inference_mode()
+    def reuse_step(self, state: StaticState, tokens: torch.Tensor, select_bias):
+        self._load(state, tokens)
+        hidden, rows = self._pass(state, "head")
+        self._set_bias(state, select_bias(self._attention(rows, state.n_keys + 1)))
+        logits, _ = self._pass(state, "tail", hidden)
+        state.advance()
+        return logits
 
     @torch.inference_mode()
     def partial(self, state: StaticState, tokens: torch.Tensor) -> torch.Tensor:
