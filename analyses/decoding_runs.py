@@ -10,8 +10,8 @@ Parts (each a set of resumable `ResultStore` files under --out-dir, one record p
               -> ablations/<model>_<task>_<len>.jsonl
 - robustness: p, K and beta varied one at a time around the paper's defaults
               -> robustness/<model>_<task>_<len>.jsonl
-- reuse:      DySCO vs its one-pass variant (bias only after the deepest QRHead layer), in
-              the ablation stores, so the ablation table sets them side by side
+- reuse:      DySCO vs its one-pass variant (bias only after the deepest QRHead layer), both
+              in one process -> reuse/<model>_<task>_<len>.jsonl (ablation_table.py reads them)
 
 Data: the task files `path_traversal_<len>.jsonl` and `mrcr_<len>.jsonl` in --data-dir
 (made with `dysco-interp make-data ... --model MODEL`).
@@ -148,7 +148,7 @@ def main(argv=None) -> int:
         if "reuse" in parts:
             methods = {"dysco": base, "dysco-reuse": base.replace(method="dysco-reuse")}
             for length in lengths(args.ablation_lengths):
-                run(task, length, methods, out_dir / "ablations" / f"{args.model}_{task}_{length}.jsonl")
+                run(task, length, methods, out_dir / "reuse" / f"{args.model}_{task}_{length}.jsonl")
         if "robustness" in parts:
             methods = {"vanilla": base.replace(method="vanilla"),
                        **grid_methods(base, SMALL_GRID if args.small else GRID)}

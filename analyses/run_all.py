@@ -101,12 +101,15 @@ def table_steps(stores: Path, out: Path, overhead_argv: list[str]) -> list[Step]
     """Tables and figures drawn from result stores under `stores`, written under `out`."""
     pt, mrcr = str(stores / "path_traversal" / "*.jsonl"), str(stores / "mrcr" / "*.jsonl")
     abl, rob = str(stores / "ablations" / "*.jsonl"), str(stores / "robustness" / "*.jsonl")
+    reuse = str(stores / "reuse" / "*.jsonl")
     return [
         Step("Path Traversal table (UniAttnS tau chosen on MRCR)",
              _script("pt_table", ["--stores", pt, "--tau-stores", mrcr, "--out", str(out / "path_traversal/table")]),
              needs=[pt], outputs=[str(out / "path_traversal/table.*")]),
         Step("ablation table", _script("ablation_table", ["--stores", abl, "--out", str(out / "ablations/table")]),
              needs=[abl], outputs=[str(out / "ablations/table.*")]),
+        Step("one-pass reuse variant vs DySCO", _script("ablation_table", ["--stores", reuse, "--out", str(out / "reuse/table")]),
+             needs=[reuse], outputs=[str(out / "reuse/table.*")]),
         Step("robustness figure",
              _script("robustness", ["--stores", rob, "--out", str(out / "robustness/robustness")]),
              needs=[rob], outputs=[str(out / "robustness/robustness.*")]),
@@ -164,6 +167,7 @@ def small_steps(out: Path, model: str) -> list[Step]:
              outputs=[str(out / "ablations/*.jsonl")]),
         Step("robustness: p, K, beta one at a time (both tasks)", runs("robustness"),
              outputs=[str(out / "robustness/*.jsonl")]),
+        Step("reuse: DySCO vs its one-pass variant (both tasks)", runs("reuse"), outputs=[str(out / "reuse/*.jsonl")]),
     ]
     overhead = ["--models", f"qwen2.5-coder-0.5b,{model}", "--bench",
                 "--stores", str(out / "path_traversal/*.jsonl"), str(out / "ablations/*.jsonl")]
