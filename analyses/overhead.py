@@ -154,6 +154,8 @@ def measured(args) -> tuple[list[dict], list[str], list[str]]:
 def _flops_ratio_for(row: dict, settings: list[dict]) -> float | None:
     from dysco_interp.analysis.flops import decode_token_flops, dysco_extra_token
 
+    if row.get("variant") not in (None, "dysco"):
+        return None  # the estimate is exact DySCO's (partial pass + full pass)
     # a random-weight benchmark of a real shape ("qwen3-8b-random") counts as that model
     name = str(row.get("model") or "").removesuffix("-random").lower()
     s = next((s for s in settings if s["name"].lower() == name), None)

@@ -134,7 +134,10 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
                                             info.get("model"), _SHORT_DTYPES.get(info.get("dtype"), info.get("dtype")),
                                             _short_context(context), f"batch {batch}" if batch and batch != 1 else None)
                           if x)
-        row = {"source": source, "label": label or source, "context": context, "batch": batch, **info}
+        variant = ((doc.get("config") or {}) if isinstance(doc, Mapping) else {}).get("method")
+        if isinstance(variant, str) and variant != "dysco":  # the benchmark timed a DySCO variant
+            label = f"{label}, {variant}"
+        row = {"source": source, "label": label or source, "variant": variant, "context": context, "batch": batch, **info}
         for m, (tok, mem) in values.items():
             row[f"{m}_tok_per_s"] = tok
             row[f"{m}_peak_gib"] = mem
