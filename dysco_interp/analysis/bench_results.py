@@ -120,6 +120,8 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
     machine = doc.get("machine") if isinstance(doc, Mapping) else None
     if "device" not in meta and isinstance(machine, Mapping) and isinstance(machine.get("device"), str):
         meta["device"] = machine["device"]
+    variant = ((doc.get("config") or {}) if isinstance(doc, Mapping) else {}).get("method")
+    variant = variant if isinstance(variant, str) else None  # a benchmark may time a DySCO variant
     rows = _rows_of(doc)
     if any("method" in r for r in rows):
         rows = _join_per_method_rows(rows)
@@ -134,8 +136,7 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
                                             info.get("model"), _SHORT_DTYPES.get(info.get("dtype"), info.get("dtype")),
                                             _short_context(context), f"batch {batch}" if batch and batch != 1 else None)
                           if x)
-        variant = ((doc.get("config") or {}) if isinstance(doc, Mapping) else {}).get("method")
-        if isinstance(variant, str) and variant != "dysco":  # the benchmark timed a DySCO variant
+        if variant not in (None, "dysco"):
             label = f"{label}, {variant}"
         row = {"source": source, "label": label or source, "variant": variant, "context": context, "batch": batch, **info}
         for m, (tok, mem) in values.items():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -146,7 +147,7 @@ class _Control:
     stop_at: int | None = None  # raise _PartialDone after reading this layer
     bias: torch.Tensor | None = None  # float32 [B, 1, 1, n_keys]
     rows: dict[int, torch.Tensor] = field(default_factory=dict)
-    then_bias: object = None  # callable: after layer stop_at's attention, the bias of later layers
+    then_bias: Callable[[], torch.Tensor] | None = None  # after layer stop_at's attention: later layers' bias
 
 
 class _PartialDone(Exception):
