@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     from dysco_interp.evaluate import evaluate
     from dysco_interp.heads import load_heads, shipped_heads
     from dysco_interp.models import load_model
-    from dysco_interp.runner import ResultStore
+    from dysco_interp.analysis.stores import read_records
     from dysco_interp.tasks import load_dataset
 
     data_dir, out_dir = Path(args.data_dir), Path(args.out_dir)
@@ -110,11 +110,9 @@ def main(argv=None) -> int:
 
     def run(task, length, methods, store_path):
         t0 = time.perf_counter()
-        store = ResultStore(store_path)
-        new = evaluate(model, args.model, task, data(task, length), methods, heads, store,
+        run = evaluate(model, args.model, task, data(task, length), methods, heads, store_path,
                        backend=args.backend, batch_size=args.batch_size)
-        print(f"{store_path}: {len(new)} new records in {time.perf_counter() - t0:.1f}s", flush=True)
-        return store
+        print(f"{run.path}: {len(run.new)} new records in {time.perf_counter() - t0:.1f}s", flush=True)
 
     def new_tokens(task):
         return args.pt_new_tokens if task == "path_traversal" else args.mrcr_new_tokens
@@ -127,7 +125,7 @@ def main(argv=None) -> int:
     if "pt" in parts:
         if not tau_store.is_file():
             raise SystemExit(f"part 'pt' needs the tau sweep {tau_store}; run part 'tau' first")
-        sweep = tau_sweep(ResultStore(tau_store).records()).get(args.model)
+        sweep = tau_sweep(read_records(tau_store)).get(args.model)
         if sweep is None:
             raise SystemExit(f"{tau_store} holds no UniAttnS records of {args.model}")
         tau = sweep["chosen_tau"]

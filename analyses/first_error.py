@@ -145,12 +145,12 @@ def analyse_instance(model, model_name: str, inst, vanilla: dict, dysco: dict | 
 
 def evaluation_records(path: str, model_name: str, length: int | None) -> tuple[int, dict[int, dict[str, dict]]]:
     """(length, {index: {method: record}}) of one model's Path Traversal records in a store."""
+    from dysco_interp.analysis.stores import read_records
     from dysco_interp.errors import ConfigError
-    from dysco_interp.runner import ResultStore
 
     if not Path(path).is_file():
         raise ConfigError(f"no evaluation records at {path}")
-    recs = [r for r in ResultStore(path).records() if r["model"] == model_name and r["task"] == TASK]
+    recs = [r for r in read_records(path) if r["model"] == model_name and r["task"] == TASK]
     lengths = sorted({r["length"] for r in recs})
     if not recs:
         raise ConfigError(f"{path} holds no {TASK} records of model {model_name!r}")
@@ -370,7 +370,7 @@ def read_store(path: Path):
 
     if not path.is_file():
         raise ConfigError(f"no results at {path}; run the analysis first (without --figures-only)")
-    return ResultStore(path, KEY, header=HEADER)
+    return ResultStore(path, KEY, HEADER, readonly=True)
 
 
 # ---------------------------------------------------------------------------- command line
@@ -411,14 +411,12 @@ def generate_small(model, model_name: str, heads, out_dir: Path, length: int, se
     """Vanilla and DySCO records for SMALL['n'] instances (resumable), for the smoke run."""
     from dysco_interp.decoding.config import DecodingConfig
     from dysco_interp.evaluate import evaluate
-    from dysco_interp.runner import ResultStore
     from dysco_interp.tasks import make_dataset
 
     path = out_dir / "evaluation.jsonl"
     data = make_dataset(TASK, model.tokenizer, length, n=SMALL["n"], seed=seed)
     methods = {m: DecodingConfig(method=m, max_new_tokens=SMALL["max_new_tokens"]) for m in ("vanilla", "dysco")}
-    evaluate(model, model_name, TASK, data, methods, heads, ResultStore(path), keep_trace=True)
-    return str(path)
+    return str(evaluate(model, model_name, TASK, data, methods, heads, path, keep_trace=True).path)
 
 
 def main(argv=None) -> int:
@@ -456,7 +454,7 @@ def main(argv=None) -> int:
     if not chosen:
         print(f"no vanilla route in {results} has a wrong line to inspect; nothing to draw")
         return 0
-    store = ResultStore(out_dir / STORE_NAME, KEY, header=HEADER)
+    store = ResultStore(out_dir / STORE_NAME, KEY, HEADER)
     records = []
     for inst, vanilla, dysco in tqdm(chosen, desc=f"first error {args.model}", unit="inst"):
         key = {"model": args.model, "task": TASK, "length": length, "seed": inst.seed, "index": inst.index}
@@ -464,6 +462,7 @@ def main(argv=None) -> int:
             store.append({**analyse_instance(model, args.model, inst, vanilla, dysco, qr), "command": command,
                           "results": Path(results).name})
         records.append(store.get(key))
+    store.close()
     for record in records if args.index is not None else featured(records):
         print(describe(record))
         for path in draw(record, out_dir, record.get("command", command), figures=not args.no_figures):

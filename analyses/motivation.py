@@ -178,22 +178,17 @@ def load_head_sets(model, heads_arg: str, draws: int, head_seed: int):
 
 
 def read_store(path: Path):
-    """The records of a store file, opened with the settings header it carries."""
+    """The settings and records of a motivation store, read without modifying it."""
     from dysco_interp.errors import ConfigError
-    from dysco_interp.runner import ResultStore
+    from dysco_interp import runner
 
     if not path.is_file():
         raise ConfigError(f"no results at {path}; run the computation first (without --figures-only)")
-    with open(path, encoding="utf-8") as f:
-        first = f.readline()
-    try:
-        header = json.loads(first)
-    except json.JSONDecodeError:
-        raise ConfigError(f"{path}: the first line is not JSON; not a motivation store") from None
-    if not isinstance(header, dict) or header.get("kind") != "header" or header.get("analysis") != "motivation":
+    contents = runner.read_store(path)
+    settings = contents.settings if contents is not None else None
+    if not settings or settings.get("analysis") != "motivation":
         raise ConfigError(f"{path}: not a motivation store (no motivation settings header)")
-    header = {k: v for k, v in header.items() if k != "kind"}
-    return header, ResultStore(path, KEY, header=header).records()
+    return settings, runner.ResultStore(path, KEY, settings, readonly=True).records()
 
 
 def _step_values(record: dict, field: tuple[str, ...], step: int | None) -> float:
@@ -365,12 +360,13 @@ def main(argv=None) -> int:
     lengths = parse_lengths(args.lengths)
     if args.threads:
         torch.set_num_threads(args.threads)
-    store = ResultStore(store_path, KEY, header=store_header(args.draws, args.head_seed, args.top_fraction))
+    store = ResultStore(store_path, KEY, store_header(args.draws, args.head_seed, args.top_fraction))
     model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
     qr, randoms = load_head_sets(model, args.heads, args.draws, args.head_seed)
     get_data = dataset_getter(model.tokenizer, args.n, args.seed, args.data_dir)
     added = compute(model, args.model, get_data, lengths, args.n, args.seed, store, qr, randoms, args.top_fraction)
     print(f"{added} new record(s); {len(store)} in {store_path}")
+    store.close()
     _, records = read_store(store_path)
     print_summary(summarise(records, args.model, args.step, n_boot=args.n_boot))
     for path in draw(out_dir, store_path, [args.model], args.step, args.n_boot, command, figures=not args.no_figures):

@@ -30,8 +30,10 @@ copy-paste score reads one query row per step, whose window is right-aligned to 
 absolute length, so it scores every layer.
 
 Resumable runs: with `store=DIR`, each finished example is appended (flushed, fsynced)
-as one JSON line to DIR/<family>.jsonl; a re-run skips examples already there; a
-truncated last line (a killed run) is dropped. Nothing is pickled.
+as one JSON line to DIR/<family>.jsonl, a `runner.ResultStore` whose header holds the
+model, its weights, the scored heads and the method's parameters; a re-run skips examples
+whose content is already there (never matched on ids alone); a truncated last line (a
+killed run) is dropped. Nothing is pickled.
 
 Layout: pure tensor math first (testable on hand-made tensors), then the model passes,
 then the store, the public API, split-half stability and evaluation helpers.
@@ -53,7 +55,7 @@ import torch
 from dysco_interp import __version__
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import Head, HeadSet, head_label, random_heads
-from dysco_interp.runner import ResultStore
+from dysco_interp.runner import ResultStore, content_hash
 
 Span = tuple[int, int]
 Hook = tuple[str, Any]
@@ -587,24 +589,26 @@ def _run(
     key = "copy" if method == COPY_PASTE else ("ndcg" if method == QRSCORE_NDCG else "mass")
     db = None
     if store is not None:
-        header = {
-            "model": spec.name, "n_layers": spec.n_layers, "n_heads": spec.n_heads,
-            "scored_heads": [list(h) for h in torch.nonzero(mask).tolist()], "params": params,
-            "package_version": __version__,
-        }
         family = _family(method)
-        db = ResultStore(Path(store) / f"{family}.jsonl", key_fields=("id",), header={"family": family, **header})
-    todo = sum(1 for ex in examples if db is None or {"id": ex.id} not in db)
+        settings = {
+            "family": family, "model": spec.name, "weights": model.weights_id,
+            "dtype": str(model.dtype).removeprefix("torch."), "n_layers": spec.n_layers, "n_heads": spec.n_heads,
+            "scored_heads": [list(h) for h in torch.nonzero(mask).tolist()], "params": params,
+        }
+        db = ResultStore(Path(store) / f"{family}.jsonl", key_fields=("example",), settings=settings, purpose="detect")
+    # an example is known by its content, so data made with other options never reuses a score
+    keys = {ex.id: {"example": content_hash(ex.to_dict())} for ex in examples}
+    todo = sum(1 for ex in examples if db is None or keys[ex.id] not in db)
     bar = tqdm(total=len(examples), initial=len(examples) - todo, desc=f"{method} {spec.name}",
                unit="ex", disable=not progress)
     per, records = [], []
     try:
         for ex in examples:
-            if db is not None and {"id": ex.id} in db:
-                rec = db.get({"id": ex.id})
+            if db is not None and keys[ex.id] in db:
+                rec = db.get(keys[ex.id])
             else:
                 out = compute(ex)
-                rec = {"id": ex.id, "n_tokens": ex.n_tokens}
+                rec = {**keys[ex.id], "id": ex.id, "n_tokens": ex.n_tokens}
                 for k, v in out.items():
                     rec[k] = _matrix_to_json(v, mask) if isinstance(v, torch.Tensor) else v
                 if db is not None:
@@ -614,6 +618,8 @@ def _run(
             records.append(rec)
     finally:
         bar.close()
+        if db is not None:
+            db.close()
     return per, records
 
 

@@ -1,14 +1,20 @@
 """Evaluate decoding methods on a task dataset, one stored record per (instance, method).
 
 Methods that keep prefill attention share one prefill per instance (or batch of instances).
-Records go to a `ResultStore`, so a killed run resumes without redoing finished items.
+Records go to a `ResultStore` keyed by method name and instance content, under a header with
+the model, its weights, the dtype, the task and the backend; each record also carries its
+method's whole configuration and head set. A killed run resumes without redoing finished
+items, and a rerun with other settings is refused instead of handing back stale results.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
@@ -17,8 +23,10 @@ from dysco_interp.decoding.dysco import iter_methods, prepare_prompt
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
-from dysco_interp.runner import ResultStore
-from dysco_interp.tasks import mrcr, needle_qa, path_traversal
+from dysco_interp.runner import (
+    ResultStore, StoreMismatchError, canonical_json, content_hash, differences, open_store, read_store,
+)
+from dysco_interp.tasks import get_task, mrcr, needle_qa, path_traversal
 from dysco_interp.tasks.common import check_same_tokenizer
 
 
@@ -56,6 +64,108 @@ ADAPTERS: dict[str, TaskAdapter] = {
 }
 
 
+def method_settings(config: DecodingConfig, heads: HeadSet | None) -> dict:
+    """Everything a method's outputs depend on besides the store's settings: the whole config
+    (sampling included) and, for head-based methods, the head set's content."""
+    settings = dataclasses.asdict(config)
+    settings.pop("record_positions")  # only what the trace keeps, never the tokens
+    settings.pop("enable_thinking")  # the instances' own switch: part of their content
+    used = heads if config.uses_heads else None
+    settings["heads"] = None if used is None else [list(h) for h in used.heads]
+    return json.loads(canonical_json(settings))
+
+
+def store_settings(model: LoadedModel, model_name: str, task: str, backend: str) -> dict:
+    """What every record of an evaluation store shares: the model and its weights, the numeric
+    format, the task and the backend."""
+    return {"model": model_name, "weights": model.weights_id, "dtype": str(model.dtype).removeprefix("torch."),
+            "device": model.device.type, "task": task, "backend": backend}
+
+
+def instance_id(instance) -> str:
+    """An instance's identity is its content: data made with other options never shares it."""
+    return content_hash(instance.to_dict())
+
+
+def check_task(task: str, instances: Sequence) -> None:
+    """ConfigError unless every instance belongs to `task` (before anything is decoded)."""
+    if task not in ADAPTERS:
+        raise ConfigError(f"no evaluation for task {task!r}; choose one of {', '.join(ADAPTERS)}")
+    expected = get_task(task).instance_type
+    for inst in instances:
+        if not isinstance(inst, expected):
+            found = getattr(inst, "task", type(inst).__name__)
+            raise ConfigError(f"the data holds {found} instances, not {task}; pass the matching --task")
+
+
+KEY = ("method", "instance")
+NEW_STORE_HINT = "write to another file, or let it start a new one (--if-settings-differ new)"
+
+
+def check_methods(store: ResultStore, wanted: Mapping[str, dict]) -> None:
+    """StoreMismatchError when a method name is stored with other settings than it has now."""
+    seen: set[str] = set()
+    for record in store.records():
+        method = record.get("method")
+        if method in wanted and method not in seen:
+            seen.add(method)
+            stored = (record.get("settings") or {}).get("method")
+            if stored != wanted[method]:
+                raise StoreMismatchError(
+                    f"{store.path} holds {method!r} results computed with other settings "
+                    f"({'; '.join(differences(stored or {}, wanted[method]))}); "
+                    f"{NEW_STORE_HINT}"
+                )
+
+
+def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict]) -> None:
+    """Before a model is loaded: refuse a path that is no store, or a store whose settings
+    differ in what is already known (`known`: some store settings; `methods`: method settings,
+    compared without their head sets, which need the model)."""
+    contents = read_store(path)
+    if contents is None:
+        return
+    stored = contents.settings or {}
+    mine = {k: v for k, v in known.items() if k in stored}
+    theirs = {k: stored[k] for k in mine}
+    if contents.header is not None and theirs != mine:
+        raise StoreMismatchError(f"{path} holds results computed with other settings "
+                                 f"({'; '.join(differences(theirs, mine))}); {NEW_STORE_HINT}")
+    for record in contents.records:
+        method = record.get("method")
+        stored_method = (record.get("settings") or {}).get("method")
+        if method in methods and isinstance(stored_method, dict):
+            a = {k: v for k, v in stored_method.items() if k != "heads"}
+            b = {k: v for k, v in methods[method].items() if k != "heads"}
+            if a != b:
+                raise StoreMismatchError(f"{path} holds {method!r} results computed with other settings "
+                                         f"({'; '.join(differences(a, b))}); {NEW_STORE_HINT}")
+
+
+@dataclass
+class EvaluationRun:
+    """The records of the requested instances x methods, which of them are new, and the store."""
+
+    records: list[dict]
+    new: list[dict]
+    path: Path
+
+
+def open_results(
+    path: str | Path,
+    model: LoadedModel,
+    model_name: str,
+    task: str,
+    methods: Mapping[str, dict],
+    backend: str = "bridge",
+    if_differs: str = "error",
+) -> ResultStore:
+    """The evaluation store at `path` (or a sibling with if_differs="new") for these settings;
+    `methods` maps each method name to its `method_settings`."""
+    return open_store(path, KEY, store_settings(model, model_name, task, backend), purpose="evaluate",
+                      if_differs=if_differs, check=lambda store: check_methods(store, methods))
+
+
 def evaluate(
     model: LoadedModel,
     model_name: str,
@@ -63,68 +173,80 @@ def evaluate(
     instances: Iterable,
     methods: Mapping[str, DecodingConfig],
     heads: HeadSet | None,
-    store: ResultStore,
-    seed: int = 0,
+    out: str | Path,
     keep_trace: bool = False,
     progress: bool = True,
     backend: str = "bridge",
     batch_size: int = 1,
-) -> list[dict]:
-    """Run every method on every instance not yet in the store; return the new records.
+    if_differs: str = "error",
+) -> EvaluationRun:
+    """Run every method on every instance not yet in the store at `out`.
 
+    Records are keyed by method name and instance content, and carry the full settings; the
+    store refuses other settings (if_differs="error") or moves to a sibling file ("new").
     `backend="sdpa"` or `"static"` with `batch_size > 1` decodes that many instances together; the
     records of each method are stored as soon as that method has finished the batch.
     """
-    if task not in ADAPTERS:
-        raise ConfigError(f"no evaluation for task {task!r}; choose one of {', '.join(ADAPTERS)}")
+    if isinstance(out, ResultStore):
+        raise ConfigError("evaluate takes the results path, not an open store: it opens the store "
+                          "with the settings of this run")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    instances = list(instances)
+    check_task(task, instances)
     adapter = ADAPTERS[task]
+    ids = [instance_id(inst) for inst in instances]
+    wanted = {m: method_settings(c, heads) for m, c in methods.items()}
+    with open_results(out, model, model_name, task, wanted, backend, if_differs) as store:
+        shared = dict(store.settings)
 
-    def key(inst, method):
-        return {"model": model_name, "task": task, "length": inst.target_tokens, "method": method,
-                "seed": seed, "index": inst.index, "id": inst.id}
+        def key(instance_hash, method):
+            return {"method": method, "instance": instance_hash}
 
-    todo = [inst for inst in instances if any(key(inst, m) not in store for m in methods)]
-    new: list[dict] = []
-    bar = tqdm(total=len(todo), desc=f"{task} x {len(methods)} methods", disable=not progress)
-    for start in range(0, len(todo), batch_size):
-        batch = todo[start : start + batch_size]
-        pending = {m: c for m, c in methods.items() if any(key(inst, m) not in store for inst in batch)}
-        thinking = {inst.enable_thinking for inst in batch}
-        if len(thinking) != 1:
-            raise ConfigError("instances decoded together must share enable_thinking")
-        thinking = thinking.pop()
-        prompts = [adapter.prompt(inst) for inst in batch]
-        prepared = [prepare_prompt(model, p, thinking) for p in prompts]
-        for inst, prep in zip(batch, prepared):
-            check_same_tokenizer(inst, len(prep.ids))
-        pending = {m: c.replace(enable_thinking=thinking) for m, c in pending.items()}
-        # each method's records are stored as soon as it finishes, so a kill loses at most one
-        # span masses cost a host copy of the relevance every step: only for traces that are kept
-        spans = [adapter.spans(i) for i in batch] if keep_trace else None
-        results = iter_methods(model, prompts, pending, heads, spans=spans, prepared=prepared, backend=backend)
-        for method, rows in results:
-            for inst, res in zip(batch, rows):
-                if key(inst, method) in store:
-                    continue
-                record = {
-                    **key(inst, method),
-                    "n_tokens": inst.n_tokens,
-                    "output": res.text,
-                    "finished": res.finished,
-                    **adapter.score(res.text, inst),
-                    "timings": res.timings.as_dict(),
-                    "config": {k: v for k, v in vars(pending[method]).items() if k != "sampling"},
-                    "backend": backend,
-                }
-                if keep_trace and res.trace is not None:
-                    record["trace"] = res.trace.to_dict()
-                store.append(record)
-                new.append(record)
-        bar.update(len(batch))
-    bar.close()
-    return new
+        todo = [(inst, h) for inst, h in zip(instances, ids) if any(key(h, m) not in store for m in methods)]
+        new: list[dict] = []
+        bar = tqdm(total=len(todo), desc=f"{task} x {len(methods)} methods", disable=not progress)
+        for start in range(0, len(todo), batch_size):
+            batch = todo[start : start + batch_size]
+            pending = {m: c for m, c in methods.items() if any(key(h, m) not in store for _, h in batch)}
+            thinking = {inst.enable_thinking for inst, _ in batch}
+            if len(thinking) != 1:
+                raise ConfigError("instances decoded together must share enable_thinking")
+            thinking = thinking.pop()
+            prompts = [adapter.prompt(inst) for inst, _ in batch]
+            prepared = [prepare_prompt(model, p, thinking) for p in prompts]
+            for (inst, _), prep in zip(batch, prepared):
+                check_same_tokenizer(inst, len(prep.ids))
+            pending = {m: c.replace(enable_thinking=thinking) for m, c in pending.items()}
+            # each method's records are stored as soon as it finishes, so a kill loses at most one
+            # span masses cost a host copy of the relevance every step: only for traces that are kept
+            spans = [adapter.spans(inst) for inst, _ in batch] if keep_trace else None
+            results = iter_methods(model, prompts, pending, heads, spans=spans, prepared=prepared, backend=backend)
+            for method, rows in results:
+                for (inst, h), res in zip(batch, rows):
+                    if key(h, method) in store:
+                        continue
+                    record = {
+                        "model": model_name, "task": task, "length": inst.target_tokens, "method": method,
+                        "index": inst.index, "id": inst.id, "instance": h,
+                        "n_tokens": inst.n_tokens,
+                        "output": res.text,
+                        "finished": res.finished,
+                        **adapter.score(res.text, inst),
+                        "timings": res.timings.as_dict(),
+                        # `config` is what the tables group by; `settings` is everything that made the record
+                        "config": {k: v for k, v in vars(pending[method]).items() if k != "sampling"},
+                        "backend": backend,
+                        "settings": {**shared, "method": wanted[method]},
+                    }
+                    if keep_trace and res.trace is not None:
+                        record["trace"] = res.trace.to_dict()
+                    store.append(record)
+                    new.append(record)
+            bar.update(len(batch))
+        bar.close()
+        records = [store.get(key(h, m)) for h in dict.fromkeys(ids) for m in methods]
+        return EvaluationRun(records, new, store.path)
 
 
 def summarise(records: Iterable[dict], metrics: Iterable[str]) -> dict[tuple, dict[str, float]]:

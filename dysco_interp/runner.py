@@ -1,104 +1,424 @@
-"""Resumable experiment runs: JSONL files with one record per finished item.
+"""Resumable result stores: JSONL files that carry the settings their records depend on.
 
-A record is written (and flushed to disk) as soon as its item finishes, so a run that
-is killed keeps every finished result and, when started again, skips them. A line cut
-short by the kill is dropped when the file is opened again. An optional header line
-records the settings the records depend on; reopening with other settings is an error
-rather than a silent mix. Records are plain JSON, never pickles.
+The first line of a store is its header,
+`{"kind": "dysco-interp-store", "format": 2, "purpose": ..., "settings": {...}, "created_by": ...}`;
+every further line is one finished record, written and flushed as soon as its item finishes,
+so a killed run keeps every finished result and skips them when started again.
+
+The guarantees, each pinned by a test:
+- Reopening a store with other settings is a `StoreMismatchError` that names the fields that
+  differ; `open_store(..., if_differs="new")` moves to a sibling file instead. Never a mix.
+- Only a file whose first line is one of our headers is ever written to, and only a writer
+  repairs it: a line cut short by a kill is dropped, a complete last record that lost its
+  newline keeps it. Any other file (a head file, a data file, text) is refused untouched.
+- One writer at a time: a writer holds a lock file beside the store for its lifetime; a
+  second writer fails at once with `StoreBusyError`. Readers (`read_store`, `readonly=True`)
+  take no lock and never modify the file.
+- Records are plain JSON, never pickles.
+
+Format 1 stores (before settings headers) are read for the tables: a header line
+`{"kind": "header", ...}` still counts as settings; a file of bare evaluation records can be
+read but not resumed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock, Timeout
+
 from dysco_interp.errors import ConfigError
 
+STORE_KIND = "dysco-interp-store"
+FORMAT = 2
+LEGACY_HEADER_KIND = "header"
+# Fields that every format-1 evaluation record has: how such a headerless file is recognised.
+LEGACY_RECORD_FIELDS = ("model", "task", "method", "index", "config")
+# Header fields that describe who wrote the store, not what its records depend on.
+_PROVENANCE_FIELDS = ("package_version", "created_by")
+
+
+class StoreError(ConfigError):
+    """A result store cannot be opened or written as asked."""
+
+
+class NotAStoreError(StoreError):
+    """The path holds something that is not a dysco-interp result store; it is left untouched."""
+
+
+class StoreCorruptError(StoreError):
+    """A store's line other than the last is not a JSON record."""
+
+
+class StoreMismatchError(StoreError):
+    """The store holds results computed with other settings."""
+
+
+class StoreBusyError(StoreError):
+    """Another process is writing the store."""
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def content_hash(value: Any, length: int = 20) -> str:
+    """A short, stable hash of a JSON-able value: what identifies an instance or a setting."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:length]
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as {"a.b": leaf}, so that differences can be named field by field."""
+    if isinstance(value, Mapping) and value:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: value}
+
+
+def _short(value: Any, limit: int = 40) -> str:
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def differences(stored: Mapping, now: Mapping) -> list[str]:
+    """Each differing field as 'name stored -> now' (absent fields shown as 'unset')."""
+    a, b = flatten(stored), flatten(now)
+    out = []
+    for name in sorted(set(a) | set(b)):
+        if a.get(name, ...) != b.get(name, ...):
+            old = _short(a[name]) if name in a else "unset"
+            new = _short(b[name]) if name in b else "unset"
+            out.append(f"{name or '(all)'} {old} -> {new}")
+    return out
+
+
+@dataclass
+class StoreContents:
+    """What a store file holds, as read without modifying it."""
+
+    path: Path
+    format: int  # 2, or 1 for stores written before settings headers
+    header: dict | None
+    records: list[dict]
+    torn_tail: bool  # the last line was cut short by a kill (not counted as a record)
+    unterminated: bool  # the last record is complete but lost its newline
+
+    @property
+    def settings(self) -> dict | None:
+        if self.header is None:
+            return None
+        if self.format == FORMAT:
+            return self.header.get("settings", {})
+        return {k: v for k, v in self.header.items() if k not in ("kind", *_PROVENANCE_FIELDS)}
+
+    @property
+    def purpose(self) -> str | None:
+        return self.header.get("purpose") if self.header is not None and self.format == FORMAT else None
+
+
+def _header_kind(obj: Any) -> int | None:
+    """The store format a first line announces, or None when it is no header of ours."""
+    if not isinstance(obj, dict):
+        return None
+    if obj.get("kind") == STORE_KIND and isinstance(obj.get("settings"), dict):
+        return obj.get("format") if isinstance(obj.get("format"), int) else None
+    if obj.get("kind") == LEGACY_HEADER_KIND:
+        return 1
+    return None
+
+
+def _parse_line(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return None
+
+
+def read_store(path: str | Path) -> StoreContents | None:
+    """The contents of a store without modifying it; None for a missing or empty file.
+
+    NotAStoreError when the file is something else (its first line is no header of ours and
+    no format-1 evaluation record); StoreCorruptError for a broken line before the last.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise NotAStoreError(f"{path} is a folder; give a file path for the results")
+    if not path.exists():
+        return None
+    data = path.read_bytes()
+    if not data:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise NotAStoreError(f"{path} is not a dysco-interp result store (not UTF-8 text); "
+                             "it was left untouched: choose another path") from None
+    lines = text.split("\n")
+    tail = lines.pop()  # "" when the file ends with a newline
+    first_text = lines[0] if lines else tail
+    first = _parse_line(first_text)
+    fmt = _header_kind(first)
+    if fmt is None and not (isinstance(first, dict) and all(f in first for f in LEGACY_RECORD_FIELDS)):
+        raise NotAStoreError(
+            f"{path} exists and is not a dysco-interp result store (its first line is not a store header); "
+            "it was left untouched: choose another path"
+        )
+    if fmt is not None and fmt > FORMAT:
+        raise StoreError(f"{path} is a store of format {fmt}, newer than this dysco-interp reads ({FORMAT}); upgrade")
+    header = first if fmt is not None else None
+    body = lines[1:] if header is not None and lines else lines
+    records = []
+    start = 2 if header is not None else 1
+    for i, line in enumerate(body, start=start):
+        if not line.strip():
+            continue
+        obj = _parse_line(line)
+        if not isinstance(obj, dict):
+            raise StoreCorruptError(f"{path}: line {i} is not a JSON record; the store is corrupt "
+                                    "(remove that line, or start a new store)")
+        records.append(obj)
+    torn = unterminated = False
+    if tail.strip() and not (header is not None and not lines):  # a lone header is written atomically
+        obj = _parse_line(tail)
+        if isinstance(obj, dict):
+            records.append(obj)
+            unterminated = True
+        else:
+            torn = True
+    if header is not None and not lines:
+        unterminated = True
+    return StoreContents(path, fmt or 1, header, records, torn, unterminated)
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(path.name + ".lock")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 DEFAULT_KEY = ("model", "task", "length", "method", "seed", "index")
-_UNCHECKED_HEADER_FIELDS = ("package_version",)
 
 
 class ResultStore:
-    """An append-only JSONL file of records, each identified by its `key_fields`."""
+    """A JSONL store of records, each identified by its `key_fields`, under one settings header.
 
-    def __init__(self, path: str | Path, key_fields: Sequence[str] = DEFAULT_KEY, header: dict | None = None):
+    A writer (the default) creates the file with its header, or checks the header of an
+    existing store against `settings` and `purpose`, repairs a tail cut by a kill, and holds
+    the store's lock until `close()` (or the end of a `with` block, or the process).
+    `readonly=True` only reads: no lock, no repair, no settings check unless `settings` is given.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        key_fields: Sequence[str] = DEFAULT_KEY,
+        settings: Mapping[str, Any] | None = None,
+        *,
+        purpose: str = "results",
+        readonly: bool = False,
+    ):
         self.path = Path(path)
         self.key_fields = tuple(key_fields)
-        self.header = None if header is None else {"kind": "header", **header}
-        self._drop_partial_last_line()
-        rows = self._read()
-        if self.header is not None:
-            if rows:
-                self._check_header(rows.pop(0))
-            else:
-                self._write(self.header)
-        self._by_key = {self.key(r): r for r in rows}
+        self.purpose = purpose
+        self.readonly = readonly
+        self.settings = None if settings is None else json.loads(canonical_json(dict(settings)))
+        self._lock: FileLock | None = None
+        if readonly:
+            contents = read_store(self.path)
+            if contents is None:
+                raise StoreError(f"{self.path}: no such result store")
+            if self.settings is not None:
+                self._check(contents)
+        else:
+            if self.settings is None:
+                self.settings = {}
+            contents = self._open_for_writing()
+        self.header = contents.header if contents is not None else self._new_header()
+        self._by_key: dict[tuple, dict] = {}
+        for r in contents.records if contents is not None else []:
+            self._by_key.setdefault(self.key(r), r)
 
-    def _drop_partial_last_line(self) -> None:
-        """A run killed mid-write leaves an unfinished last line; that item was not finished."""
-        if not self.path.exists():
-            return
-        data = self.path.read_bytes()
-        if data and not data.endswith(b"\n"):
-            self.path.write_bytes(data[: data.rfind(b"\n") + 1])
+    # ------------------------------------------------------------------ opening
 
-    def _read(self) -> list[dict]:
-        if not self.path.exists():
-            return []
-        rows = []
-        for i, line in enumerate(self.path.read_text(encoding="utf-8").split("\n")):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise ConfigError(f"{self.path}: line {i + 1} is not valid JSON; the file is corrupt") from None
-        return rows
+    def _new_header(self) -> dict:
+        from dysco_interp import __version__
 
-    def _check_header(self, found: Any) -> None:
-        if not isinstance(found, dict) or found.get("kind") != "header":
-            raise ConfigError(f"{self.path}: the first line is not a settings header")
-        mine = {k: v for k, v in self.header.items() if k not in _UNCHECKED_HEADER_FIELDS}
-        theirs = {k: v for k, v in found.items() if k not in _UNCHECKED_HEADER_FIELDS}
-        if mine != theirs:
-            diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
-            raise ConfigError(
-                f"{self.path} holds a run with other settings (differs in: {', '.join(diff)}); "
-                "use another output or delete it"
+        return {"kind": STORE_KIND, "format": FORMAT, "purpose": self.purpose, "settings": self.settings,
+                "created_by": f"dysco-interp {__version__}"}
+
+    def _open_for_writing(self) -> StoreContents | None:
+        if self.path.is_dir():
+            raise NotAStoreError(f"{self.path} is a folder; give a file path for the results")
+        # refuse a file that is no store, or other settings, before creating anything beside it
+        early = read_store(self.path)
+        if early is not None and early.header is not None:
+            self._check(early)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create the folder {self.path.parent} for the results: {e.strerror}") from None
+        lock = FileLock(str(_lock_path(self.path)), timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            raise StoreBusyError(
+                f"{self.path} is being written by another writer, in this or another process "
+                f"(lock {_lock_path(self.path)}); wait for it to finish, or write to another file"
+            ) from None
+        except OSError as e:
+            raise StoreError(f"cannot lock {self.path}: {e.strerror}") from None
+        self._lock = lock
+        try:
+            contents = read_store(self.path)  # again: another writer may have finished meanwhile
+            if contents is None:
+                _write_atomic(self.path, canonical_json(self._new_header()) + "\n")
+                return None
+            if contents.header is None:
+                raise StoreError(
+                    f"{self.path} holds results of an older dysco-interp without a settings header: "
+                    "the tables still read it, but it cannot be resumed; write to a new file"
+                )
+            self._check(contents)
+            self._repair(contents)
+            return contents
+        except BaseException:
+            self.close()
+            raise
+
+    def _check(self, contents: StoreContents) -> None:
+        if contents.format == FORMAT and contents.purpose != self.purpose:
+            raise StoreMismatchError(f"{self.path} is a {contents.purpose!r} store, not a {self.purpose!r} one; "
+                                     "write to another file")
+        stored = contents.settings or {}
+        if stored != self.settings:
+            raise StoreMismatchError(
+                f"{self.path} holds results computed with other settings ({'; '.join(differences(stored, self.settings))}); "
+                "write to another file, or ask for a new store"
             )
 
-    def key(self, record: dict) -> tuple:
+    def _repair(self, contents: StoreContents) -> None:
+        """Drop a line cut short by a kill; end a complete last record with its newline."""
+        if contents.torn_tail:
+            data = self.path.read_bytes()
+            os.truncate(self.path, data.rfind(b"\n") + 1)
+        elif contents.unterminated:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write("\n")
+
+    def close(self) -> None:
+        """Release the writer's lock (a closed store can still be read, not appended to)."""
+        lock = getattr(self, "_lock", None)  # absent when __init__ failed early
+        if lock is not None:
+            lock.release()
+            self._lock = None
+
+    def __enter__(self) -> "ResultStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ records
+
+    def key(self, record: Mapping) -> tuple:
         missing = [k for k in self.key_fields if k not in record]
         if missing:
             raise KeyError(f"record lacks key field(s) {missing}; keys are {self.key_fields}")
-        return tuple(json.dumps(record[k], sort_keys=True) for k in self.key_fields)
+        return tuple(canonical_json(record[k]) for k in self.key_fields)
 
     def records(self) -> list[dict]:
         return list(self._by_key.values())
 
-    def get(self, record: dict) -> dict:
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.records())
+
+    def get(self, record: Mapping) -> dict:
         """The stored record with the same key fields as `record`."""
         return self._by_key[self.key(record)]
 
-    def __contains__(self, record: dict) -> bool:
+    def __contains__(self, record: Mapping) -> bool:
         """Whether a record with the same key fields is stored (other fields are ignored)."""
         return self.key(record) in self._by_key
 
     def __len__(self) -> int:
         return len(self._by_key)
 
-    def append(self, record: dict) -> None:
+    def append(self, record: Mapping) -> None:
+        if self._lock is None:
+            why = "opened read-only" if self.readonly else "closed"
+            raise StoreError(f"{self.path} is {why}; it cannot take new records")
         key = self.key(record)
-        self._write(record)
-        self._by_key[key] = record
-
-    def _write(self, record: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         line = json.dumps(record, sort_keys=True, allow_nan=False)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()
             os.fsync(f.fileno())
+        self._by_key[key] = dict(record)
+
+
+def sibling_paths(path: str | Path) -> Iterator[Path]:
+    """path, then stem.2.suffix, stem.3.suffix, ...: where a store with other settings goes."""
+    path = Path(path)
+    yield path
+    n = 2
+    while True:
+        yield path.with_name(f"{path.stem}.{n}{path.suffix}")
+        n += 1
+
+
+def open_store(
+    path: str | Path,
+    key_fields: Sequence[str],
+    settings: Mapping[str, Any],
+    *,
+    purpose: str = "results",
+    if_differs: str = "error",
+    check: Callable[[ResultStore], None] | None = None,
+) -> ResultStore:
+    """A writer on `path`; `check(store)` may raise StoreMismatchError for record-level settings.
+
+    if_differs="error" raises on other settings; "new" takes the first sibling path
+    (`sibling_paths`) that is new or holds exactly these settings.
+    """
+    if if_differs not in ("error", "new"):
+        raise ConfigError(f"if_differs must be 'error' or 'new', got {if_differs!r}")
+    for candidate in sibling_paths(path):
+        try:
+            store = ResultStore(candidate, key_fields, settings, purpose=purpose)
+        except StoreMismatchError:
+            if if_differs == "error":
+                raise
+            continue
+        try:
+            if check is not None:
+                check(store)
+        except StoreMismatchError:
+            store.close()
+            if if_differs == "error":
+                raise
+            continue
+        return store
+    raise AssertionError("unreachable")  # pragma: no cover

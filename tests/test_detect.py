@@ -323,7 +323,7 @@ def test_resume_after_a_kill_gives_the_same_result(tiny_llama, tmp_path, monkeyp
         D.qrscore(tiny_llama, exs, progress=False, store=tmp_path)
     store = tmp_path / "qrscore.jsonl"
     lines = store.read_text().splitlines()
-    assert len(lines) == 3 and json.loads(lines[0])["kind"] == "header"
+    assert len(lines) == 3 and json.loads(lines[0])["kind"] == "dysco-interp-store"
     assert [json.loads(x)["id"] for x in lines[1:]] == [e.id for e in exs[:2]]
     # a kill during a write leaves half a line: it is dropped, not an error
     with open(store, "a") as f:
@@ -345,6 +345,26 @@ def test_resume_after_a_kill_gives_the_same_result(tiny_llama, tmp_path, monkeyp
     # other settings in the same folder are refused, not mixed
     with pytest.raises(ConfigError, match="other settings"):
         D.qrscore(tiny_llama, exs, heads=[(0, 0)], progress=False, store=tmp_path)
+
+
+def test_the_store_matches_examples_by_content_not_id(tiny_llama, tmp_path, monkeypatch):
+    tok = tiny_llama.tokenizer
+    first = [nq.generate_example(tok, n_docs=3, seed=0, index=i, gold_position=0.0) for i in range(2)]
+    moved = [nq.generate_example(tok, n_docs=3, seed=0, index=i, gold_position=1.0) for i in range(2)]
+    assert [e.id for e in first] == [e.id for e in moved] and first != moved  # same ids, other data
+    D.qrscore(tiny_llama, first, progress=False, store=tmp_path)
+    real_one, calls = D.qrscore_one, []
+
+    def counting(model, ex, *args, **kwargs):
+        calls.append(ex.id)
+        return real_one(model, ex, *args, **kwargs)
+
+    monkeypatch.setattr(D, "qrscore_one", counting)
+    resumed = D.qrscore(tiny_llama, moved, progress=False, store=tmp_path)
+    assert calls == [e.id for e in moved], "stale scores of other data were reused"
+    assert torch.equal(resumed.scores, D.qrscore(tiny_llama, moved, progress=False).scores)
+    header = json.loads((tmp_path / "qrscore.jsonl").read_text().splitlines()[0])
+    assert header["settings"]["weights"] == tiny_llama.weights_id
 
 
 def test_corrupt_store_line_is_an_error(tiny_llama, tmp_path):

@@ -1,5 +1,6 @@
 """Evaluation of decoding methods on task data: scoring, resuming, clear errors."""
 
+import dataclasses
 import json
 
 import pytest
@@ -7,9 +8,10 @@ import pytest
 from dysco_interp.cli import main
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
-from dysco_interp.evaluate import evaluate, format_table, summarise
+from dysco_interp.decoding.sampling import SamplingConfig
+from dysco_interp.evaluate import evaluate, format_table, instance_id, summarise
 from dysco_interp.heads import HeadSet
-from dysco_interp.runner import ResultStore
+from dysco_interp.runner import StoreMismatchError, read_store
 from dysco_interp.tasks import make_dataset
 
 
@@ -30,48 +32,49 @@ def heads(model):
 
 
 def test_records_are_scored_and_a_rerun_does_nothing(tiny_llama, pt_data, tmp_path):
-    store = ResultStore(tmp_path / "r.jsonl")
-    new = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), store, progress=False)
-    assert len(new) == 4 and {r["method"] for r in new} == {"vanilla", "dysco"}
+    run = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), tmp_path / "r.jsonl",
+                   progress=False)
+    new = run.new
+    assert len(new) == 4 and {r["method"] for r in new} == {"vanilla", "dysco"} and run.records == new
     for r in new:
         assert {"accuracy", "partial_accuracy", "step_accuracy", "extraction_rate", "output"} <= set(r)
         assert r["length"] == 1950 and r["n_tokens"] == pt_data[r["index"]].n_tokens
     again = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama),
-                     ResultStore(tmp_path / "r.jsonl"), progress=False)
-    assert again == []
-    table = format_table(summarise(store.records(), ["accuracy"]), ["accuracy"])
+                     tmp_path / "r.jsonl", progress=False)
+    assert again.new == [] and again.records == new
+    table = format_table(summarise(again.records, ["accuracy"]), ["accuracy"])
     assert "dysco" in table and "vanilla" in table
 
 
 def test_batched_sdpa_evaluation_stores_what_the_bridge_does(tiny_llama, pt_data, tmp_path):
     ref = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama),
-                   ResultStore(tmp_path / "bridge.jsonl"), progress=False)
+                   tmp_path / "bridge.jsonl", progress=False).new
     fast = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama),
-                    ResultStore(tmp_path / "sdpa.jsonl"), progress=False, backend="sdpa", batch_size=2)
+                    tmp_path / "sdpa.jsonl", progress=False, backend="sdpa", batch_size=2).new
     def by_key(records):
         return {(r["method"], r["index"]): r["output"] for r in records}
     assert by_key(fast) == by_key(ref) and len(fast) == 4
     assert {r["timings"]["batch_size"] for r in fast} == {2} and {r["backend"] for r in fast} == {"sdpa"}
     with pytest.raises(ConfigError, match="batch_size"):
         evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama),
-                 ResultStore(tmp_path / "x.jsonl"), progress=False, batch_size=0)
+                 tmp_path / "x.jsonl", progress=False, batch_size=0)
 
 
 def test_a_killed_run_resumes_with_only_the_missing_items(tiny_llama, pt_data, tmp_path):
     path = tmp_path / "r.jsonl"
-    evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data[:1], methods(), heads(tiny_llama), ResultStore(path), progress=False)
+    evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data[:1], methods(), heads(tiny_llama), path, progress=False)
     with open(path, "a") as f:
         f.write('{"accuracy": 0.0, "metho')  # killed while writing the next record
-    resumed = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), ResultStore(path), progress=False)
-    assert {(r["index"], r["method"]) for r in resumed} == {(1, "vanilla"), (1, "dysco")}
-    assert len(ResultStore(path).records()) == 4
+    resumed = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), path, progress=False)
+    assert {(r["index"], r["method"]) for r in resumed.new} == {(1, "vanilla"), (1, "dysco")}
+    assert len(read_store(path).records) == 4
 
 
 def test_data_for_another_tokenizer_is_refused(tiny, pt_data, tmp_path):
     if tiny.spec.name == "tiny-llama":
         pytest.skip("same tokenizer")
     with pytest.raises(ConfigError, match="regenerate the data"):
-        evaluate(tiny, tiny.spec.name, "path_traversal", pt_data[:1], methods(), heads(tiny), ResultStore(tmp_path / "r.jsonl"), progress=False)
+        evaluate(tiny, tiny.spec.name, "path_traversal", pt_data[:1], methods(), heads(tiny), tmp_path / "r.jsonl", progress=False)
 
 
 def test_cli_make_data_then_evaluate(tmp_path, capsys):
@@ -85,7 +88,7 @@ def test_cli_make_data_then_evaluate(tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "uniattns" in printed and "step_accuracy" in printed
-    records = [json.loads(line) for line in out.read_text().splitlines()]
+    records = read_store(out).records
     assert sorted(r["method"] for r in records) == ["dysco", "uniattns", "vanilla"]
     assert [r["config"]["tau"] for r in records if r["method"] == "uniattns"] == [0.8]
 
@@ -115,9 +118,165 @@ def test_a_batch_killed_mid_way_keeps_the_methods_that_finished(tiny_llama, pt_d
         return real(*args, **kwargs)
 
     monkeypatch.setattr(dysco, "_decode_rows", dies_on_the_second_method)
-    store = ResultStore(tmp_path / "r.jsonl")
     with pytest.raises(KeyboardInterrupt):
-        evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), store,
+        evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), tmp_path / "r.jsonl",
                  progress=False, backend="sdpa", batch_size=2)
-    kept = ResultStore(tmp_path / "r.jsonl").records()
+    kept = read_store(tmp_path / "r.jsonl").records
     assert {(r["method"], r["index"]) for r in kept} == {("vanilla", 0), ("vanilla", 1)}
+
+
+# ---------------------------------------------------------------------------- results keyed by their settings
+
+
+def run_one(model, data, out, configs=None, head_set=None, **kw):
+    return evaluate(model, "tiny-llama", "path_traversal", data, configs or methods(), head_set or heads(model), out,
+                    progress=False, **kw)
+
+
+def other_heads(model):
+    s = model.spec
+    return HeadSet([(1, 1), (3, 2)], model=s.name, n_layers=s.n_layers, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads)
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"beta": 3.0}, "beta"),
+    ({"top_p": 0.5}, "top_p"),
+    ({"max_new_tokens": 5}, "max_new_tokens"),
+    ({"sampling": SamplingConfig(temperature=0.7, seed=1)}, "sampling.temperature"),
+    ({"sampling": SamplingConfig(seed=10**6)}, "sampling.seed"),
+])
+def test_a_rerun_with_other_method_settings_is_refused_naming_the_field(tiny_llama, pt_data, tmp_path, change, field):
+    out = tmp_path / "r.jsonl"
+    run_one(tiny_llama, pt_data[:1], out)
+    before = out.read_bytes()
+    changed = {m: c.replace(**change) for m, c in methods().items()}
+    with pytest.raises(StoreMismatchError, match=field.replace(".", r"\.")) as err:
+        run_one(tiny_llama, pt_data[:1], out, changed)
+    assert "\n" not in str(err.value) and out.read_bytes() == before
+    moved = run_one(tiny_llama, pt_data[:1], out, changed, if_differs="new")
+    assert moved.path == tmp_path / "r.2.jsonl" and len(moved.new) == 2
+    assert out.read_bytes() == before
+
+
+def test_other_heads_backend_or_weights_are_refused(tiny_llama, pt_data, tmp_path, monkeypatch):
+    out = tmp_path / "r.jsonl"
+    run_one(tiny_llama, pt_data[:1], out)
+    with pytest.raises(StoreMismatchError, match="heads"):
+        run_one(tiny_llama, pt_data[:1], out, head_set=other_heads(tiny_llama))
+    with pytest.raises(StoreMismatchError, match="backend"):
+        run_one(tiny_llama, pt_data[:1], out, backend="sdpa")
+    monkeypatch.setattr(type(tiny_llama), "weights_id", property(lambda self: "other-weights"))
+    with pytest.raises(StoreMismatchError, match="weights"):
+        run_one(tiny_llama, pt_data[:1], out)
+
+
+def test_a_new_method_joins_an_existing_store(tiny_llama, pt_data, tmp_path):
+    out = tmp_path / "r.jsonl"
+    run_one(tiny_llama, pt_data[:1], out, {"vanilla": methods()["vanilla"]})
+    run = run_one(tiny_llama, pt_data[:1], out)  # vanilla is done; dysco is added
+    assert [r["method"] for r in run.new] == ["dysco"] and len(run.records) == 2
+
+
+def test_every_record_carries_the_settings_that_made_it(tiny_llama, pt_data, tmp_path):
+    run = run_one(tiny_llama, pt_data[:1], tmp_path / "r.jsonl")
+    header = read_store(run.path).header
+    assert header["purpose"] == "evaluate"
+    assert set(header["settings"]) == {"model", "weights", "dtype", "device", "task", "backend"}
+    by_method = {r["method"]: r for r in run.records}
+    for method, record in by_method.items():
+        settings = record["settings"]
+        assert {k: settings[k] for k in header["settings"]} == header["settings"]
+        assert settings["method"]["method"] == method and settings["method"]["sampling"]["temperature"] == 0.0
+        assert record["instance"] == instance_id(pt_data[0])
+    assert by_method["dysco"]["settings"]["method"]["heads"] == [[1, 0], [2, 3]]
+    assert by_method["vanilla"]["settings"]["method"]["heads"] is None
+
+
+def test_instances_are_known_by_content_not_id(tiny_llama, pt_data, tmp_path):
+    from dysco_interp.tiny_models import tiny_tokenizer
+
+    out = tmp_path / "r.jsonl"
+    run_one(tiny_llama, pt_data[:1], out)
+    other_seed = make_dataset("path_traversal", tiny_tokenizer("llama"), 1950, n=1, seed=1, progress=False)
+    assert other_seed[0].index == pt_data[0].index and other_seed[0].target_tokens == pt_data[0].target_tokens
+    run = run_one(tiny_llama, other_seed, out)
+    assert len(run.new) == 2, "data of another seed is decoded, not answered from the store"
+    same_id = dataclasses.replace(other_seed[0], id=pt_data[0].id)  # e.g. two files of one length
+    assert len(run_one(tiny_llama, [same_id], out).new) == 2
+    assert len(run_one(tiny_llama, [same_id, *pt_data[:1]], out).new) == 0
+    assert len(read_store(out).records) == 6
+
+
+def test_the_task_must_match_the_data(tiny_llama, pt_data, tmp_path):
+    with pytest.raises(ConfigError, match="not mrcr"):
+        evaluate(tiny_llama, "tiny-llama", "mrcr", pt_data[:1], methods(), heads(tiny_llama), tmp_path / "r.jsonl",
+                 progress=False)
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    import dysco_interp.models as models
+
+    def refuse(*a, **k):
+        raise AssertionError("the model was loaded although the command should have stopped before")
+
+    monkeypatch.setattr(models, "load_model", refuse)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("data")
+    assert main(["make-data", "path_traversal", "--model", "tiny-llama", "--lengths", "1950", "--n", "1",
+                 "--out", str(out)]) == 0
+    return out
+
+
+def evaluate_argv(data, out, *extra):
+    return ["evaluate", "--model", "tiny-llama", "--data", str(data), "--methods", "vanilla", "--out", str(out),
+            "--max-new-tokens", "4", *extra]
+
+
+def test_cli_rerun_with_other_settings_stops_before_loading_the_model(data_dir, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "r.jsonl"
+    assert main(evaluate_argv(data_dir, out)) == 0
+    capsys.readouterr()
+    import dysco_interp.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    for extra, field in ((["--max-new-tokens", "5"], "max_new_tokens"), (["--temperature", "0.5"], "temperature"),
+                         (["--backend", "sdpa"], "backend"), (["--seed", "3"], "seed")):
+        assert main(evaluate_argv(data_dir, out, *extra)) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("dysco-interp: error:") and field in err and "\n" not in err, err
+    monkeypatch.undo()
+    assert main(evaluate_argv(data_dir, out, "--max-new-tokens", "5", "--if-settings-differ", "new")) == 0
+    assert "r.2.jsonl" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kind", ["folder", "data file", "head file", "text"])
+def test_cli_out_that_is_no_store_is_refused_untouched(data_dir, tmp_path, capsys, no_model_load, kind):
+    out = {"folder": tmp_path, "data file": next(data_dir.glob("*.jsonl"))}.get(kind, tmp_path / "x.json")
+    if kind == "head file":
+        out.write_text('[["1-0", 0.5]]')
+    elif kind == "text":
+        out.write_text("line one\nline two")
+    before = None if out.is_dir() else out.read_bytes()
+    assert main(evaluate_argv(data_dir, out)) == 2
+    err = capsys.readouterr().err
+    assert "not a dysco-interp result store" in err or "folder" in err
+    assert before is None or out.read_bytes() == before
+
+
+def test_cli_task_that_does_not_match_the_data(data_dir, tmp_path, capsys, no_model_load):
+    data = next(data_dir.glob("*.jsonl"))
+    assert main(evaluate_argv(data, tmp_path / "r.jsonl", "--task", "mrcr")) == 2
+    assert "not mrcr" in capsys.readouterr().err
+
+
+def test_cli_evaluate_json_prints_only_json(data_dir, tmp_path, capsys):
+    out = tmp_path / "r.jsonl"
+    assert main(evaluate_argv(data_dir, out, "--json")) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["results"] == str(out) and printed["new_records"] == 1
+    assert printed["rows"][0]["method"] == "vanilla" and printed["rows"][0]["n"] == 1

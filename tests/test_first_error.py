@@ -170,12 +170,13 @@ def test_main_analyses_stored_records_resumes_and_draws(model, instances, tmp_pa
     data_dir = tmp_path / "data"
     save_dataset(data_dir / f"path_traversal_{LENGTH}.jsonl", instances)
     heads = tiny_heads(model).to_json(tmp_path / "heads.json")
-    results = ResultStore(tmp_path / "eval.jsonl")
+    results = ResultStore(tmp_path / "eval.jsonl", settings={})
     wrong, _ = wrong_city_output(instances[1], 2)
-    base = {"model": "tiny-llama", "task": "path_traversal", "length": LENGTH, "seed": 0}
+    base = {"model": "tiny-llama", "task": "path_traversal", "length": LENGTH, "seed": 0, "config": {}}
     results.append({**base, "method": "vanilla", "index": 0, "id": instances[0].id, "output": instances[0].completion})
     results.append({**base, "method": "vanilla", "index": 1, "id": instances[1].id, "output": wrong})
     results.append({**base, "method": "dysco", "index": 1, "id": instances[1].id, "output": instances[1].completion})
+    results.close()
     out = tmp_path / "out"
     args = ["--results", str(tmp_path / "eval.jsonl"), "--model", "tiny-llama", "--data-dir", str(data_dir),
             "--heads", str(heads), "--out-dir", str(out)]

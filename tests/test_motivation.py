@@ -130,7 +130,7 @@ def test_step_scores_line_up_with_the_answer_tokens(model, data, monkeypatch):
 
 
 def new_store(path, draws=2):
-    return ResultStore(path, motivation.KEY, header=motivation.store_header(draws, 0, 0.05))
+    return ResultStore(path, motivation.KEY, motivation.store_header(draws, 0, 0.05))
 
 
 def run_compute(model, data, store, calls=None):
@@ -173,6 +173,7 @@ def test_a_killed_run_resumes_without_redoing_finished_instances(model, data, tm
     store = new_store(path)
     assert len(store) == 2
     assert run_compute(model, data, store) == 2
+    store.close()
     assert calls == [data[LENGTHS[1]][0].id, data[LENGTHS[1]][1].id]
     again = {(r["length"], r["index"]): r for r in new_store(path).records()}
     assert again == full  # deterministic: the redone records equal the first run's
@@ -184,6 +185,7 @@ def test_a_store_refuses_other_settings_or_another_dtype(model, data, tmp_path):
     store = new_store(path)
     store.append({"model": "tiny-llama", "task": "path_traversal", "length": 1, "seed": 0, "index": 0,
                   "dtype": "bfloat16", "qrheads": {"heads": tiny_heads(model).labels()}})
+    store.close()
     with pytest.raises(ConfigError, match="other settings"):
         new_store(path, draws=3)
     with pytest.raises(ConfigError, match="bfloat16"):
@@ -235,7 +237,7 @@ def fake_records() -> list[dict]:
 
 
 def write_fake_store(out: Path) -> None:
-    store = ResultStore(out / motivation.STORE_NAME, motivation.KEY, header=motivation.store_header(5, 0, 0.05))
+    store = ResultStore(out / motivation.STORE_NAME, motivation.KEY, motivation.store_header(5, 0, 0.05))
     for r in fake_records():
         store.append(r)
 
@@ -269,6 +271,9 @@ def test_figures_only_refuses_a_missing_or_foreign_store(tmp_path):
     with pytest.raises(ConfigError, match="no results"):
         motivation.main(["--figures-only", "--out-dir", str(tmp_path)])
     (tmp_path / motivation.STORE_NAME).write_text(json.dumps({"model": "m"}) + "\n")
+    with pytest.raises(ConfigError, match="not a dysco-interp result store"):
+        motivation.main(["--figures-only", "--out-dir", str(tmp_path)])
+    (tmp_path / motivation.STORE_NAME).write_text(json.dumps({"kind": "header", "analysis": "x"}) + "\n")
     with pytest.raises(ConfigError, match="not a motivation store"):
         motivation.main(["--figures-only", "--out-dir", str(tmp_path)])
 

@@ -214,8 +214,11 @@ def test_read_records_is_read_only_and_tolerant(tmp_path):
     path.write_text(lines[1] + "\nnot json\n" + lines[2] + "\n")
     with pytest.raises(ConfigError, match="line 2"):
         read_records(path)
-    path.write_text(json.dumps({"model": "m"}) + "\n")
+    path.write_text(lines[0] + "\n" + json.dumps({"model": "m"}) + "\n")
     with pytest.raises(ConfigError, match="lacks"):
+        read_records(path)
+    path.write_text(json.dumps({"model": "m"}) + "\n")
+    with pytest.raises(ConfigError, match="not a dysco-interp result store"):
         read_records(path)
 
 

@@ -53,8 +53,9 @@ def test_stores_follow_the_planned_layout(small_run):
     expected = [f"mrcr/{MODEL}_1k_tau.jsonl", f"path_traversal/{MODEL}_1k.jsonl",
                 *(f"{d}/{MODEL}_{t}_1k.jsonl" for d in ("ablations", "robustness") for t in ("path_traversal", "mrcr"))]
     for name in expected:
-        lines = (out / name).read_text().splitlines()
-        assert lines and all(json.loads(x)["model"] == MODEL for x in lines), name
+        header, *records = [json.loads(x) for x in (out / name).read_text().splitlines()]
+        assert header["kind"] == "dysco-interp-store" and header["settings"]["model"] == MODEL, name
+        assert records and all(r["model"] == MODEL and r["settings"]["model"] == MODEL for r in records), name
 
 
 def test_path_traversal_table(small_run):

@@ -63,7 +63,9 @@ def cell_of(record: Mapping) -> Cell:
 
 
 def instance_of(record: Mapping) -> tuple:
-    # the id names the data seed too; `seed` is only the evaluation's
+    # current stores name an instance by its content; format-1 records only by seed, index and id
+    if "instance" in record:
+        return ("instance", record["instance"])
     return (record.get("seed"), record.get("index"), record.get("id"))
 
 

@@ -1,17 +1,17 @@
 """Read evaluation result stores (JSONL written by ResultStore) for tables, read-only.
 
-Unlike opening a ResultStore, reading never rewrites the file: a line cut short by a
-killed run (the unfinished last line) is skipped, and settings headers are skipped.
+Reading never rewrites the file (`runner.read_store`): a line cut short by a killed run is
+skipped, and the settings header is not a record.
 """
 
 from __future__ import annotations
 
 import glob
-import json
 from collections.abc import Iterable
 from pathlib import Path
 
 from dysco_interp.errors import ConfigError
+from dysco_interp.runner import read_store
 
 REQUIRED_FIELDS = ("model", "task", "method", "index", "config")
 
@@ -30,27 +30,15 @@ def expand(patterns: Iterable[str]) -> tuple[list[Path], list[str]]:
 
 
 def read_records(path: str | Path) -> list[dict]:
-    path = Path(path)
-    lines = path.read_text(encoding="utf-8").split("\n")
-    records = []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:  # no newline after it: a write cut short, that item never finished
-                continue
-            raise ConfigError(f"{path}: line {i + 1} is not valid JSON") from None
-        if not isinstance(record, dict):
-            raise ConfigError(f"{path}: line {i + 1} is not a JSON object")
-        if record.get("kind") == "header":
-            continue
+    """The evaluation records of one store (either format), checked to be evaluation records."""
+    contents = read_store(path)
+    if contents is None:
+        return []
+    for record in contents.records:
         missing = [f for f in REQUIRED_FIELDS if f not in record]
         if missing:
-            raise ConfigError(f"{path}: line {i + 1} lacks {', '.join(missing)}; not an evaluation record")
-        records.append(record)
-    return records
+            raise ConfigError(f"{path}: a record lacks {', '.join(missing)}; not an evaluation store")
+    return contents.records
 
 
 def load_records(patterns: Iterable[str]) -> tuple[list[dict], list[Path], list[str]]:
