@@ -11,6 +11,8 @@ from functools import lru_cache
 
 import torch
 
+from dysco_interp.errors import ModelNotFoundError
+
 STYLES = ("llama", "qwen2", "qwen3", "gemma3")
 
 _SPECIAL = [
@@ -123,7 +125,9 @@ def tiny_tokenizer(style: str = "llama"):
 
 def _check_style(style: str) -> None:
     if style not in STYLES:
-        raise ValueError(f"unknown tiny model style {style!r}; choose one of {', '.join(STYLES)}")
+        raise ModelNotFoundError(
+            f"unknown tiny model {'tiny-' + str(style)!r}; choose one of {', '.join('tiny-' + s for s in STYLES)}"
+        )
 
 
 def tiny_config(style: str, vocab_size: int, **overrides):
