@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dysco_interp.analysis.replay import AttentionReplay, replay_path_traversal
+from dysco_interp.checks import check_int, typed
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.generate import GenerationResult
 from dysco_interp.errors import ConfigError
@@ -62,13 +63,19 @@ def run_demo(
 
     from dysco_interp.decoding.dysco import compare_methods
 
-    dysco = dysco or DecodingConfig()
+    if max_new_tokens is not None:
+        check_int("max_new_tokens", max_new_tokens, minimum=1)  # 0 used to mean "the default"
+    dysco = DecodingConfig() if dysco is None else dysco
+    if not isinstance(dysco, DecodingConfig):
+        raise ConfigError(f"dysco must be a DecodingConfig, got {typed(dysco)}")
+    if not isinstance(heads, HeadSet):
+        raise ConfigError(f"heads must be a HeadSet, got {typed(heads)}")
     if not dysco.uses_heads:
         raise ConfigError(f"the demo compares vanilla with a DySCO method, got {dysco.method!r}")
     with tqdm(total=4, desc="demo", unit="stage", disable=not progress) as bar:
         bar.set_postfix_str("making the instance")
         instance = generate_instance(model.tokenizer, length, seed=seed, hops=hops)
-        budget = max_new_tokens or instance.completion_n_tokens + ANSWER_MARGIN
+        budget = instance.completion_n_tokens + ANSWER_MARGIN if max_new_tokens is None else max_new_tokens
         configs = {
             "vanilla": DecodingConfig(method="vanilla", max_new_tokens=budget),
             "dysco": dysco.replace(max_new_tokens=budget, record_positions=True),

@@ -8,11 +8,13 @@ is `run_detect`, which returns an exit code and lets `DyscoError`s reach the mai
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shlex
 import sys
 from pathlib import Path
 
-from dysco_interp.errors import ConfigError
+from dysco_interp import cli_args
+from dysco_interp.errors import ConfigError, NoSignalError
 
 METHOD_CHOICES = ("qrscore", "qrscore-ndcg", "copy", "copy-paste")
 DEFAULT_N = 20
@@ -30,34 +32,30 @@ def add_detect_parser(subparsers) -> argparse.ArgumentParser:
     )
     p.add_argument("--model", default=None, help="registry alias, local folder or hub name (default: the default model)")
     p.add_argument("--data", default="needle-qa", help="'needle-qa' (generated) or a needle-QA JSONL from make-data")
-    p.add_argument("--n", type=int, default=None, help="examples: to generate (default 20), or the first N of --data FILE")
+    p.add_argument("--n", type=cli_args.positive_int, default=None,
+                   help="examples: to generate (default 20), or the first N of --data FILE")
     p.add_argument("--length", default="2k", help="target prompt length in tokens, e.g. 8k or 4000 (default 2k)")
     p.add_argument("--method", choices=METHOD_CHOICES, default="qrscore")
-    p.add_argument("--top-k", type=int, default=16, help="heads to keep (default 16)")
-    p.add_argument("--seed", type=int, default=0, help="data seed (and split-half seed)")
+    p.add_argument("--top-k", type=cli_args.positive_int, default=16, help="heads to keep (default 16)")
+    p.add_argument("--seed", type=cli_args.seed, default=0, help="data seed (and split-half seed)")
     p.add_argument("--out", required=True, help="head file to write (JSON)")
     p.add_argument("--split-half", action="store_true", help="also report top-k overlap of two disjoint halves")
     p.add_argument("--resume-dir", default=None, help="folder for per-example records; a re-run resumes there")
     p.add_argument("--compare", default=None, help="a head file to compare the result with (overlap, Jaccard)")
-    p.add_argument("--max-new-tokens", type=int, default=12, help="copy-paste: greedy tokens per example")
+    p.add_argument("--max-new-tokens", type=cli_args.positive_int, default=12,
+                   help="copy-paste: greedy tokens per example")
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N")
     p.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--threads", type=cli_args.positive_int, default=None, help="torch CPU threads")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_detect)
     return p
 
 
 def _check_args(args) -> None:
-    """Everything that can be checked before loading a model."""
+    """Everything that can be checked before loading a model (numeric ranges: argparse types)."""
     from dysco_interp.tasks.common import parse_length
 
-    for name in ("n", "top_k", "max_new_tokens"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
-    if args.seed < 0:
-        raise ConfigError(f"--seed must be >= 0, got {args.seed}")
     args.length_tokens = parse_length(args.length)
     if Path(args.out).suffix.lower() != ".json":
         raise ConfigError(f"--out must name a .json head file, got {args.out!r}")
@@ -73,21 +71,69 @@ def _load_compare(path: str | None):
     return load_heads(path)  # a malformed or missing file fails here, before the model loads
 
 
-def _load_examples(args, model):
-    from dysco_interp.detect import make_detection_data
-    from dysco_interp.tasks import get_task, load_dataset
+def _data_file(args) -> Path | None:
+    """--data as a file to read, or None for generated needle-QA data; checked before the model loads."""
+    from dysco_interp.tasks import get_task
 
-    data_path = Path(args.data)
-    if data_path.suffix.lower() == ".jsonl" or data_path.is_file():
-        if not data_path.is_file():
-            raise ConfigError(f"--data file not found: {args.data}")
-        examples = load_dataset(data_path)
-        if not examples or any(getattr(x, "task", None) != "needle_qa" for x in examples):
-            raise ConfigError(f"{args.data}: expected needle_qa examples (make-data needle_qa)")
-        return examples if args.n is None else examples[: args.n]
-    if get_task(args.data).name != "needle_qa":
+    path = Path(args.data)
+    if path.is_file() or path.suffix.lower() == ".jsonl":
+        return path
+    try:
+        task = get_task(args.data).name
+    except ConfigError:
+        if path.exists():
+            return path  # a folder: the loader says so
+        raise ConfigError(
+            f"--data {args.data!r} is neither 'needle-qa' (generated) nor an existing JSONL file"
+        ) from None
+    if task != "needle_qa":
         raise ConfigError(f"--data {args.data!r}: detection uses needle-QA data ('needle-qa' or its JSONL)")
+    return None
+
+
+def _load_file_examples(path: Path, n: int | None) -> list:
+    """Needle-QA examples from a make-data file, read before the model loads."""
+    from dysco_interp.errors import DataError
+    from dysco_interp.tasks import load_dataset
+
+    examples = load_dataset(path)  # missing, folder, binary, truncated or empty: one DataError
+    if any(getattr(x, "task", None) != "needle_qa" for x in examples):
+        raise DataError(f"{path}: expected needle_qa examples (make-data needle_qa)")
+    return examples if n is None else examples[:n]
+
+
+def _generated_examples(args, model):
+    from dysco_interp.detect import make_detection_data
+
     return make_detection_data(model, args.n or DEFAULT_N, args.length_tokens, args.seed, progress=not args.no_progress)
+
+
+def informative_top(result, top_k: int, method: str) -> tuple[int, str | None]:
+    """How many of the top-k heads carry a score, and a note when that is fewer than top_k.
+
+    Copy-paste scores count copies, so a head that never copied scores 0 and ranks only by
+    its index: listing L0H0..L0H7 as "top heads" would be noise presented as a finding.
+    A NoSignalError when no head scores at all (or every head scores the same).
+    """
+    from dysco_interp.detect import COPY_PASTE, resolve_method
+
+    scores = [s for _, s in result.ranking()]
+    n = len(result.per_example)
+    if resolve_method(method) == COPY_PASTE:
+        positive = sum(s > 0 for s in scores)
+        if positive == 0:
+            raise NoSignalError(
+                f"every copy-paste score is zero on {n} example(s): no head's most-attended token was a gold-document "
+                "token that the model then copied, so there is nothing to rank and no head file was written; try "
+                "more examples (--n), more new tokens (--max-new-tokens), a larger model, or --method qrscore"
+            )
+        if positive < top_k:
+            return positive, (f"only {positive} head(s) have a non-zero copy-paste score on {n} example(s); "
+                              f"the head file keeps those {positive}, not {top_k}")
+        return top_k, None
+    if scores and max(scores) == min(scores):
+        raise NoSignalError(f"every head scored {scores[0]:g} on {n} example(s): no ranking; nothing was written")
+    return top_k, None
 
 
 def format_head_table(headset) -> str:
@@ -114,11 +160,17 @@ def run_detect(args) -> int:
 
     _check_args(args)
     reference = _load_compare(args.compare)
-    if args.threads:
+    data_file = _data_file(args)
+    file_examples = None if data_file is None else _load_file_examples(data_file, args.n)
+    if args.resume_dir:
+        args.on_interrupt = f"finished examples are kept in {args.resume_dir}; the same command resumes"
+    if args.threads is not None:
         torch.set_num_threads(args.threads)
     from dysco_interp import packaged_models
 
-    model = load_model(args.model or packaged_models.DEFAULT_MODEL, device=args.device, dtype=args.dtype)
+    # load_model's status line is not output: stdout carries the head table only
+    with contextlib.redirect_stdout(sys.stderr):
+        model = load_model(args.model or packaged_models.DEFAULT_MODEL, device=args.device, dtype=args.dtype)
     if reference is not None:
         reference.validate_for(model.spec, allow_other_model=reference.model is None)
     # QRScore skips sliding-window layers: fail now rather than after the whole run
@@ -128,20 +180,23 @@ def run_detect(args) -> int:
         raise ConfigError(
             f"--top-k {args.top_k} is larger than the {n_scorable} heads of {model.spec.name} that {args.method} scores"
         )
-    examples = _load_examples(args, model)
+    examples = file_examples if file_examples is not None else _generated_examples(args, model)
     result = detect(
         model, examples, seed=args.seed, method=args.method, progress=not args.no_progress,
         store=args.resume_dir, max_new_tokens=args.max_new_tokens,
     )
-    headset = result.headset(args.top_k, command=_command_line())
+    top_k, note = informative_top(result, args.top_k, args.method)
+    if note:
+        print(f"dysco-interp: note: {note}", file=sys.stderr)
+    headset = result.headset(top_k, command=_command_line())
     print(f"\n{headset.method} on {model.spec.name}: top {len(headset)} of {headset.extra['n_scored_heads']} "
           f"scored heads, {len(examples)} examples")
     print(format_head_table(headset))
     if args.split_half:
-        sh = split_half(result, args.top_k, args.seed)
+        sh = split_half(result, top_k, args.seed)
         headset = dataclasses.replace(headset, extra={**headset.extra, "split_half": sh.as_dict()})
         print(f"split-half (seed {args.seed}, {len(sh.halves[0])} + {len(sh.halves[1])} examples): "
-              f"top-{args.top_k} overlap {sh.overlap.count}/{args.top_k}, Jaccard {sh.overlap.jaccard:.3f}")
+              f"top-{top_k} overlap {sh.overlap.count}/{top_k}, Jaccard {sh.overlap.jaccard:.3f}")
     if reference is not None:
         ov = head_overlap(headset, reference)
         print(f"vs {args.compare}: {ov.count} shared heads of {ov.size_a} / {ov.size_b}, Jaccard {ov.jaccard:.3f}")
@@ -154,7 +209,7 @@ def run_detect(args) -> int:
     return 0
 
 
-__all__ = ["add_detect_parser", "format_head_table", "run_detect"]
+__all__ = ["add_detect_parser", "format_head_table", "informative_top", "run_detect"]
 
 
 if __name__ == "__main__":  # pragma: no cover - normally run as `dysco-interp detect-heads`

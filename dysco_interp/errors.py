@@ -23,3 +23,14 @@ class ContextLengthError(DyscoError, ValueError):
 
 class ConfigError(DyscoError, ValueError):
     """An invalid parameter: dtype, device, sampling or decoding settings."""
+
+
+class DataError(ConfigError):
+    """An input data file cannot be used: missing, not UTF-8, truncated, empty, or not task data.
+
+    A ConfigError too, so code that catches bad input keeps catching it.
+    """
+
+
+class NoSignalError(DyscoError):
+    """A measurement carries no information, e.g. every head's copy-paste score is zero."""

@@ -205,46 +205,45 @@ def evaluate(
 
         todo = [(inst, h) for inst, h in zip(instances, ids) if any(key(h, m) not in store for m in methods)]
         new: list[dict] = []
-        bar = tqdm(total=len(todo), desc=f"{task} x {len(methods)} methods", disable=not progress)
-        for start in range(0, len(todo), batch_size):
-            batch = todo[start : start + batch_size]
-            pending = {m: c for m, c in methods.items() if any(key(h, m) not in store for _, h in batch)}
-            thinking = {inst.enable_thinking for inst, _ in batch}
-            if len(thinking) != 1:
-                raise ConfigError("instances decoded together must share enable_thinking")
-            thinking = thinking.pop()
-            prompts = [adapter.prompt(inst) for inst, _ in batch]
-            prepared = [prepare_prompt(model, p, thinking) for p in prompts]
-            for (inst, _), prep in zip(batch, prepared):
-                check_same_tokenizer(inst, len(prep.ids))
-            pending = {m: c.replace(enable_thinking=thinking) for m, c in pending.items()}
-            # each method's records are stored as soon as it finishes, so a kill loses at most one
-            # span masses cost a host copy of the relevance every step: only for traces that are kept
-            spans = [adapter.spans(inst) for inst, _ in batch] if keep_trace else None
-            results = iter_methods(model, prompts, pending, heads, spans=spans, prepared=prepared, backend=backend)
-            for method, rows in results:
-                for (inst, h), res in zip(batch, rows):
-                    if key(h, method) in store:
-                        continue
-                    record = {
-                        "model": model_name, "task": task, "length": inst.target_tokens, "method": method,
-                        "index": inst.index, "id": inst.id, "instance": h,
-                        "n_tokens": inst.n_tokens,
-                        "output": res.text,
-                        "finished": res.finished,
-                        **adapter.score(res.text, inst),
-                        "timings": res.timings.as_dict(),
-                        # `config` is what the tables group by; `settings` is everything that made the record
-                        "config": {k: v for k, v in vars(pending[method]).items() if k != "sampling"},
-                        "backend": backend,
-                        "settings": {**shared, "method": wanted[method]},
-                    }
-                    if keep_trace and res.trace is not None:
-                        record["trace"] = res.trace.to_dict()
-                    store.append(record)
-                    new.append(record)
-            bar.update(len(batch))
-        bar.close()
+        with tqdm(total=len(todo), desc=f"{task} x {len(methods)} methods", disable=not progress) as bar:
+            for start in range(0, len(todo), batch_size):
+                batch = todo[start : start + batch_size]
+                pending = {m: c for m, c in methods.items() if any(key(h, m) not in store for _, h in batch)}
+                thinking = {inst.enable_thinking for inst, _ in batch}
+                if len(thinking) != 1:
+                    raise ConfigError("instances decoded together must share enable_thinking")
+                thinking = thinking.pop()
+                prompts = [adapter.prompt(inst) for inst, _ in batch]
+                prepared = [prepare_prompt(model, p, thinking) for p in prompts]
+                for (inst, _), prep in zip(batch, prepared):
+                    check_same_tokenizer(inst, len(prep.ids))
+                pending = {m: c.replace(enable_thinking=thinking) for m, c in pending.items()}
+                # each method's records are stored as soon as it finishes, so a kill loses at most one
+                # span masses cost a host copy of the relevance every step: only for traces that are kept
+                spans = [adapter.spans(inst) for inst, _ in batch] if keep_trace else None
+                results = iter_methods(model, prompts, pending, heads, spans=spans, prepared=prepared, backend=backend)
+                for method, rows in results:
+                    for (inst, h), res in zip(batch, rows):
+                        if key(h, method) in store:
+                            continue
+                        record = {
+                            "model": model_name, "task": task, "length": inst.target_tokens, "method": method,
+                            "index": inst.index, "id": inst.id, "instance": h,
+                            "n_tokens": inst.n_tokens,
+                            "output": res.text,
+                            "finished": res.finished,
+                            **adapter.score(res.text, inst),
+                            "timings": res.timings.as_dict(),
+                            # `config` is what the tables group by; `settings` is everything that made the record
+                            "config": {k: v for k, v in vars(pending[method]).items() if k != "sampling"},
+                            "backend": backend,
+                            "settings": {**shared, "method": wanted[method]},
+                        }
+                        if keep_trace and res.trace is not None:
+                            record["trace"] = res.trace.to_dict()
+                        store.append(record)
+                        new.append(record)
+                bar.update(len(batch))
         records = [store.get(key(h, m)) for h in dict.fromkeys(ids) for m in methods]
         return EvaluationRun(records, new, store.path)
 

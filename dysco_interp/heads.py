@@ -24,13 +24,14 @@ import operator
 import os
 import random
 import re
-import tempfile
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 from dysco_interp import __version__
+from dysco_interp.atomic import atomic_open
+from dysco_interp.checks import brief
 from dysco_interp.errors import ConfigError, DyscoError
 
 FORMAT = "dysco-interp/heads"
@@ -92,7 +93,7 @@ def geometry_of(obj: Any) -> Geometry:
         obj = obj.spec  # a LoadedModel
     if isinstance(obj, (tuple, list)):
         if len(obj) not in (2, 3):
-            raise ConfigError(f"geometry tuple must be (n_layers, n_heads[, n_kv_heads]), got {obj!r}")
+            raise ConfigError(f"geometry tuple must be (n_layers, n_heads[, n_kv_heads]), got {brief(obj)}")
         vals = [_positive_int(v, "geometry value") for v in obj]
         return Geometry(None, vals[0], vals[1], vals[2] if len(vals) == 3 else None)
     if hasattr(obj, "n_layers") and hasattr(obj, "n_heads"):
@@ -139,15 +140,15 @@ _LABEL_PATTERNS = (
 def parse_head_label(text: str) -> Head:
     """Parse 'L16H3', '16-3' or '(16, 3)' into (16, 3); anything else is a HeadSetError."""
     if not isinstance(text, str):
-        raise HeadSetError(f"head label must be a string, got {type(text).__name__} {text!r}")
+        raise HeadSetError(f"head label must be a string, got {type(text).__name__} {brief(text)}")
     for pattern in _LABEL_PATTERNS:
         m = pattern.match(text.strip())
         if m:
             layer, head = int(m.group(1)), int(m.group(2))
             if layer < 0 or head < 0:
-                raise HeadSetError(f"head label {text!r} has a negative index")
+                raise HeadSetError(f"head label {brief(text)} has a negative index")
             return layer, head
-    raise HeadSetError(f"bad head label {text!r}: expected 'layer-head' ('16-3'), 'L16H3' or '(16, 3)'")
+    raise HeadSetError(f"bad head label {brief(text)}: expected 'layer-head' ('16-3'), 'L16H3' or '(16, 3)'")
 
 
 # --------------------------------------------------------------------------- checks
@@ -166,7 +167,7 @@ def _is_intlike(x: Any) -> bool:
 
 def _nonneg_int(x: Any, what: str) -> int:
     if not _is_intlike(x):
-        raise HeadSetError(f"{what} must be an integer, got {type(x).__name__} {x!r}")
+        raise HeadSetError(f"{what} must be an integer, got {type(x).__name__} {brief(x)}")
     v = operator.index(x)
     if v < 0:
         raise HeadSetError(f"{what} must be >= 0, got {v}")
@@ -182,11 +183,11 @@ def _positive_int(x: Any, what: str) -> int:
 
 def _score(x: Any, what: str) -> float:
     if isinstance(x, (bool, str)) or x is None:
-        raise HeadSetError(f"{what} must be a number, got {type(x).__name__} {x!r}")
+        raise HeadSetError(f"{what} must be a number, got {type(x).__name__} {brief(x)}")
     try:
         v = float(x)
     except (TypeError, ValueError):
-        raise HeadSetError(f"{what} must be a number, got {type(x).__name__} {x!r}") from None
+        raise HeadSetError(f"{what} must be a number, got {type(x).__name__} {brief(x)}") from None
     if not math.isfinite(v):
         raise HeadSetError(f"{what} must be finite, got {v}")
     return v
@@ -194,7 +195,7 @@ def _score(x: Any, what: str) -> float:
 
 def _opt_str(x: Any, what: str) -> str | None:
     if x is not None and not isinstance(x, str):
-        raise HeadSetError(f"{what} must be a string or null, got {type(x).__name__} {x!r}")
+        raise HeadSetError(f"{what} must be a string or null, got {type(x).__name__} {brief(x)}")
     return x
 
 
@@ -203,10 +204,10 @@ def _head_pair(x: Any, what: str) -> Head:
         return parse_head_label(x)
     # Sets and mappings have no order; anything else must be a length-2 sequence.
     if isinstance(x, (Mapping, set, frozenset, bytes)) or not hasattr(x, "__len__"):
-        raise HeadSetError(f"{what} must be a (layer, head) pair, got {type(x).__name__} {x!r}")
+        raise HeadSetError(f"{what} must be a (layer, head) pair, got {type(x).__name__} {brief(x)}")
     items = list(x)
     if len(items) != 2:
-        raise HeadSetError(f"{what} must have 2 elements (layer, head), got {len(items)}: {x!r}")
+        raise HeadSetError(f"{what} must have 2 elements (layer, head), got {len(items)}: {brief(x)}")
     return _nonneg_int(items[0], f"{what} layer"), _nonneg_int(items[1], f"{what} head")
 
 
@@ -263,9 +264,9 @@ class HeadSet:
         if geo["n_kv_heads"] is not None and geo["n_heads"] is not None and geo["n_heads"] % geo["n_kv_heads"]:
             raise HeadSetError(f"n_heads ({geo['n_heads']}) is not a multiple of n_kv_heads ({geo['n_kv_heads']})")
         if not isinstance(self.method, str) or not self.method:
-            raise HeadSetError(f"method must be a non-empty string, got {self.method!r}")
+            raise HeadSetError(f"method must be a non-empty string, got {brief(self.method)}")
         if not isinstance(self.package_version, str):
-            raise HeadSetError(f"package_version must be a string, got {self.package_version!r}")
+            raise HeadSetError(f"package_version must be a string, got {brief(self.package_version)}")
         for k in ("model", "data", "command"):
             _opt_str(getattr(self, k), k)
         n_examples = None if self.n_examples is None else _nonneg_int(self.n_examples, "n_examples")
@@ -346,7 +347,7 @@ class HeadSet:
     def top(self, k: int) -> "HeadSet":
         """The first k heads (ranking order), provenance kept; k larger than the set is an error."""
         if not _is_intlike(k) or operator.index(k) < 1:
-            raise ConfigError(f"top(k) needs an integer k >= 1, got {k!r}")
+            raise ConfigError(f"top(k) needs an integer k >= 1, got {brief(k)}")
         k = operator.index(k)
         if k > len(self):
             raise ConfigError(f"top({k}) asked of a head set of {len(self)} heads")
@@ -437,7 +438,7 @@ class HeadSet:
         cls, d: Any, spec: Any = None, allow_other_model: bool = False, source: str = "<dict>"
     ) -> "HeadSet":
         """Read our own format (as produced by to_dict), checking every field."""
-        hs = _wrap(source, lambda: _ours_from_dict(d))
+        hs = _wrap(source, lambda: _ours_from_dict(_check_depth(d)))
         return hs if spec is None else _wrap(source, lambda: hs.validate_for(spec, allow_other_model))
 
     def to_json(self, path: str | os.PathLike) -> Path:
@@ -447,15 +448,8 @@ class HeadSet:
             text = json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
         except (TypeError, ValueError) as e:
             raise HeadSetError(f"head set cannot be written as JSON (check `extra`): {e}") from e
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_open(path) as f:
+            f.write(text)
         return path
 
     @classmethod
@@ -485,7 +479,7 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in pairs:
         if k in out:
-            raise HeadSetError(f"duplicate key {k!r}")
+            raise HeadSetError(f"duplicate key {brief(k)}")
         out[k] = v
     return out
 
@@ -494,12 +488,35 @@ def _reject_constant(name: str) -> Any:
     raise HeadSetError(f"{name} is not a valid number in a head file")
 
 
+# Every head format nests at most five levels (our `extra` holds the score matrix); a file
+# that nests far deeper is not a head file, and deep values would overflow the stack later.
+MAX_DEPTH = 32
+
+
+def _check_depth(obj: Any) -> Any:
+    """HeadSetError when containers nest deeper than MAX_DEPTH; iterative, so any depth is safe."""
+    stack, seen = [(obj, 1)], set()
+    while stack:
+        x, depth = stack.pop()
+        if not isinstance(x, (list, tuple, Mapping)) or id(x) in seen:
+            continue
+        if depth > MAX_DEPTH:
+            raise HeadSetError(f"values nest more than {MAX_DEPTH} levels deep; not a head file")
+        seen.add(id(x))
+        children = list(x.keys()) + list(x.values()) if isinstance(x, Mapping) else x
+        stack.extend((c, depth + 1) for c in children)
+    return obj
+
+
 def _parse_json_text(text: str, source: str) -> Any:
     def parse() -> Any:
         try:
-            return json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
+            obj = json.loads(text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant)
         except json.JSONDecodeError as e:
             raise HeadSetError(f"not valid JSON: {e}") from None
+        except RecursionError:
+            raise HeadSetError(f"values nest more than {MAX_DEPTH} levels deep; not a head file") from None
+        return _check_depth(obj)
 
     return _wrap(source, parse)
 
@@ -524,25 +541,45 @@ def _parse_yaml_text(text: str, source: str) -> Any:
         raise HeadFileError(f"{source}: reading YAML needs PyYAML (pip install pyyaml)") from e
 
     class _StrictSafeLoader(yaml.SafeLoader):
-        """SafeLoader (no python/* tags: nothing is constructed or run) that refuses duplicate keys."""
+        """SafeLoader (no python/* tags: nothing is constructed or run) that refuses duplicate
+        and unhashable keys (a list as a key would otherwise be a TypeError, not a file error)."""
 
         def construct_mapping(self, node, deep=False):
             keys = set()
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=True)
-                if key in keys:
+                try:
+                    duplicate = key in keys
+                except TypeError:
                     raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r}", key_node.start_mark
+                        None, None, f"unhashable key {brief(key)}", key_node.start_mark
+                    ) from None
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {brief(key)}", key_node.start_mark
                     )
                 keys.add(key)
             return super().construct_mapping(node, deep=deep)
 
     try:
-        return yaml.load(text, Loader=_StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
+        obj = yaml.load(text, Loader=_StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:
+        raise HeadFileError(f"{source}: values nest more than {MAX_DEPTH} levels deep; not a head file") from None
     except yaml.YAMLError as e:
         tagged = "python/" in str(e)
         why = " (python-specific tags such as !!python/tuple are refused; write [layer, head])" if tagged else ""
-        raise HeadFileError(f"{source}: not valid safe YAML{why}: {e}") from None
+        raise HeadFileError(f"{source}: not valid safe YAML{why}: {_yaml_problem(e)}") from None
+    return _wrap(source, lambda: _check_depth(obj))
+
+
+def _yaml_problem(error) -> str:
+    """PyYAML's message on one line: the problem and where it is (its str() spans several lines)."""
+    problem = getattr(error, "problem", None) or getattr(error, "context", None)
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    if problem is None:
+        return " ".join(str(error).split())
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"
 
 
 def _require(cond: bool, msg: str) -> None:
@@ -562,15 +599,16 @@ _OURS_REQUIRED = {"format", "format_version", "heads", "method", "package_versio
 
 def _ours_from_dict(d: Any) -> HeadSet:
     _require(isinstance(d, Mapping), f"expected a JSON object (our head file format), got {type(d).__name__}")
-    _require(d.get("format") == FORMAT, f"'format' must be {FORMAT!r}, got {d.get('format')!r}")
+    _require(d.get("format") == FORMAT, f"'format' must be {FORMAT!r}, got {brief(d.get('format'))}")
     version = d.get("format_version")
-    _require(_is_intlike(version), f"'format_version' must be an integer, got {version!r}")
+    _require(_is_intlike(version), f"'format_version' must be an integer, got {brief(version)}")
+    _require(version >= 1, f"'format_version' must be 1 or more, got {version}")
     _require(
         version <= FORMAT_VERSION,
         f"format_version {version} is newer than this dysco-interp reads ({FORMAT_VERSION}); upgrade it",
     )
     unknown = set(d) - _OURS_KEYS
-    _require(not unknown, f"unknown field(s) {sorted(unknown)}; known: {sorted(_OURS_KEYS)}")
+    _require(not unknown, f"unknown field(s) {sorted(map(str, unknown))}; known: {sorted(_OURS_KEYS)}")
     missing = _OURS_REQUIRED - set(d)
     _require(not missing, f"missing field(s) {sorted(missing)}")
     rows = d["heads"]
@@ -578,16 +616,16 @@ def _ours_from_dict(d: Any) -> HeadSet:
     _require(len(rows) > 0, "'heads' is an empty list")
     heads, scores = [], []
     for i, row in enumerate(rows):
-        _require(isinstance(row, Mapping), f"heads[{i}] must be an object with layer/head, got {row!r}")
+        _require(isinstance(row, Mapping), f"heads[{i}] must be an object with layer/head, got {brief(row)}")
         extra_keys = set(row) - {"layer", "head", "label", "score"}
-        _require(not extra_keys, f"heads[{i}] has unknown field(s) {sorted(extra_keys)}")
+        _require(not extra_keys, f"heads[{i}] has unknown field(s) {sorted(map(str, extra_keys))}")
         _require("layer" in row and "head" in row, f"heads[{i}] needs 'layer' and 'head'")
         layer = _nonneg_int(row["layer"], f"heads[{i}].layer")
         head = _nonneg_int(row["head"], f"heads[{i}].head")
         if "label" in row:
             _require(
                 row["label"] == head_label(layer, head),
-                f"heads[{i}].label {row['label']!r} disagrees with layer {layer}, head {head}",
+                f"heads[{i}].label {brief(row['label'])} disagrees with layer {layer}, head {head}",
             )
         heads.append((layer, head))
         scores.append(row.get("score"))
@@ -619,7 +657,7 @@ def _pick_model_entry(d: Mapping, spec: Any, what: str) -> tuple[str, Any]:
     """From {model name: value}, the entry for `spec`'s model, or the only entry."""
     _require(len(d) > 0, f"empty mapping: expected {what}")
     for k in d:
-        _require(isinstance(k, str), f"mapping keys must be model names (strings), got {k!r}")
+        _require(isinstance(k, str), f"mapping keys must be model names (strings), got {brief(k)}")
     if spec is not None:
         name = geometry_of(spec).name
         if name is not None:
@@ -641,7 +679,7 @@ def _qrhead_pairs(obj: Any) -> tuple[list[Head], list[float]]:
     for i, item in enumerate(obj):
         _require(
             isinstance(item, list) and len(item) == 2 and isinstance(item[0], str),
-            f"entry #{i} must be [\"layer-head\", score], got {item!r}",
+            f"entry #{i} must be [\"layer-head\", score], got {brief(item)}",
         )
         heads.append(parse_head_label(item[0]))
         scores.append(_score(item[1], f"score of entry #{i} ({item[0]})"))
@@ -655,7 +693,7 @@ def _qrhead_string(text: Any) -> list[Head]:
         raise HeadSetError("'full_heads' means every head (QRHead's full-head retriever), not a head set")
     parts = text.split(",")
     for i, p in enumerate(parts):
-        _require(p.strip() != "", f"empty entry #{i} in head string {text!r}")
+        _require(p.strip() != "", f"empty entry #{i} in head string {brief(text)}")
     return [parse_head_label(p) for p in parts]
 
 
@@ -685,7 +723,7 @@ def _dysco_list(obj: Any, spec: Any) -> tuple[list[Head], str | None]:
     for i, item in enumerate(obj):
         _require(
             isinstance(item, (list, str)),
-            f"entry #{i} must be [layer, head] or '(layer, head)', got {type(item).__name__} {item!r}",
+            f"entry #{i} must be [layer, head] or '(layer, head)', got {type(item).__name__} {brief(item)}",
         )
         heads.append(_head_pair(item, f"entry #{i}"))
     return heads, model
@@ -702,9 +740,9 @@ def _retrieval_head(obj: Any) -> tuple[list[Head], list[float], int | None]:
     lengths = set()
     for label, vals in obj.items():
         head = parse_head_label(label)
-        _require(isinstance(vals, list), f"scores of {label!r} must be a list of numbers, got {vals!r}")
-        _require(len(vals) > 0, f"scores of {label!r} are an empty list")
-        nums = [_score(v, f"score #{j} of {label!r}") for j, v in enumerate(vals)]
+        _require(isinstance(vals, list), f"scores of {brief(label)} must be a list of numbers, got {brief(vals)}")
+        _require(len(vals) > 0, f"scores of {brief(label)} are an empty list")
+        nums = [_score(v, f"score #{j} of {brief(label)}") for j, v in enumerate(vals)]
         lengths.add(len(nums))
         rows.append((head, math.fsum(nums) / len(nums)))
     rows.sort(key=lambda r: -r[1])  # stable: ties keep file order
@@ -782,7 +820,7 @@ def _resolve_fmt(fmt: str | None) -> str | None:
         return None
     key = _FMT_ALIASES.get(fmt, fmt)
     if key not in FORMATS:
-        raise ConfigError(f"unknown head file format {fmt!r}; use one of {', '.join(FORMATS)}")
+        raise ConfigError(f"unknown head file format {brief(fmt)}; use one of {', '.join(FORMATS)}")
     return key
 
 
@@ -817,12 +855,12 @@ def load_heads(
             elif ext == ".json" or fmt is not None:
                 obj = _parse_json_text(text, source)
             else:
-                raise HeadFileError(f"{path}: unknown extension {ext!r}: use .json or .yaml, or pass fmt=")
+                raise HeadFileError(f"{path}: unknown extension {brief(ext)}: use .json or .yaml, or pass fmt=")
         elif isinstance(path_or_obj, (str, os.PathLike)) and _looks_like_path(path_or_obj):
             raise HeadFileError(f"head file not found: {path_or_obj}")
         elif isinstance(path_or_obj, str):
             source = "<string>"
-        hs = _wrap(source, lambda: _from_parsed(obj, fmt or _sniff(obj), spec, source_name))
+        hs = _wrap(source, lambda: _from_parsed(_check_depth(obj), fmt or _sniff(obj), spec, source_name))
     if spec is not None:
         hs = _wrap(source, lambda: _adopt_geometry(hs, spec, allow_other_model))
     if top_k is not None:
@@ -924,11 +962,11 @@ def available_shipped_heads() -> list[str]:
 def shipped_heads(alias: str, spec: Any = None, allow_other_model: bool = False) -> HeadSet:
     """The packaged head set for a model alias; a clear error lists the available ones."""
     if not isinstance(alias, str) or not re.fullmatch(r"[A-Za-z0-9._-]+", alias) or alias.startswith("."):
-        raise ConfigError(f"invalid head-file alias {alias!r}")
+        raise ConfigError(f"invalid head-file alias {brief(alias)}")
     available = available_shipped_heads()
     if alias not in available:
         listed = ", ".join(available) if available else "none yet (run `dysco-interp detect-heads`)"
-        raise HeadFileError(f"no shipped head file for {alias!r}; available: {listed}")
+        raise HeadFileError(f"no shipped head file for {brief(alias)}; available: {listed}")
     resource = resources.files("dysco_interp").joinpath(_HEAD_FILES_DIR, f"{alias}.json")
     source = f"dysco_interp/{_HEAD_FILES_DIR}/{alias}.json"
     obj = _parse_json_text(resource.read_text(encoding="utf-8"), source)
@@ -957,7 +995,7 @@ def paper_heads(model: str = "qwen3-8b") -> HeadSet:
     """The head set the DySCO release ships for `model` (only Qwen3-8B is recorded)."""
     key = normalize_model_id(model) if isinstance(model, str) else None
     if key not in _PAPER_HEADS:
-        raise ConfigError(f"no DySCO paper head list for {model!r}; known: {', '.join(sorted(_PAPER_HEADS))}")
+        raise ConfigError(f"no DySCO paper head list for {brief(model)}; known: {', '.join(sorted(_PAPER_HEADS))}")
     return HeadSet(**_PAPER_HEADS[key])
 
 

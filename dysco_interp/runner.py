@@ -26,7 +26,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 from filelock import FileLock, Timeout
 
+from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
 
 STORE_KIND = "dysco-interp-store"
@@ -203,19 +203,6 @@ def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 DEFAULT_KEY = ("model", "task", "length", "method", "seed", "index")
 
 
@@ -291,7 +278,8 @@ class ResultStore:
         try:
             contents = read_store(self.path)  # again: another writer may have finished meanwhile
             if contents is None:
-                _write_atomic(self.path, canonical_json(self._new_header()) + "\n")
+                with atomic_open(self.path) as f:  # a header is never torn
+                    f.write(canonical_json(self._new_header()) + "\n")
                 return None
             if contents.header is None:
                 raise StoreError(

@@ -82,16 +82,14 @@ def test_a_padded_batch_gives_each_row_its_own_result(tiny, backend):
             assert row.timings.batch_size == 3
 
 
-def test_rows_stop_on_their_own_end_of_sequence(tiny_llama):
+def test_rows_stop_on_their_own_end_of_sequence(tiny_llama, monkeypatch):
     prompts = [PROMPT, *OTHERS]
     config = DecodingConfig(method="vanilla", max_new_tokens=N_NEW)
     alone = [compare_methods(tiny_llama, p, {"v": config}, backend="sdpa")["v"] for p in prompts]
     eos = alone[1].tokens[3]  # pretend this token ends a sequence
-    tiny_llama.prefill_model.generation_config.eos_token_id = eos
-    try:
-        batched = generate_batch(tiny_llama, prompts, {"v": config}, backend="sdpa")["v"]
-    finally:
-        tiny_llama.prefill_model.generation_config.eos_token_id = None
+    # the model is shared by every test: monkeypatch puts back whatever value it had
+    monkeypatch.setattr(tiny_llama.prefill_model.generation_config, "eos_token_id", eos)
+    batched = generate_batch(tiny_llama, prompts, {"v": config}, backend="sdpa")["v"]
     for row, ref in zip(batched, alone):
         cut = ref.tokens.index(eos) + 1 if eos in ref.tokens else len(ref.tokens)
         assert row.tokens == ref.tokens[:cut] and row.finished == (eos in ref.tokens)

@@ -241,6 +241,9 @@ def _corrupt(tmp_path, **changes) -> Path:
         (dict(format="other"), "'format' must be"),
         (dict(format_version=99), "newer"),
         (dict(format_version="1"), "format_version"),
+        (dict(format_version=0), "'format_version' must be 1 or more, got 0"),
+        (dict(format_version=-1), "'format_version' must be 1 or more, got -1"),
+        (dict(format_version=True), "'format_version' must be an integer"),
         (dict(heads=...), "missing field"),
         (dict(heads=[]), "empty"),
         (dict(heads="L2H3"), "'heads' must be a list"),
@@ -427,6 +430,46 @@ def test_yaml_duplicate_keys_refused(tmp_path):
     path.write_text('tiny-llama: "1-1"\ntiny-llama: "2-2"\n')
     with pytest.raises(HeadFileError, match="duplicate key"):
         load_heads(path)
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("deep.json", DEEP, "values nest more than 32 levels deep"),
+    ("deep.yaml", DEEP, "values nest more than 32 levels deep"),
+    ("deep_block.yaml", "".join("  " * i + "-\n" for i in range(2000)), "values nest more than 32 levels deep"),
+    ("deep40.json", "[" * 40 + "]" * 40, "values nest more than 32 levels deep"),
+    ("deep_value.json", '{"m": ' + "[" * 5000 + "]" * 5000 + "}", "values nest more than 32 levels deep"),
+    ("list_key.yaml", "? [[17, 3]]\n: [[1, 2]]\n", r"unhashable key \[\[17, 3\]\] at line 1, column 3"),
+    ("flow_list_key.yaml", "{[17, 3]: x}\n", "unhashable key"),
+    ("nested_list_key.yaml", "tiny-llama:\n  ? [1, 2]\n  : x\n", "unhashable key .* at line 2"),
+    ("mapping_key.yaml", "? {a: 1}\n: [[1, 2]]\n", "unhashable key"),
+    ("lists_of_lists.json", "[[[[1, 2]], 3]]", "entry #0 layer must be an integer, got list"),
+    ("huge_entry.json", "[[" + ", ".join(["1"] * 100_000) + "]]", r"got 100000: \[1, 1, 1, 1, 1, 1, \.\.\.\]"),
+    ("mixed_keys.yaml", "format: dysco-interp/heads\nformat_version: 1\nmethod: m\npackage_version: '1'\n"
+                        "heads: [{layer: 0, head: 0}]\n1: a\n~: b\n", r"unknown field\(s\) \['1', 'None'\]"),
+    ("unclosed.yaml", "[1, 2\n", r"not valid safe YAML: expected ',' or '\]', but got '<stream end>' at line 2"),
+])
+def test_hostile_files_are_one_line_head_file_errors(tmp_path, name, text, message):
+    # each used to escape as RecursionError, TypeError, or a YAML message over several lines
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(HeadFileError, match=message) as err:
+        load_heads(path)
+    assert str(path) in str(err.value) and "\n" not in str(err.value) and len(str(err.value)) < 500
+
+
+def test_hostile_objects_are_head_set_errors():
+    deep: list = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(HeadSetError, match="nest more than 32 levels"):
+        load_heads(deep)
+    with pytest.raises(HeadSetError, match="nest more than 32 levels"):
+        HeadSet.from_dict({**sample_set().to_dict(), "extra": {"x": deep}})
+    with pytest.raises(HeadSetError, match="must have 2 elements"):
+        HeadSet([[[1, 2]]])
 
 
 def test_wrong_format_forced():

@@ -1,6 +1,7 @@
 """Path Traversal generator, spans, scorers, LongProc compatibility, registry and make-data CLI."""
 
 import argparse
+import gzip
 import json
 from pathlib import Path
 
@@ -17,8 +18,8 @@ from dysco_interp.tasks.names import city_names
 from dysco_interp.tiny_models import STYLES, tiny_tokenizer
 
 DATA = Path(__file__).parent / "data" / "longproc_excerpt.json"
-# The full reference file, where the repository sits beside the project's shared/ folder.
-FULL_REFERENCE = Path(__file__).resolve().parents[2] / "shared" / "reference" / "longproc_path_traversal_0.5k.json"
+# The graphs of all 200 LongProc instances (tests/data/README.md says what was kept and why).
+GRAPHS = Path(__file__).parent / "data" / "longproc_path_traversal_0.5k_graphs.json.gz"
 
 _TOKENIZERS: dict = {}
 
@@ -108,9 +109,14 @@ def test_graph_statistics_discriminate():
     assert stats["distractor_into_route"] == 0.0 and stats["distractor_in_cycle"] == 1.0
 
 
-@pytest.mark.skipif(not FULL_REFERENCE.exists(), reason="full LongProc reference file not beside the repo")
 def test_stored_reference_statistics_are_those_of_the_full_file(excerpt):
-    records = json.loads(FULL_REFERENCE.read_text())
+    graphs = json.loads(gzip.decompress(GRAPHS.read_bytes()))
+    assert "princeton-pli/LongProc" in graphs["source"] and "Apache" in graphs["license"]
+    records = graphs["instances"]
+    assert len(records) == excerpt["reference_statistics"]["n_records"] == 200
+    # the same release as the excerpt: its instances are the first ones, field for field
+    for index, rec in zip(excerpt["indices"], excerpt["instances"]):
+        assert records[index] == {k: rec[k] for k in graphs["fields"]}
     assert pt.graph_statistics(records) == pytest.approx(excerpt["reference_statistics"])
 
 
@@ -401,6 +407,8 @@ def test_make_data_cli(tmp_path, capsys):
             "1",
             "--hops",
             "3",
+            "--yarn",  # tiny models have a 2048-token context; these lengths need it extended
+            "4",
             "--out",
             str(tmp_path),
         ]

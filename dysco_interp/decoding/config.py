@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 
+from dysco_interp.checks import brief, check_bool, check_int, check_number, check_seed, typed
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
 from dysco_interp.errors import ConfigError
@@ -22,7 +22,11 @@ METHODS = {
 
 @dataclass(frozen=True)
 class DecodingConfig:
-    """One decoding method and its parameters (the defaults are the paper's)."""
+    """One decoding method and its parameters (the defaults are the paper's).
+
+    Every field is type-checked on construction: a wrong type or range is a ConfigError naming
+    the field (`DecodingConfig(beta="2")`, `DecodingConfig(warmup=True)`).
+    """
 
     method: str = "dysco"
     beta: float = 2.0  # strength: log(beta) added to the selected keys' scores
@@ -39,19 +43,20 @@ class DecodingConfig:
     enable_thinking: bool | None = None  # forwarded to the chat template (Qwen3-style)
 
     def __post_init__(self):
-        if self.method not in METHODS:
-            raise ConfigError(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        if not isinstance(self.method, str) or self.method not in METHODS:
+            raise ConfigError(f"unknown method {brief(self.method)}; choose one of {', '.join(METHODS)}")
         relevance.check_beta(self.beta)
         relevance.check_selection_params(self.top_p, self.top_k)
         relevance.check_decay(self.decay)
-        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
-            raise ConfigError(f"warmup must be an integer >= 0, got {self.warmup!r}")
-        if not (isinstance(self.tau, (int, float)) and math.isfinite(self.tau) and self.tau > 0):
-            raise ConfigError(f"tau must be a finite number > 0, got {self.tau!r}")
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            raise ConfigError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        check_int("warmup", self.warmup, minimum=0)
+        check_bool("template_masking", self.template_masking)
+        check_number("tau", self.tau, above=0)
+        check_seed("head_seed", self.head_seed)
+        check_int("max_new_tokens", self.max_new_tokens, minimum=1)
         if not isinstance(self.sampling, SamplingConfig):
-            raise ConfigError("sampling must be a SamplingConfig")
+            raise ConfigError(f"sampling must be a SamplingConfig, got {typed(self.sampling)}")
+        check_bool("record_positions", self.record_positions)
+        check_bool("enable_thinking", self.enable_thinking, allow_none=True)
 
     @property
     def uses_heads(self) -> bool:
@@ -77,6 +82,6 @@ PRESETS: dict[str, DecodingConfig] = {
 
 
 def preset(name: str, **changes) -> DecodingConfig:
-    if name not in PRESETS:
-        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    if not isinstance(name, str) or name not in PRESETS:
+        raise ConfigError(f"unknown preset {brief(name)}; choose one of {', '.join(PRESETS)}")
     return PRESETS[name].replace(**changes)

@@ -23,6 +23,7 @@ from typing import Mapping, Sequence
 import torch
 
 from dysco_interp.chat import EncodedPrompt, Messages, as_messages, encode_chat
+from dysco_interp.checks import typed
 from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.backends import DecodeState, check_backend, make_backend
@@ -313,10 +314,61 @@ def generate_batch(
     return dict(iter_methods(model, prompts, configs, heads, spans, prepared, backend))
 
 
+def check_prompt(prompt, what: str = "prompt") -> None:
+    """ConfigError unless `prompt` is non-empty text or a non-empty list of chat messages."""
+    if prompt is None:
+        raise ConfigError(f"{what} is None; pass the prompt text or a list of chat messages")
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ConfigError(f"{what} is empty")
+        return
+    if isinstance(prompt, EncodedPrompt):
+        return  # prepare_prompt explains why it wants the text
+    if not isinstance(prompt, (list, tuple)) or not prompt:
+        raise ConfigError(f"{what} must be text or a non-empty list of chat messages, got {typed(prompt)}")
+    for i, message in enumerate(prompt):
+        if not (isinstance(message, Mapping) and isinstance(message.get("role"), str)
+                and isinstance(message.get("content"), str)):
+            raise ConfigError(f"{what}: message {i} must be a dict with string 'role' and 'content', "
+                              f"got {typed(message)}")
+
+
+def check_config(config, what: str = "config") -> None:
+    if not isinstance(config, DecodingConfig):
+        raise ConfigError(f"{what} must be a DecodingConfig (e.g. DecodingConfig(method='dysco') or "
+                          f"preset('paper')), got {typed(config)}")
+
+
+def check_configs(configs) -> None:
+    """ConfigError unless `configs` maps names to DecodingConfig objects."""
+    if not isinstance(configs, Mapping) or not configs:
+        raise ConfigError(f"configs must be a non-empty mapping of name -> DecodingConfig, got {typed(configs)}")
+    for name, config in configs.items():
+        check_config(config, f"config {name!r}")
+
+
+def check_heads(heads) -> None:
+    """ConfigError unless `heads` is a HeadSet or None; a list of pairs is named as such."""
+    if heads is not None and not isinstance(heads, HeadSet):
+        raise ConfigError(
+            f"heads must be a HeadSet, got {typed(heads)}: wrap (layer, head) pairs as HeadSet([...]), "
+            "or read a head file with heads.load_heads(path)"
+        )
+
+
 def iter_methods(model, prompts, configs, heads=None, spans=None, prepared=None, backend="bridge"):
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
     check_backend(backend)
+    check_configs(configs)
+    check_heads(heads)
+    if isinstance(prompts, (str, Mapping)) or prompts is None:
+        raise ConfigError(f"prompts must be a list of prompts, got {typed(prompts)}; for one prompt use "
+                          "dysco_generate or compare_methods")
     prompts = list(prompts)
+    if not prompts:
+        raise ConfigError("no prompts to decode")
+    for i, prompt in enumerate(prompts):
+        check_prompt(prompt, "prompt" if len(prompts) == 1 else f"prompt #{i}")
     if spans is not None and len(spans) != len(prompts):
         raise ConfigError(f"{len(spans)} span sets for {len(prompts)} prompts")
     by_thinking = _prepare_all(model, prompts, configs, prepared)
@@ -375,5 +427,8 @@ def dysco_generate(
     `heads`: the QRHeads (H*) for the dysco methods. `spans`: named token spans of the
     prompt (edges, documents) whose relevance mass the trace reports. `backend`: "bridge"
     (TransformerLens hooks), "sdpa" (fast, same tokens) or "static" (fastest on a GPU, same tokens).
+    Wrong argument types (a list of pairs for `heads`, a string or None for `config`, an empty
+    prompt) are ConfigErrors that say what to pass instead.
     """
+    check_config(config)
     return compare_methods(model, prompt, {config.method: config}, heads, spans, prepared, backend)[config.method]

@@ -9,6 +9,7 @@ from typing import Callable, Sequence
 import torch
 
 from dysco_interp.chat import Messages, encode_chat
+from dysco_interp.checks import brief, check_int, is_int, typed
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.sampling import GREEDY, Sampler, SamplingConfig
 from dysco_interp.errors import ConfigError
@@ -57,12 +58,19 @@ def prompt_ids(
     model: LoadedModel, prompt: str | Messages | Sequence[int], enable_thinking: bool | None = None
 ) -> list[int]:
     """Token ids of a prompt: raw ids pass through, text and messages get the chat template."""
-    if isinstance(prompt, str) or (prompt and isinstance(prompt[0], dict)):
+    if prompt is None:
+        raise ConfigError("prompt is None; pass text, chat messages or token ids")
+    if isinstance(prompt, str):
+        if not prompt.strip():
+            raise ConfigError("prompt is empty")
         return list(encode_chat(model.tokenizer, prompt, enable_thinking).input_ids)
-    ids = [int(t) for t in prompt]
-    if not ids:
-        raise ValueError("empty prompt")
-    return ids
+    if isinstance(prompt, (bytes, dict)) or not hasattr(prompt, "__len__") or len(prompt) == 0:
+        raise ConfigError(f"prompt must be text, chat messages or token ids, got {typed(prompt)}")
+    if isinstance(prompt[0], dict):
+        return list(encode_chat(model.tokenizer, prompt, enable_thinking).input_ids)
+    if not all(is_int(t) for t in prompt):
+        raise ConfigError(f"prompt token ids must be integers, got {brief(list(prompt[:8]))}")
+    return [int(t) for t in prompt]
 
 
 def decode_until_done(
@@ -96,8 +104,9 @@ def generate(
     chunk_size: int = runtime.DEFAULT_CHUNK,
 ) -> GenerationResult:
     """Plain generation (no intervention) with the bridge decoding on a prefilled cache."""
-    if max_new_tokens < 1:
-        raise ConfigError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    check_int("max_new_tokens", max_new_tokens, minimum=1)
+    if not isinstance(sampling, SamplingConfig):
+        raise ConfigError(f"sampling must be a SamplingConfig, got {typed(sampling)}")
     ids = prompt_ids(model, prompt, enable_thinking)
     model.check_fits(len(ids), max_new_tokens)
     sampler = Sampler(sampling, model.device)

@@ -6,12 +6,16 @@ from dataclasses import dataclass
 
 import torch
 
-from dysco_interp.errors import ConfigError
+from dysco_interp.checks import check_int, check_number, check_seed
 
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """temperature 0 means greedy; a seed makes sampling reproducible."""
+    """temperature 0 means greedy; a seed makes sampling reproducible.
+
+    Every field is type-checked: a string, None or bool where a number belongs is a ConfigError
+    that names the field.
+    """
 
     temperature: float = 0.0
     top_p: float = 1.0
@@ -19,12 +23,11 @@ class SamplingConfig:
     seed: int | None = None
 
     def __post_init__(self):
-        if not (self.temperature >= 0 and self.temperature != float("inf")):
-            raise ConfigError(f"temperature must be a finite number >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k < 0:
-            raise ConfigError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        check_number("temperature", self.temperature, at_least=0)
+        check_number("top_p", self.top_p, above=0, at_most=1)
+        check_int("top_k", self.top_k, minimum=0)
+        if self.seed is not None:
+            check_seed("seed", self.seed)
 
     @property
     def greedy(self) -> bool:

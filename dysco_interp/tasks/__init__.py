@@ -18,9 +18,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from dysco_interp.errors import ConfigError
+from dysco_interp.checks import brief
+from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.tasks import mrcr, needle_qa, path_traversal
-from dysco_interp.tasks.common import check_positive, read_jsonl, write_jsonl
+from dysco_interp.tasks.common import check_positive, iter_jsonl, write_jsonl
 
 
 @dataclass(frozen=True)
@@ -105,12 +106,17 @@ def make_dataset(
         raise ConfigError(
             f"task {spec.name!r} has no option(s) {', '.join(unknown)}; it accepts {', '.join(spec.options)}"
         )
-    indices: Iterable[int] = range(n)
-    if progress:
-        from tqdm.auto import tqdm
+    if not progress:
+        return [spec.generate(tokenizer, target_tokens, seed=seed, index=i, **options) for i in range(n)]
+    from tqdm.auto import tqdm
 
-        indices = tqdm(indices, desc=f"{spec.name} {target_tokens or ''}", unit="inst", leave=False)
-    return [spec.generate(tokenizer, target_tokens, seed=seed, index=i, **options) for i in indices]
+    # a context manager, so an error clears the bar and its message starts a clean line
+    with tqdm(total=n, desc=f"{spec.name} {target_tokens or ''}", unit="inst", leave=False) as bar:
+        out = []
+        for i in range(n):
+            out.append(spec.generate(tokenizer, target_tokens, seed=seed, index=i, **options))
+            bar.update()
+    return out
 
 
 def save_dataset(path: str | Path, instances: Iterable) -> Path:
@@ -119,13 +125,29 @@ def save_dataset(path: str | Path, instances: Iterable) -> Path:
 
 
 def load_dataset(path: str | Path) -> list:
-    """Read a JSONL file written by `save_dataset`, as instances of the right task class."""
-    records = read_jsonl(path)
+    """Read a JSONL file written by `save_dataset`, as instances of the right task class.
+
+    Every problem is a DataError naming the file (and the line, where there is one): a
+    missing file, a folder, binary or truncated content, a record of no known task, and a
+    file with no records at all (an empty data file would otherwise evaluate to an empty table).
+    """
     out = []
-    for i, rec in enumerate(records):
+    for number, rec in iter_jsonl(path):
+        where = f"{path}, line {number}"
         if "task" not in rec:
-            raise ConfigError(f"{path}: record {i} has no 'task' field; not a dysco-interp task file")
-        out.append(get_task(rec["task"]).instance_type.from_dict(rec))
+            raise DataError(f"{where}: the record has no 'task' field; not a dysco-interp task file")
+        try:
+            spec = get_task(rec["task"])
+        except ConfigError as e:
+            raise DataError(f"{where}: {e}") from None
+        try:
+            out.append(spec.instance_type.from_dict(rec))
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
+            # whatever the dataclass constructor trips on, the cause is the record's content
+            what = f"missing field {e}" if isinstance(e, KeyError) else brief(str(e))
+            raise DataError(f"{where}: not a valid {spec.name} record ({what}); regenerate it with make-data") from None
+    if not out:
+        raise DataError(f"{path} holds no records; make data with `dysco-interp make-data TASK --out DIR`")
     return out
 
 

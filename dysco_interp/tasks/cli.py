@@ -1,15 +1,18 @@
 """`dysco-interp make-data TASK ...`: write one JSONL per target length and print a summary.
 
 The main CLI wires it in with `add_make_data_parser(subparsers)`; the parser's default
-`func` is `run_make_data`.
+`func` is `run_make_data`. Every length is generated and checked (against the tolerance and
+the model's context) before any file is written, and each file is written atomically.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from pathlib import Path
 
+from dysco_interp import cli_args
 from dysco_interp.errors import ConfigError
 from dysco_interp.packaged_models import DEFAULT_MODEL
 from dysco_interp.tasks import TASKS, get_task, make_dataset, save_dataset
@@ -28,10 +31,14 @@ def add_make_data_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("task", metavar="TASK", help=f"one of: {', '.join(TASKS)}")
     p.add_argument("--model", default=None, help="model whose tokenizer measures length (default: the default model)")
     p.add_argument("--lengths", default="1k,2k,4k,8k", help="comma-separated target lengths, e.g. 1k,2k,4k,8k or 1500")
-    p.add_argument("--n", type=int, default=50, help="instances per length (default 50)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True, help="output folder (one TASK_LENGTH.jsonl per length)")
-    p.add_argument("--tolerance", type=float, default=0.05, help="allowed relative length error (default 0.05)")
+    p.add_argument("--n", type=cli_args.positive_int, default=50, help="instances per length (default 50)")
+    p.add_argument("--seed", type=cli_args.seed, default=0)
+    p.add_argument("--out", type=cli_args.output_folder, required=True,
+                   help="output folder (one TASK_LENGTH.jsonl per length)")
+    p.add_argument("--tolerance", type=cli_args.open_fraction, default=0.05,
+                   help="allowed relative length error (default 0.05)")
+    p.add_argument("--yarn", type=cli_args.positive_float, default=None, metavar="FACTOR",
+                   help="allow lengths up to the model's context x FACTOR (data for `evaluate --yarn FACTOR`)")
     p.add_argument(
         "--thinking",
         choices=("on", "off"),
@@ -46,9 +53,11 @@ def add_make_data_parser(subparsers) -> argparse.ArgumentParser:
     )
     g.add_argument("--topology", choices=("merge", "longproc"), default=None, help="distractor edge process")
     g = p.add_argument_group("mrcr")
-    g.add_argument("--needles", type=int, default=None, help="times the request repeats (2, 4 or 8; default 4)")
+    g.add_argument("--needles", type=cli_args.positive_int, default=None,
+                   help="times the request repeats (2, 4 or 8; default 4)")
     g = p.add_argument_group("needle_qa")
-    g.add_argument("--gold-position", type=float, default=None, help="relative depth of the gold document (0-1)")
+    g.add_argument("--gold-position", type=cli_args.unit_interval, default=None,
+                   help="relative depth of the gold document (0-1)")
     p.set_defaults(func=run_make_data)
     return p
 
@@ -99,19 +108,87 @@ def _range(values: list) -> str:
     return f"{lo}" if lo == hi else f"{mean:.0f} ({lo}-{hi})"
 
 
+def model_context_length(model: str, tokenizer) -> int | None:
+    """The model's context window from its config alone (no weights); None when it cannot be read."""
+    from transformers import AutoConfig
+
+    from dysco_interp import packaged_models
+
+    if model.startswith("tiny-"):
+        from dysco_interp.tiny_models import tiny_config
+
+        return tiny_config(model.removeprefix("tiny-"), vocab_size=len(tokenizer)).max_position_embeddings
+    try:
+        # load_tokenizer has converted a multi-file packaged model already; a single GGUF carries its config
+        packaged = packaged_models.REGISTRY.get(model)
+        location, kwargs = model, {}
+        if packaged is not None and packaged_models.is_converted(packaged):
+            location = packaged_models.converted_folder(packaged)
+        elif packaged is not None and len(packaged.chunks) == 1:
+            gguf = packaged_models.locate_chunks(packaged)[0]
+            location, kwargs = gguf.parent, {"gguf_file": gguf.name}
+        elif Path(model).is_dir() and not (Path(model) / "config.json").exists():
+            ggufs = sorted(Path(model).glob("*.gguf"))
+            if len(ggufs) == 1:
+                kwargs = {"gguf_file": ggufs[0].name}
+        with contextlib.redirect_stdout(sys.stderr):
+            config = AutoConfig.from_pretrained(str(location), **kwargs)
+        return int(config.max_position_embeddings)
+    except Exception:  # noqa: BLE001 - any failure only means the lengths cannot be checked
+        return None
+
+
+def context_limit(context: int | None, yarn: float | None) -> int | None:
+    """Prompt tokens the evaluation can hold: the context, times the YaRN factor when given."""
+    return None if context is None else int(context * (yarn or 1))
+
+
+def _check_context(lengths: list[int], context: int | None, args) -> None:
+    model = args.model or DEFAULT_MODEL
+    if context is None:
+        print(f"dysco-interp: note: the context length of {model} is unknown; lengths are not checked against it",
+              file=sys.stderr)
+        return
+    limit = context_limit(context, args.yarn)
+    too_long = [length for length in lengths if length > limit]
+    if too_long:
+        window = (f"{model}'s {context}-token context x {args.yarn:g} (YaRN) = {limit} tokens" if args.yarn
+                  else f"{model}'s {context}-token context; pass --yarn FACTOR for data that "
+                       "`evaluate --yarn FACTOR` can read")
+        raise ConfigError(f"--lengths {','.join(length_label(n) for n in too_long)}: longer than {window}")
+
+
 def run_make_data(args) -> int:
     spec = get_task(args.task)
     lengths = parse_lengths(args.lengths)
-    if args.n < 1:
-        raise ConfigError(f"--n must be at least 1, got {args.n}")
+    repeated = sorted({length_label(n) for n in lengths if lengths.count(n) > 1})
+    if repeated:
+        raise ConfigError(f"--lengths names {', '.join(repeated)} more than once")
     options = _options(spec.name, args)
     from dysco_interp.models import load_tokenizer
 
-    tokenizer = load_tokenizer(args.model or DEFAULT_MODEL)
-    out = Path(args.out)
-    rows = []
+    model = args.model or DEFAULT_MODEL
+    with contextlib.redirect_stdout(sys.stderr):  # status lines; stdout is the summary table
+        tokenizer = load_tokenizer(model)
+    context = model_context_length(model, tokenizer)
+    _check_context(lengths, context, args)
+    # every length is generated before anything is written: a length that cannot be
+    # reached (or does not fit) leaves no partial set of files behind
+    datasets = {}
     for length in lengths:
         data = make_dataset(spec.name, tokenizer, length, n=args.n, seed=args.seed, progress=True, **options)
+        limit = context_limit(context, args.yarn)
+        over = [x for x in data if limit is not None and x.n_tokens > limit]
+        if over:
+            raise ConfigError(
+                f"--lengths {length_label(length)}: {len(over)} instance(s) came out longer than the "
+                f"{limit} tokens {model} can take (up to {max(x.n_tokens for x in over)} tokens); "
+                "pick a shorter length or a smaller --tolerance"
+            )
+        datasets[length] = data
+    out = Path(args.out)
+    rows = []
+    for length, data in datasets.items():
         path = save_dataset(out / f"{spec.name}_{length_label(length)}.jsonl", data)
         summaries = [spec.summary(x) for x in data]
         row = {"target": length, "file": str(path)}

@@ -11,11 +11,12 @@ import json
 import math
 import random
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from dysco_interp.errors import ConfigError
+from dysco_interp.atomic import atomic_open
+from dysco_interp.errors import ConfigError, DataError
 
 Span = tuple[int, int]
 T = TypeVar("T")
@@ -201,25 +202,65 @@ def parse_lengths(text: str) -> list[int]:
 
 
 def write_jsonl(path: str | Path, records: Iterable) -> Path:
-    """One JSON object per line; objects with `to_dict` are converted."""
+    """One JSON object per line; objects with `to_dict` are converted.
+
+    Atomic: the lines go to a temporary file beside `path`, which then replaces it, so a
+    killed run or a record that cannot be serialised never leaves a truncated data file.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_open(path) as f:
         for rec in records:
             obj = rec.to_dict() if hasattr(rec, "to_dict") else rec
             f.write(json.dumps(obj, ensure_ascii=False) + "\n")
     return path
 
 
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for each non-blank line; a DataError names the file and the line.
+
+    Lines are decoded one at a time, so a binary file or a truncated last record is
+    reported where it is, not as a UnicodeDecodeError or JSONDecodeError from deep inside.
+    """
+    path = Path(path)
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        raise DataError(f"data file not found: {path}") from None
+    except IsADirectoryError:
+        raise DataError(f"{path} is a folder, not a JSONL data file") from None
+    except OSError as e:
+        raise DataError(f"cannot read data file {path}: {e.strerror or e}") from None
+    with f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"{path}, line {number}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                    "is it a JSONL data file?"
+                ) from None
+            if not line.strip():
+                continue
+            text = line.rstrip("\r\n")
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                # an error at the very end of the line, or a string never closed, means the record
+                # stops early: a cut-off write, not a typo
+                cut = e.pos >= len(text.rstrip()) or e.msg.startswith("Unterminated string")
+                where = f"{e.msg}{'' if e.msg.endswith(' at') else ' at'} column {e.colno}"
+                why = f"{where}; the record stops early, the file looks truncated" if cut else where
+                raise DataError(f"{path}, line {number}: not valid JSON ({why})") from None
+            except RecursionError:
+                raise DataError(f"{path}, line {number}: JSON nested too deeply to be a data record") from None
+            if not isinstance(obj, dict):
+                raise DataError(f"{path}, line {number}: expected a JSON object, got {type(obj).__name__}")
+            yield number, obj
+
+
 def read_jsonl(path: str | Path, cls=None) -> list:
     """Records of a JSONL file, as `cls.from_dict(...)` when a class is given."""
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                obj = json.loads(line)
-                out.append(cls.from_dict(obj) if cls is not None else obj)
-    return out
+    return [cls.from_dict(obj) if cls is not None else obj for _, obj in iter_jsonl(path)]
 
 
 def as_spans(values) -> list[Span]:

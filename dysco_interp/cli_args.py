@@ -1,0 +1,114 @@
+"""Argument types and the argument parser that every `dysco-interp` subcommand shares.
+
+The ranges come from `checks.py`, the same functions the Python configs call, so a flag and
+the config field it fills refuse the same values. Types run while the command line is
+parsed: a bad value costs nothing, never a model load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from dysco_interp.checks import check_int, check_number, check_seed
+from dysco_interp.errors import ConfigError
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with its errors on one line.
+
+    Stock argparse prints the whole usage before the message; for `generate` that is a
+    dozen lines that bury the one that matters. `--help` still shows the usage.
+    """
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _typed(convert, check):
+    """An argparse type: `convert` the text, then `check` it; both report through argparse."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except (TypeError, ValueError):
+            value = text  # the check names the range and quotes what was given
+        try:
+            return check(value)
+        except ConfigError as e:
+            # the checks say "value must be ..."; argparse already names the flag
+            raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
+
+    return parse
+
+
+def _int(text: str) -> int:
+    return int(str(text).strip())
+
+
+def _float(text: str) -> float:
+    return float(str(text).strip())
+
+
+positive_int = _typed(_int, lambda v: check_int("value", v, minimum=1))
+nonnegative_int = _typed(_int, lambda v: check_int("value", v, minimum=0))
+seed = _typed(_int, lambda v: check_seed("value", v))
+positive_float = _typed(_float, lambda v: check_number("value", v, above=0))
+nonnegative_float = _typed(_float, lambda v: check_number("value", v, at_least=0))
+probability = _typed(_float, lambda v: check_number("value", v, above=0, at_most=1))
+unit_interval = _typed(_float, lambda v: check_number("value", v, at_least=0, at_most=1))
+open_fraction = _typed(_float, lambda v: check_number("value", v, above=0, below=1))
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in (path, *path.parents):
+        if parent.exists():
+            return parent
+    return Path(".")
+
+
+def _check_writable_below(path: Path) -> None:
+    """The folders above `path` can be created: none of them is a file, the existing one is writable."""
+    anchor = _nearest_existing(path.parent if path.parent != path else path)
+    if not anchor.is_dir():
+        raise argparse.ArgumentTypeError(f"{anchor} is a file, so {path} cannot be created below it")
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {anchor} (permission denied)")
+
+
+def output_file(text: str) -> str:
+    """A file to (over)write: not an existing folder, and creatable."""
+    path = Path(text)
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; name the file to write inside it")
+    _check_writable_below(path)
+    return text
+
+
+def output_folder(text: str) -> str:
+    """A folder to write files in: an existing folder, or a path where one can be created."""
+    path = Path(text)
+    if not str(text).strip():
+        raise argparse.ArgumentTypeError("an empty path")
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is an existing file, not a folder")
+    _check_writable_below(path / "x")
+    return text
+
+
+__all__ = [
+    "ArgumentParser",
+    "nonnegative_float",
+    "nonnegative_int",
+    "open_fraction",
+    "output_file",
+    "output_folder",
+    "positive_float",
+    "positive_int",
+    "probability",
+    "seed",
+    "unit_interval",
+]

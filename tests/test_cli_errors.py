@@ -1,0 +1,244 @@
+"""Bad input to the command line: one line on stderr, a non-zero exit, no traceback, and,
+where the input can be checked without it, no model load first."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dysco_interp import cli
+from dysco_interp.cli import build_parser, main
+from dysco_interp.tasks import make_dataset, save_dataset
+from dysco_interp.tiny_models import tiny_tokenizer
+
+from conftest import get_tiny
+
+
+def error_line(err: str) -> str:
+    """The one line a terminal shows: after a progress bar that cleared itself, nothing else."""
+    assert "Traceback" not in err
+    tail = err.rsplit("\r", 1)[-1]
+    lines = tail.strip("\n").split("\n")
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Loading a model or a tokenizer fails the test: these errors must come before any load."""
+    import dysco_interp.models as models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model or tokenizer was loaded before the input was checked")
+
+    monkeypatch.setattr(models, "load_model", refuse)
+    monkeypatch.setattr(models, "load_tokenizer", refuse)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("inputs")
+    (d / "folder").mkdir()
+    (d / "latin1.txt").write_bytes("café".encode("latin-1"))
+    (d / "empty.txt").write_text("")
+    (d / "file.txt").write_text("not a folder")
+    inst = make_dataset("needle_qa", tiny_tokenizer("llama"), 600, n=1)[0]
+    save_dataset(d / "needle_qa_600.jsonl", [inst])
+    line = json.dumps(inst.to_dict())
+    (d / "truncated.jsonl").write_text(line + "\n" + line[: len(line) // 2])  # a write cut off mid-record
+    (d / "binary.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    (d / "empty.jsonl").write_text("\n\n")
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    (d / "deep.yaml").write_text("[" * 100_000 + "]" * 100_000)
+    (d / "unhashable.yaml").write_text("? [[17, 3]]\n: [[1, 2]]\n")
+    ours = json.loads((Path(__file__).parent / "data" / "heads" / "ours_tiny_llama.json").read_text())
+    (d / "version0.json").write_text(json.dumps({**ours, "format_version": 0}))
+    return d
+
+
+GEN = ["generate", "--model", "tiny-llama", "--prompt", "hi"]
+
+
+def evaluate(data: str = "{d}/needle_qa_600.jsonl") -> list[str]:
+    return ["evaluate", "--model", "tiny-llama", "--task", "needle_qa", "--data", data, "--out", "{d}/results.jsonl"]
+
+
+EVAL = evaluate()
+DETECT = ["detect-heads", "--model", "tiny-llama", "--out", "{d}/h.json"]
+MAKE = ["make-data", "needle_qa", "--model", "tiny-llama", "--out", "{d}/made"]
+
+CASES = {
+    "prompt file missing": (["generate", "--model", "tiny-llama", "--prompt-file", "{d}/missing.txt"],
+                            "--prompt-file {d}/missing.txt: no such file"),
+    "prompt file is a folder": (["generate", "--prompt-file", "{d}/folder"], "is a folder; name a text file"),
+    "prompt file not UTF-8": (["generate", "--prompt-file", "{d}/latin1.txt"],
+                              "is not UTF-8 text (byte 0xe9 at offset 3)"),
+    "prompt file empty": (["generate", "--prompt-file", "{d}/empty.txt"], "--prompt-file {d}/empty.txt is empty"),
+    "prompt empty": (["generate", "--prompt", " "], "--prompt is empty"),
+    "data truncated": (evaluate("{d}/truncated.jsonl"),
+                       "truncated.jsonl, line 2: not valid JSON ("),
+    "data binary": (evaluate("{d}/binary.jsonl"),
+                    "binary.jsonl, line 1: not UTF-8 text (byte 0x89 at column 1)"),
+    "data empty": (evaluate("{d}/empty.jsonl"), "empty.jsonl holds no records"),
+    "detect data truncated": ([*DETECT, "--data", "{d}/truncated.jsonl"], "truncated.jsonl, line 2: not valid JSON"),
+    "detect data empty": ([*DETECT, "--data", "{d}/empty.jsonl"], "empty.jsonl holds no records"),
+    "detect data typo": ([*DETECT, "--data", "needle-q"], "neither 'needle-qa' (generated) nor an existing JSONL"),
+    "make-data out is a file": (["make-data", "needle_qa", "--out", "{d}/file.txt"],
+                                "argument --out: {d}/file.txt is an existing file, not a folder"),
+    "demo out is a folder": (["demo", "--out", "{d}/folder"], "argument --out: {d}/folder is a folder"),
+    "threads -1": ([*GEN, "--threads", "-1"], "argument --threads: must be an integer >= 1, got -1"),
+    "threads 0": ([*EVAL, "--threads", "0"], "argument --threads: must be an integer >= 1, got 0"),
+    "detect threads 0": ([*DETECT, "--threads", "0"], "argument --threads: must be an integer >= 1, got 0"),
+    "demo threads -1": (["demo", "--threads", "-1"], "argument --threads: must be an integer >= 1, got -1"),
+    "sampling seed 1e30": ([*GEN, "--temperature", "1", "--seed", str(10**30)],
+                           f"argument --seed: must be an integer in 0..{2**63 - 1}, got {10**30}"),
+    "head seed 1e30": ([*GEN, "--head-seed", str(10**30)], "argument --head-seed: must be an integer in 0.."),
+    "make-data seed 1e30": ([*MAKE, "--seed", str(10**30)], "argument --seed: must be an integer in 0.."),
+    "detect seed -1": ([*DETECT, "--seed", "-1"], "argument --seed: must be an integer in 0.."),
+    "limit 0": ([*EVAL, "--limit", "0"], "argument --limit: must be an integer >= 1, got 0"),
+    "limit negative": ([*EVAL, "--limit", "-2"], "argument --limit: must be an integer >= 1, got -2"),
+    "batch size 0": ([*EVAL, "--batch-size", "0"], "argument --batch-size: must be an integer >= 1, got 0"),
+    "demo max-new-tokens 0": (["demo", "--max-new-tokens", "0"],
+                              "argument --max-new-tokens: must be an integer >= 1, got 0"),
+    "generate max-new-tokens 0": ([*GEN, "--max-new-tokens", "0"], "argument --max-new-tokens: must be"),
+    "make-data n 0": ([*MAKE, "--n", "0"], "argument --n: must be an integer >= 1, got 0"),
+    "make-data tolerance 1": ([*MAKE, "--tolerance", "1"], "argument --tolerance: must be a finite number > 0 and < 1"),
+    "uniattns without tau": ([*GEN, "--method", "uniattns"], "uniattns needs --tau"),
+    "evaluate uniattns without tau": ([*EVAL, "--methods", "vanilla,uniattns"], "uniattns needs --tau"),
+    "unknown method": ([*EVAL, "--methods", "vanilla,dysko"], "argument --methods: unknown method(s) dysko"),
+    "method twice": ([*EVAL, "--methods", "dysco,dysco"], "argument --methods: a method is named twice"),
+    "unknown task": ([*EVAL, "--task", "path-travresal"],
+                     "argument --task: unknown task 'path-travresal'; choose one of path_traversal, needle_qa, mrcr"),
+    "no shipped heads for the model": ([*GEN, "--method", "dysco"], "no shipped head file for 'tiny-llama'"),
+    "head file 100000 deep (JSON)": ([*GEN, "--method", "dysco", "--heads", "{d}/deep.json"],
+                                     "deep.json: values nest more than 32 levels deep; not a head file"),
+    "head file 100000 deep (YAML)": ([*GEN, "--method", "dysco", "--heads", "{d}/deep.yaml"],
+                                     "deep.yaml: values nest more than 32 levels deep; not a head file"),
+    "head file unhashable key": ([*GEN, "--method", "dysco", "--heads", "{d}/unhashable.yaml"],
+                                 "unhashable.yaml: not valid safe YAML: unhashable key [[17, 3]] at line 1"),
+    "head file format_version 0": ([*GEN, "--method", "dysco", "--heads", "{d}/version0.json"],
+                                   "version0.json: 'format_version' must be 1 or more, got 0"),
+    "demo head file 100000 deep": (["demo", "--heads", "{d}/deep.json", "--out", "{d}/r.html"],
+                                   "values nest more than 32 levels deep"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_bad_input_is_one_line_before_any_model_load(case, files, no_model, capsys):
+    argv, expected = CASES[case]
+    argv = [a.replace("{d}", str(files)) for a in argv]
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    line = error_line(captured.err)
+    assert line.startswith("dysco-interp") and ": error: " in line
+    assert expected.replace("{d}", str(files)) in line
+    assert captured.out == ""
+
+
+def test_evaluate_defaults_to_methods_that_need_no_tuning():
+    args = build_parser().parse_args(["evaluate", "--data", "d", "--out", "r.jsonl"])
+    assert args.methods == "vanilla,dysco" and args.tau is None
+    args = build_parser().parse_args(["evaluate", "--data", "d", "--out", "r.jsonl", "--methods",
+                                      " vanilla, uniattns ", "--tau", "0.8"])
+    assert args.methods == "vanilla,uniattns" and args.tau == 0.8
+
+
+def test_make_data_refuses_lengths_beyond_the_context_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "data"
+    # tiny models have a 2048-token context; 600 would be fine, 4k is checked before anything is made
+    assert main(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "600,4k", "--out", str(out)]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "--lengths 4k: longer than tiny-llama's 2048-token context; pass --yarn FACTOR" in line
+    assert not out.exists()
+    assert main(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "4k", "--yarn", "2", "--n", "1",
+                 "--out", str(out)]) == 0
+    assert [p.name for p in out.iterdir()] == ["needle_qa_4k.jsonl"]
+
+
+def test_make_data_checks_every_length_before_writing_any(tmp_path, capsys):
+    out = tmp_path / "data"
+    # 600 tokens is fine; 100 tokens cannot hold the question and one document
+    assert main(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "600,100", "--n", "1",
+                 "--out", str(out)]) == 2
+    assert "100" in error_line(capsys.readouterr().err)
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_generate_json_is_alone_on_stdout(monkeypatch, capsys):
+    import dysco_interp.models as models
+
+    def load_like_a_real_model(*args, **kwargs):
+        print("[dysco-interp] loaded tiny-llama on cpu (torch.float32) in 0.0s")  # what load_model prints
+        return get_tiny("llama")
+
+    monkeypatch.setattr(models, "load_model", load_like_a_real_model)
+    assert main([*GEN, "--max-new-tokens", "2", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["n_new"] <= 2
+    assert "[dysco-interp] loaded" in captured.err
+
+
+def test_copy_scores_all_zero_write_no_head_file(tmp_path, capsys):
+    out = tmp_path / "heads.json"
+    # a random 4-layer model never copies from the gold document
+    argv = [*DETECT, "--method", "copy", "--n", "2", "--length", "600", "--max-new-tokens", "4", "--no-progress"]
+    assert main([a.replace("{d}", str(tmp_path)) for a in argv]) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "every copy-paste score is zero on 2 example(s)" in line and "no head file was written" in line
+    assert not out.exists() and not list(tmp_path.glob("*heatmap*"))
+
+
+def test_copy_scores_keep_only_heads_that_scored():
+    import torch
+
+    from dysco_interp.detect import COPY_PASTE, DetectionResult
+    from dysco_interp.detect_cli import informative_top
+    from dysco_interp.errors import NoSignalError
+
+    def result(values):
+        scores = torch.tensor(values, dtype=torch.float32).reshape(2, 4)
+        return DetectionResult(scores, torch.ones(2, 4, dtype=torch.bool), [scores.double()], ["e0"], COPY_PASTE,
+                               "m", 2, 4, 2, "d")
+
+    assert informative_top(result([0, 0.5, 0, 0, 0, 0, 0.25, 0]), 4, "copy") == (2, (
+        "only 2 head(s) have a non-zero copy-paste score on 1 example(s); the head file keeps those 2, not 4"))
+    assert informative_top(result([1, 2, 3, 4, 5, 6, 7, 8]), 4, "copy") == (4, None)
+    assert result([0, 0.5, 0, 0, 0, 0, 0.25, 0]).headset(2).labels() == ["L0H1", "L1H2"]
+    with pytest.raises(NoSignalError, match="every copy-paste score is zero"):
+        informative_top(result([0] * 8), 4, "copy")
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_models", interrupted)
+    assert main(["models"]) == 130
+    assert error_line(capsys.readouterr().err) == "dysco-interp: interrupted"
+
+
+def test_ctrl_c_during_evaluate_says_how_to_resume(monkeypatch, files, capsys):
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_cmd_evaluate", interrupted)
+    assert main([a.replace("{d}", str(files)) for a in EVAL]) == 130
+    assert error_line(capsys.readouterr().err) == (
+        "dysco-interp: interrupted; finished items are kept in --out; the same command resumes")
+
+
+MANY_LINES = ("from dysco_interp import cli; "
+              "cli._cmd_models = lambda args: [print('x' * 80) for _ in range(10**5)] and 0; ")
+
+
+@pytest.mark.parametrize("setup", ["", MANY_LINES], ids=["at the final flush", "in the middle of the output"])
+def test_a_closed_pipe_prints_nothing(setup):
+    # `dysco-interp models | head -0`: the reader is gone before (or while) the output is written
+    code = setup + "import sys; from dysco_interp.cli import main; sys.exit(main(['models', '-v']))"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 1
+    assert err == ""
