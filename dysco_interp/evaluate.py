@@ -9,7 +9,6 @@ items, and a rerun with other settings is refused instead of handing back stale 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
 from dysco_interp.runner import (
-    ResultStore, StoreMismatchError, canonical_json, content_hash, differences, open_store, read_store,
+    ResultStore, StoreMismatchError, canonical_json, content_hash, differences, open_store, read_resumable,
 )
 from dysco_interp.tasks import get_task, mrcr, needle_qa, path_traversal
 from dysco_interp.tasks.common import check_same_tokenizer
@@ -65,10 +64,9 @@ ADAPTERS: dict[str, TaskAdapter] = {
 
 
 def method_settings(config: DecodingConfig, heads: HeadSet | None) -> dict:
-    """Everything a method's outputs depend on besides the store's settings: the whole config
-    (sampling included) and, for head-based methods, the head set's content."""
-    settings = dataclasses.asdict(config)
-    settings.pop("record_positions")  # only what the trace keeps, never the tokens
+    """Everything a method's outputs depend on besides the store's settings: the config fields
+    it uses (sampling included) and, for head-based methods, the head set's content."""
+    settings = config.used_fields()
     settings.pop("enable_thinking")  # the instances' own switch: part of their content
     used = heads if config.uses_heads else None
     settings["heads"] = None if used is None else [list(h) for h in used.heads]
@@ -122,13 +120,13 @@ def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str
     """Before a model is loaded: refuse a path that is no store, or a store whose settings
     differ in what is already known (`known`: some store settings; `methods`: method settings,
     compared without their head sets, which need the model)."""
-    contents = read_store(path)
+    contents = read_resumable(path)
     if contents is None:
         return
     stored = contents.settings or {}
     mine = {k: v for k, v in known.items() if k in stored}
     theirs = {k: stored[k] for k in mine}
-    if contents.header is not None and theirs != mine:
+    if theirs != mine:
         raise StoreMismatchError(f"{path} holds results computed with other settings "
                                  f"({'; '.join(differences(theirs, mine))}); {NEW_STORE_HINT}")
     for record in contents.records:

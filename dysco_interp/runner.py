@@ -199,6 +199,17 @@ def read_store(path: str | Path) -> StoreContents | None:
     return StoreContents(path, fmt or 1, header, records, torn, unterminated)
 
 
+def read_resumable(path: str | Path) -> StoreContents | None:
+    """`read_store`, refusing what a writer could not resume: a format-1 store without a header."""
+    contents = read_store(path)
+    if contents is not None and contents.header is None:
+        raise StoreError(
+            f"{path} holds results of an older dysco-interp without a settings header: "
+            "the tables still read it, but it cannot be resumed; write to a new file"
+        )
+    return contents
+
+
 def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
 
@@ -257,8 +268,8 @@ class ResultStore:
         if self.path.is_dir():
             raise NotAStoreError(f"{self.path} is a folder; give a file path for the results")
         # refuse a file that is no store, or other settings, before creating anything beside it
-        early = read_store(self.path)
-        if early is not None and early.header is not None:
+        early = read_resumable(self.path)
+        if early is not None:
             self._check(early)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -276,16 +287,11 @@ class ResultStore:
             raise StoreError(f"cannot lock {self.path}: {e.strerror}") from None
         self._lock = lock
         try:
-            contents = read_store(self.path)  # again: another writer may have finished meanwhile
+            contents = read_resumable(self.path)  # again: another writer may have finished meanwhile
             if contents is None:
                 with atomic_open(self.path) as f:  # a header is never torn
                     f.write(canonical_json(self._new_header()) + "\n")
                 return None
-            if contents.header is None:
-                raise StoreError(
-                    f"{self.path} holds results of an older dysco-interp without a settings header: "
-                    "the tables still read it, but it cannot be resumed; write to a new file"
-                )
             self._check(contents)
             self._repair(contents)
             return contents

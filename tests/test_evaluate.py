@@ -170,6 +170,13 @@ def test_other_heads_backend_or_weights_are_refused(tiny_llama, pt_data, tmp_pat
         run_one(tiny_llama, pt_data[:1], out)
 
 
+def test_vanilla_results_stay_valid_when_only_dysco_parameters_change(tiny_llama, pt_data, tmp_path):
+    out = tmp_path / "r.jsonl"
+    run_one(tiny_llama, pt_data[:1], out, {"vanilla": methods()["vanilla"]})
+    changed = {"vanilla": methods()["vanilla"].replace(beta=3.0, top_k=16, tau=0.5)}
+    assert run_one(tiny_llama, pt_data[:1], out, changed).new == []
+
+
 def test_a_new_method_joins_an_existing_store(tiny_llama, pt_data, tmp_path):
     out = tmp_path / "r.jsonl"
     run_one(tiny_llama, pt_data[:1], out, {"vanilla": methods()["vanilla"]})
@@ -266,6 +273,14 @@ def test_cli_out_that_is_no_store_is_refused_untouched(data_dir, tmp_path, capsy
     err = capsys.readouterr().err
     assert "not a dysco-interp result store" in err or "folder" in err
     assert before is None or out.read_bytes() == before
+
+
+def test_cli_refuses_a_store_that_cannot_be_resumed_before_loading(data_dir, tmp_path, capsys, no_model_load):
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"model": "tiny-llama", "task": "path_traversal", "method": "vanilla", "index": 0,
+                               "config": {}}) + "\n")
+    assert main(evaluate_argv(data_dir, old)) == 2
+    assert "cannot be resumed" in capsys.readouterr().err
 
 
 def test_cli_task_that_does_not_match_the_data(data_dir, tmp_path, capsys, no_model_load):

@@ -62,6 +62,17 @@ class DecodingConfig:
     def uses_heads(self) -> bool:
         return self.method.startswith("dysco")
 
+    def used_fields(self) -> dict:
+        """The fields this method's outputs depend on (sampling as a dict): what a result store
+        compares, so that vanilla results stay valid when only DySCO's beta changes."""
+        unused = set() if self.uses_heads else {"beta", "top_p", "top_k", "decay", "template_masking"}
+        if self.method != "dysco-random":
+            unused.add("head_seed")
+        if self.method != "uniattns":
+            unused.add("tau")
+        unused |= {"record_positions"}  # what the trace keeps, never the tokens
+        return {k: v for k, v in dataclasses.asdict(self).items() if k not in unused}
+
     @property
     def changes_prefill(self) -> bool:
         """UniAttnS rescales the prompt's attention too, so it cannot share a vanilla prefill."""
