@@ -2,8 +2,8 @@
 
 Methods that keep prefill attention share one prefill per instance (or batch of instances).
 Records go to a `ResultStore` keyed by method name and instance content, under a header with
-the model, its weights, the dtype, the task and the backend; each record also carries its
-method's whole configuration and head set. A killed run resumes without redoing finished
+the model, its weights, the dtype, the device type, the task and the backend; each record also
+carries the config fields its method uses (sampling included), its head set and the instance hash. A killed run resumes without redoing finished
 items, and a rerun with other settings is refused instead of handing back stale results.
 """
 
@@ -100,20 +100,20 @@ KEY = ("method", "instance")
 NEW_STORE_HINT = "write to another file, or let it start a new one (--if-settings-differ new)"
 
 
-def check_methods(store: ResultStore, wanted: Mapping[str, dict]) -> None:
-    """StoreMismatchError when a method name is stored with other settings than it has now."""
+def check_methods(path: str | Path, records: Iterable[dict], wanted: Mapping[str, dict], ignore=()) -> None:
+    """StoreMismatchError when a method name is stored with other settings than it has now
+    (the fields in `ignore` are not compared)."""
     seen: set[str] = set()
-    for record in store.records():
+    for record in records:
         method = record.get("method")
-        if method in wanted and method not in seen:
-            seen.add(method)
-            stored = (record.get("settings") or {}).get("method")
-            if stored != wanted[method]:
-                raise StoreMismatchError(
-                    f"{store.path} holds {method!r} results computed with other settings "
-                    f"({'; '.join(differences(stored or {}, wanted[method]))}); "
-                    f"{NEW_STORE_HINT}"
-                )
+        if method not in wanted or method in seen:
+            continue
+        seen.add(method)
+        stored = {k: v for k, v in ((record.get("settings") or {}).get("method") or {}).items() if k not in ignore}
+        now = {k: v for k, v in wanted[method].items() if k not in ignore}
+        if stored != now:
+            raise StoreMismatchError(f"{path} holds {method!r} results computed with other settings "
+                                     f"({'; '.join(differences(stored, now))}); {NEW_STORE_HINT}")
 
 
 def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict]) -> None:
@@ -129,15 +129,7 @@ def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str
     if theirs != mine:
         raise StoreMismatchError(f"{path} holds results computed with other settings "
                                  f"({'; '.join(differences(theirs, mine))}); {NEW_STORE_HINT}")
-    for record in contents.records:
-        method = record.get("method")
-        stored_method = (record.get("settings") or {}).get("method")
-        if method in methods and isinstance(stored_method, dict):
-            a = {k: v for k, v in stored_method.items() if k != "heads"}
-            b = {k: v for k, v in methods[method].items() if k != "heads"}
-            if a != b:
-                raise StoreMismatchError(f"{path} holds {method!r} results computed with other settings "
-                                         f"({'; '.join(differences(a, b))}); {NEW_STORE_HINT}")
+    check_methods(path, contents.records, methods, ignore=("heads",))
 
 
 @dataclass
@@ -161,7 +153,7 @@ def open_results(
     """The evaluation store at `path` (or a sibling with if_differs="new") for these settings;
     `methods` maps each method name to its `method_settings`."""
     return open_store(path, KEY, store_settings(model, model_name, task, backend), purpose="evaluate",
-                      if_differs=if_differs, check=lambda store: check_methods(store, methods))
+                      if_differs=if_differs, check=lambda store: check_methods(store.path, store.records(), methods))
 
 
 def evaluate(
