@@ -280,14 +280,11 @@ def _cmd_evaluate(args) -> int:
 
 def read_prompt_file(path: str) -> str:
     """The text of --prompt-file; a missing, folder, unreadable, non-UTF-8 or empty file is a DataError."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"--prompt-file {path}: no such file") from None
-    except IsADirectoryError:
-        raise DataError(f"--prompt-file {path} is a folder; name a text file") from None
-    except OSError as e:
-        raise DataError(f"--prompt-file {path}: cannot read it ({e.strerror or e})") from None
+    from dysco_interp.tasks.common import open_input
+
+    with open_input(path, "--prompt-file {path}: no such file", "--prompt-file {path} is a folder; name a text file",
+                    "--prompt-file {path}: cannot read it ({why})") as f:
+        data = f.read()
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -215,6 +215,19 @@ def write_jsonl(path: str | Path, records: Iterable) -> Path:
     return path
 
 
+def open_input(path: str | Path, missing: str, folder: str, unreadable: str):
+    """`path` opened for binary reading; a DataError with the given words (each formatted with
+    `path`, and `unreadable` also with `why`) when it is missing, a folder or unreadable."""
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise DataError(missing.format(path=path)) from None
+    except IsADirectoryError:
+        raise DataError(folder.format(path=path)) from None
+    except OSError as e:
+        raise DataError(unreadable.format(path=path, why=e.strerror or e)) from None
+
+
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) for each non-blank line; a DataError names the file and the line.
 
@@ -222,14 +235,8 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     reported where it is, not as a UnicodeDecodeError or JSONDecodeError from deep inside.
     """
     path = Path(path)
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        raise DataError(f"data file not found: {path}") from None
-    except IsADirectoryError:
-        raise DataError(f"{path} is a folder, not a JSONL data file") from None
-    except OSError as e:
-        raise DataError(f"cannot read data file {path}: {e.strerror or e}") from None
+    f = open_input(path, "data file not found: {path}", "{path} is a folder, not a JSONL data file",
+                   "cannot read data file {path}: {why}")
     with f:
         for number, raw in enumerate(f, 1):
             try:
