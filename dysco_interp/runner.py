@@ -346,9 +346,6 @@ class ResultStore:
     def records(self) -> list[dict]:
         return list(self._by_key.values())
 
-    def __iter__(self) -> Iterator[dict]:
-        return iter(self.records())
-
     def get(self, record: Mapping) -> dict:
         """The stored record with the same key fields as `record`."""
         return self._by_key[self.key(record)]
