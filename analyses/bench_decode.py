@@ -247,7 +247,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from dysco_interp.decoding.config import DecodingConfig
     from dysco_interp.heads import load_heads, paper_heads, shipped_heads
-    from dysco_interp.models import load_model, resolve_device, resolve_dtype
+    from dysco_interp.models import dtype_name, load_model, resolve_device, resolve_dtype
 
     if args.random_geometry:
         device = resolve_device(args.device)
@@ -291,7 +291,7 @@ def main(argv=None) -> int:
         "backend": args.backend,
         "model": name,
         "random_weights": bool(args.random_geometry),
-        "dtype": str(model.dtype).replace("torch.", ""),
+        "dtype": dtype_name(model.dtype),
         "heads": {"source": args.heads, "n": len(heads), "deepest_layer": deepest, "labels": heads.labels()},
         "n_layers": n_layers,
         "layer_floor": round(floor, 4),

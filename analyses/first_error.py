@@ -83,6 +83,7 @@ def analyse_instance(model, model_name: str, inst, vanilla: dict, dysco: dict | 
     from dysco_interp.analysis.edge_attention import span_attention_by_layer
     from dysco_interp.analysis.route_lines import compare_route, first_error
     from dysco_interp.errors import ConfigError
+    from dysco_interp.models import dtype_name
     from dysco_interp.tasks.path_traversal import teacher_forced_inputs
 
     err = first_error(inst, vanilla["output"])
@@ -127,7 +128,7 @@ def analyse_instance(model, model_name: str, inst, vanilla: dict, dysco: dict | 
     return {
         "model": model_name, "task": TASK, "length": inst.target_tokens, "seed": inst.seed, "index": inst.index,
         "id": inst.id, "n_tokens": inst.n_tokens, "n_edges": inst.n_edges,
-        "dtype": str(model.dtype).removeprefix("torch."), "device": model.device.type, "heads": qr.labels(),
+        "dtype": dtype_name(model.dtype), "device": model.device.type, "heads": qr.labels(),
         "question": inst.question_nl, "gold_route": gold_lines,
         "stored_first_error_step": vanilla.get("first_error_step"),
         "first_error": err.to_dict(), "step": err.step, "written_city": err.written_city,

@@ -64,6 +64,7 @@ def head_metrics(att, heads, fraction: float) -> dict:
 def instance_record(model, model_name: str, inst, qr, randoms, fraction: float) -> dict:
     """One pass for one instance: step accuracy and gold-edge attention of every head set."""
     from dysco_interp.analysis.edge_attention import teacher_forced_edge_attention
+    from dysco_interp.models import dtype_name
 
     att = teacher_forced_edge_attention(model, inst, score_steps=True)
     spec = model.spec
@@ -73,7 +74,7 @@ def instance_record(model, model_name: str, inst, qr, randoms, fraction: float) 
     return {
         "model": model_name, "task": TASK, "length": inst.target_tokens, "seed": inst.seed, "index": inst.index,
         "id": inst.id, "n_tokens": inst.n_tokens, "n_edges": inst.n_edges, "hops": inst.n_hops,
-        "dtype": str(model.dtype).removeprefix("torch."), "device": model.device.type,
+        "dtype": dtype_name(model.dtype), "device": model.device.type,
         "correct": [bool(c) for c in att.correct],
         "qrheads": {**head_metrics(att, qr, fraction), "heads": qr.labels()},
         "random": {
@@ -146,7 +147,9 @@ def compute(model, model_name: str, get_data, lengths, n: int, seed: int, store,
     """Fill the store with every missing (length, index) record; returns how many were added."""
     from tqdm.auto import tqdm
 
-    check_same_run(store, model_name, str(model.dtype).removeprefix("torch."), qr.labels())
+    from dysco_interp.models import dtype_name
+
+    check_same_run(store, model_name, dtype_name(model.dtype), qr.labels())
     pending = {length: [i for i in range(n)
                         if {"model": model_name, "task": TASK, "length": length, "seed": seed, "index": i} not in store]
                for length in lengths}

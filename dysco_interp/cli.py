@@ -243,7 +243,9 @@ def _plain_config(args):
 
 
 def _cmd_evaluate(args) -> int:
-    from dysco_interp.evaluate import ADAPTERS, check_task, evaluate, format_table, method_settings, precheck, summarise
+    from dysco_interp.evaluate import (
+        ADAPTERS, check_task, evaluate, format_table, method_settings, precheck, store_settings, summarise,
+    )
     from dysco_interp.models import resolve_device, resolve_dtype
     from dysco_interp.tasks import get_task, load_dataset
 
@@ -252,7 +254,7 @@ def _cmd_evaluate(args) -> int:
     if not files or not all(f.is_file() for f in files):
         raise DataError(f"no {task} data in {args.data}; make it with `dysco-interp make-data {task} ...`")
     # everything that can be refused is refused before the model loads
-    instances = [inst for f in files for inst in (load_dataset(f)[: args.limit] if args.limit else load_dataset(f))]
+    instances = [inst for f in files for inst in load_dataset(f)[: args.limit]]
     check_task(task, instances)
     methods = {m: _decoding_config(args, m) for m in args.methods.split(",")}
     needs_heads = any(c.uses_heads for c in methods.values())
@@ -260,8 +262,7 @@ def _cmd_evaluate(args) -> int:
         _check_head_file(args.heads, args.model)
     if args.if_settings_differ == "error":
         device = resolve_device(args.device)
-        known = {"model": args.model, "task": task, "backend": args.backend,
-                 "dtype": str(resolve_dtype(args.dtype, device)).removeprefix("torch."), "device": device.type}
+        known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device)
         precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()})
     model = _setup(args)
     heads = _load_heads(args.heads, model) if needs_heads else None

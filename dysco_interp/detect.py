@@ -53,6 +53,7 @@ from typing import Any
 import torch
 
 from dysco_interp import __version__
+from dysco_interp.models import dtype_name
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import Head, HeadSet, head_label, random_heads
 from dysco_interp.runner import ResultStore, content_hash
@@ -592,7 +593,7 @@ def _run(
         family = _family(method)
         settings = {
             "family": family, "model": spec.name, "weights": model.weights_id,
-            "dtype": str(model.dtype).removeprefix("torch."), "n_layers": spec.n_layers, "n_heads": spec.n_heads,
+            "dtype": dtype_name(model.dtype), "n_layers": spec.n_layers, "n_heads": spec.n_heads,
             "scored_heads": [list(h) for h in torch.nonzero(mask).tolist()], "params": params,
         }
         db = ResultStore(Path(store) / f"{family}.jsonl", key_fields=("example",), settings=settings, purpose="detect")

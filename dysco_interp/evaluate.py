@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence
 
+import torch
 from tqdm.auto import tqdm
 
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.dysco import iter_methods, prepare_prompt
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
-from dysco_interp.models import LoadedModel
+from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.runner import (
     ResultStore, StoreMismatchError, canonical_json, content_hash, differences, open_store, read_resumable,
 )
@@ -73,11 +74,13 @@ def method_settings(config: DecodingConfig, heads: HeadSet | None) -> dict:
     return json.loads(canonical_json(settings))
 
 
-def store_settings(model: LoadedModel, model_name: str, task: str, backend: str) -> dict:
+def store_settings(model_name: str, task: str, backend: str, dtype: torch.dtype, device: torch.device,
+                   weights: str | None = None) -> dict:
     """What every record of an evaluation store shares: the model and its weights, the numeric
-    format, the task and the backend."""
-    return {"model": model_name, "weights": model.weights_id, "dtype": str(model.dtype).removeprefix("torch."),
-            "device": model.device.type, "task": task, "backend": backend}
+    format, the device type, the task and the backend. Without `weights` (before the model is
+    loaded) the rest, for `precheck`."""
+    settings = {"model": model_name, "dtype": dtype_name(dtype), "device": device.type, "task": task, "backend": backend}
+    return settings if weights is None else {**settings, "weights": weights}
 
 
 def instance_id(instance) -> str:
@@ -132,6 +135,25 @@ def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str
     check_methods(path, contents.records, methods, ignore=("heads",))
 
 
+def decode_batch(model: LoadedModel, adapter: TaskAdapter, batch: Sequence, methods: Mapping[str, DecodingConfig],
+                 heads: HeadSet | None, keep_trace: bool, backend: str):
+    """Decode instances together under each method: yields (name, config as run, results) as
+    each method finishes."""
+    thinking = {inst.enable_thinking for inst in batch}
+    if len(thinking) != 1:
+        raise ConfigError("instances decoded together must share enable_thinking")
+    thinking = thinking.pop()
+    prompts = [adapter.prompt(inst) for inst in batch]
+    prepared = [prepare_prompt(model, p, thinking) for p in prompts]
+    for inst, prep in zip(batch, prepared):
+        check_same_tokenizer(inst, len(prep.ids))
+    configs = {m: c.replace(enable_thinking=thinking) for m, c in methods.items()}
+    # span masses cost a host copy of the relevance every step: only for traces that are kept
+    spans = [adapter.spans(inst) for inst in batch] if keep_trace else None
+    for method, rows in iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend):
+        yield method, configs[method], rows
+
+
 @dataclass
 class EvaluationRun:
     """The records of the requested instances x methods, which of them are new, and the store."""
@@ -152,7 +174,8 @@ def open_results(
 ) -> ResultStore:
     """The evaluation store at `path` (or a sibling with if_differs="new") for these settings;
     `methods` maps each method name to its `method_settings`."""
-    return open_store(path, KEY, store_settings(model, model_name, task, backend), purpose="evaluate",
+    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id)
+    return open_store(path, KEY, settings, purpose="evaluate",
                       if_differs=if_differs, check=lambda store: check_methods(store.path, store.records(), methods))
 
 
@@ -199,20 +222,9 @@ def evaluate(
             for start in range(0, len(todo), batch_size):
                 batch = todo[start : start + batch_size]
                 pending = {m: c for m, c in methods.items() if any(key(h, m) not in store for _, h in batch)}
-                thinking = {inst.enable_thinking for inst, _ in batch}
-                if len(thinking) != 1:
-                    raise ConfigError("instances decoded together must share enable_thinking")
-                thinking = thinking.pop()
-                prompts = [adapter.prompt(inst) for inst, _ in batch]
-                prepared = [prepare_prompt(model, p, thinking) for p in prompts]
-                for (inst, _), prep in zip(batch, prepared):
-                    check_same_tokenizer(inst, len(prep.ids))
-                pending = {m: c.replace(enable_thinking=thinking) for m, c in pending.items()}
                 # each method's records are stored as soon as it finishes, so a kill loses at most one
-                # span masses cost a host copy of the relevance every step: only for traces that are kept
-                spans = [adapter.spans(inst) for inst, _ in batch] if keep_trace else None
-                results = iter_methods(model, prompts, pending, heads, spans=spans, prepared=prepared, backend=backend)
-                for method, rows in results:
+                for method, config, rows in decode_batch(model, adapter, [inst for inst, _ in batch], pending, heads,
+                                                         keep_trace, backend):
                     for (inst, h), res in zip(batch, rows):
                         if key(h, method) in store:
                             continue
@@ -225,7 +237,7 @@ def evaluate(
                             **adapter.score(res.text, inst),
                             "timings": res.timings.as_dict(),
                             # `config` is what the tables group by; `settings` is everything that made the record
-                            "config": {k: v for k, v in vars(pending[method]).items() if k != "sampling"},
+                            "config": {k: v for k, v in vars(config).items() if k != "sampling"},
                             "backend": backend,
                             "settings": {**shared, "method": wanted[method]},
                         }

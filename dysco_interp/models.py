@@ -72,6 +72,11 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     return _DTYPES[key]
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """'bfloat16' for torch.bfloat16: how stores and reports name a dtype."""
+    return str(dtype).removeprefix("torch.")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """What analyses need to know about a model's geometry and prompt format."""
