@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 
 from dysco_interp import packaged_models
+from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import (
     ConfigError,
     ContextLengthError,
@@ -240,10 +241,8 @@ def file_hashes(paths: list[Path]) -> list[str]:
         hexes.append(store[key])
     if store_path is not None and changed:
         try:
-            store_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = store_path.with_name(f".{store_path.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(store))
-            os.replace(tmp, store_path)
+            with atomic_open(store_path) as f:
+                f.write(json.dumps(store))
         except OSError:
             pass
     return hexes

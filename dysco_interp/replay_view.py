@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dysco_interp.analysis.replay import AttentionReplay
+from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
 
 ROW_COLORS = {"qr_heads": "#4c78a8", "all_heads": "#72b7b2", "selected": "#b279a2"}
@@ -192,8 +193,8 @@ def write_replay_html(
 ) -> Path:
     """Write the figure as one self-contained HTML file (plotly.js inlined; opens offline)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    replay_figure(replays, title).write_html(path, include_plotlyjs=True, full_html=True, auto_play=False)
+    with atomic_open(path) as f:  # a page of several MB: never leave half of one behind
+        replay_figure(replays, title).write_html(f, include_plotlyjs=True, full_html=True, auto_play=False)
     return path
 
 

@@ -7,6 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dysco_interp.atomic import atomic_open
+
 
 def fmt_ci(est: Mapping | None, digits: int = 3) -> str:
     """'0.250 [0.100, 0.400]' from {mean, lo, hi}; '-' when there is nothing."""
@@ -54,8 +56,8 @@ def with_footer(parts: list[str], result: Mapping) -> str:
 
 def write_text(path: str | Path, text: str) -> Path:
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+    with atomic_open(path) as f:  # a killed run leaves the previous table, never half of one
+        f.write(text if text.endswith("\n") else text + "\n")
     return path
 
 
