@@ -39,7 +39,7 @@ def random_model(geometry: str, device, dtype):
     from transformers import AutoModelForCausalLM
 
     from dysco_interp.models import from_hf
-    from dysco_interp.tiny_models import tiny_config, tiny_tokenizer
+    from dysco_interp.models.tiny import tiny_config, tiny_tokenizer
 
     shape = dict(GEOMETRIES[geometry])
     style, vocab = shape.pop("style"), shape.pop("vocab_size")

@@ -89,7 +89,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from dysco_interp.decoding.config import DecodingConfig
     from dysco_interp.analysis.result_tables import tau_sweep
-    from dysco_interp.evaluate import evaluate
+    from dysco_interp.experiments.evaluate import evaluate
     from dysco_interp.heads import load_heads, shipped_heads
     from dysco_interp.models import load_model
     from dysco_interp.analysis.stores import read_records

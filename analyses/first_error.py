@@ -172,7 +172,7 @@ def instance_getter(tokenizer, length: int, seed: int, data: str | None):
     """index -> instance: from a task file (or DIR/path_traversal_<length>.jsonl), or regenerated."""
     from dysco_interp.errors import ConfigError
     from dysco_interp.tasks import load_dataset
-    from dysco_interp.tasks.cli import length_label
+    from dysco_interp.cli.make_data import length_label
     from dysco_interp.tasks.path_traversal import generate_instance
 
     loaded = None
@@ -265,7 +265,7 @@ def overview(records: list[dict]) -> dict:
 
 
 def stem_of(record: dict) -> str:
-    from dysco_interp.tasks.cli import length_label
+    from dysco_interp.cli.make_data import length_label
 
     return f"{record['model']}_{length_label(record['length'])}_{record['index']}"
 
@@ -275,7 +275,7 @@ def _edge_label(e: dict) -> str:
 
 
 def draw_attention(record: dict, out_dir: Path) -> list[Path]:
-    from dysco_interp.plots import BarPanel, save_bars
+    from dysco_interp.viz.plots import BarPanel, save_bars
 
     name = "city" if "city" in record["queries"] else "divergence"
     q = record["queries"][name]
@@ -322,7 +322,7 @@ def route_table(record: dict) -> tuple[list[str], list[list[str]], list[list[str
 
 
 def draw_routes(record: dict, out_dir: Path) -> list[Path]:
-    from dysco_interp.plots import table_html, table_markdown
+    from dysco_interp.viz.plots import table_html, table_markdown
 
     headers, rows, classes = route_table(record)
     stem = out_dir / f"{stem_of(record)}_routes"
@@ -367,7 +367,7 @@ def describe(record: dict) -> str:
 
 def read_store(path: Path):
     from dysco_interp.errors import ConfigError
-    from dysco_interp.runner import ResultStore
+    from dysco_interp.experiments.store import ResultStore
 
     if not path.is_file():
         raise ConfigError(f"no results at {path}; run the analysis first (without --figures-only)")
@@ -411,7 +411,7 @@ def parse_args(argv):
 def generate_small(model, model_name: str, heads, out_dir: Path, length: int, seed: int) -> str:
     """Vanilla and DySCO records for SMALL['n'] instances (resumable), for the smoke run."""
     from dysco_interp.decoding.config import DecodingConfig
-    from dysco_interp.evaluate import evaluate
+    from dysco_interp.experiments.evaluate import evaluate
     from dysco_interp.tasks import make_dataset
 
     path = out_dir / "evaluation.jsonl"
@@ -439,7 +439,7 @@ def main(argv=None) -> int:
 
     from dysco_interp.heads import load_heads, shipped_heads
     from dysco_interp.models import load_model
-    from dysco_interp.runner import ResultStore
+    from dysco_interp.experiments.store import ResultStore
     from dysco_interp.tasks.common import parse_length
 
     if args.threads:
@@ -469,7 +469,7 @@ def main(argv=None) -> int:
         for path in draw(record, out_dir, record.get("command", command), figures=not args.no_figures):
             print(f"wrote {path}")
     if args.all:
-        from dysco_interp.tasks.cli import length_label
+        from dysco_interp.cli.make_data import length_label
 
         path = out_dir / f"{args.model}_{length_label(length)}_all.json"
         summary = overview(records)

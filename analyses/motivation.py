@@ -112,7 +112,7 @@ def dataset_getter(tokenizer, n: int, seed: int, data_dir: str | None):
     """length -> instances: read DATA_DIR/path_traversal_<length>.jsonl, or generate (seeded)."""
     from dysco_interp.errors import ConfigError
     from dysco_interp.tasks import load_dataset, make_dataset
-    from dysco_interp.tasks.cli import length_label
+    from dysco_interp.cli.make_data import length_label
 
     def get(length: int) -> list:
         if data_dir is None:
@@ -170,7 +170,7 @@ def compute(model, model_name: str, get_data, lengths, n: int, seed: int, store,
 
 def load_head_sets(model, heads_arg: str, draws: int, head_seed: int):
     """(QRHeads, random head sets of the same size) for the loaded model."""
-    from dysco_interp.detect import random_head_sets
+    from dysco_interp.detection import random_head_sets
     from dysco_interp.heads import load_heads, shipped_heads
 
     qr = shipped_heads(model.spec.name, spec=model.spec) if heads_arg == "shipped" else load_heads(heads_arg, spec=model.spec)
@@ -183,7 +183,7 @@ def load_head_sets(model, heads_arg: str, draws: int, head_seed: int):
 def read_store(path: Path):
     """The settings and records of a motivation store, read without modifying it."""
     from dysco_interp.errors import ConfigError
-    from dysco_interp import runner
+    from dysco_interp.experiments import store as runner
 
     if not path.is_file():
         raise ConfigError(f"no results at {path}; run the computation first (without --figures-only)")
@@ -247,7 +247,7 @@ def length_tick(tokens: int) -> str:
 
 def figure_panels(summary: dict):
     """The three panels (accuracy, gold in top 5%, gold-edge mass) from a summary."""
-    from dysco_interp.plots import CIPanel, CISeries
+    from dysco_interp.viz.plots import CIPanel, CISeries
 
     key = f"step_{summary['figure_step']}"
     rows = summary["rows"]
@@ -283,7 +283,7 @@ def draw(out_dir: Path, store_path: Path, models: list[str] | None, step: int, n
         if not figures:
             continue
         try:
-            from dysco_interp.plots import save_ci_lines
+            from dysco_interp.viz.plots import save_ci_lines
 
             n = sorted({r["n"] for r in summary["rows"]})
             title = (f"{model}: Path Traversal ({header['hops']} hops), teacher forced\nmean and 95% bootstrap CI "
@@ -357,7 +357,7 @@ def main(argv=None) -> int:
     import torch
 
     from dysco_interp.models import load_model
-    from dysco_interp.runner import ResultStore
+    from dysco_interp.experiments.store import ResultStore
     from dysco_interp.tasks.common import parse_lengths
 
     lengths = parse_lengths(args.lengths)

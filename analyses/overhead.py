@@ -58,7 +58,7 @@ def parse_args(argv):
 
 def model_setting(alias: str) -> dict:
     """Shape (from the converted model's config.json, else the recorded one) and shipped heads."""
-    from dysco_interp import packaged_models
+    from dysco_interp.models import packaged as packaged_models
     from dysco_interp.analysis.flops import ModelShape
     from dysco_interp.errors import ConfigError
     from dysco_interp.heads import shipped_heads
@@ -97,7 +97,7 @@ def flops_rows(settings: list[dict]) -> list[dict]:
 def curves(settings: list[dict]):
     """Per-token FLOPs ratio vs context, and the extra share of the total vs input length."""
     from dysco_interp.analysis.flops import decode_token_flops, dysco_extra_token, overhead
-    from dysco_interp.grid_plots import Line
+    from dysco_interp.viz.grid_plots import Line
 
     ratio, share = [], []
     for s in settings:
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
     from dysco_interp.analysis.flops import ModelShape
     from dysco_interp.analysis.report import command_line, write_report
     from dysco_interp.errors import DyscoError
-    from dysco_interp.grid_plots import Line, Panel, save_panels
+    from dysco_interp.viz.grid_plots import Line, Panel, save_panels
     from dysco_interp.tasks.common import parse_lengths
 
     try:

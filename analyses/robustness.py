@@ -49,7 +49,7 @@ def _series_name(point: dict, many_models: bool, many_settings: bool) -> str:
 
 def panels(points: list[dict]):
     from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, default_value
-    from dysco_interp.grid_plots import Line, Panel
+    from dysco_interp.viz.grid_plots import Line, Panel
 
     many_models = len({p["model"] for p in points}) > 1
     many_settings = len({(p["model"], p["task"], p["length"], tuple(p["setting"].items())) for p in points}) > len(
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     from dysco_interp.analysis.report import command_line, store_notes, write_report
     from dysco_interp.analysis.stores import display_path, load_deduplicated
     from dysco_interp.errors import DyscoError
-    from dysco_interp.grid_plots import save_panels
+    from dysco_interp.viz.grid_plots import save_panels
 
     try:
         records, files, unmatched, dropped = load_deduplicated(args.stores)

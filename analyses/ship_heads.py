@@ -43,7 +43,7 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from dysco_interp import detect as D
+    from dysco_interp import detection as D
     from dysco_interp.models import load_model
     from dysco_interp.tasks.common import parse_length
 
@@ -125,7 +125,7 @@ def _draw(head_file: Path, fig_dir: Path, name: str) -> None:
     import torch
 
     from dysco_interp.heads import HeadSet
-    from dysco_interp.plots import save_head_heatmaps
+    from dysco_interp.viz.plots import save_head_heatmaps
 
     heads = HeadSet.from_json(head_file)
     rows = heads.extra["score_matrix"]

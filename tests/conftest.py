@@ -7,7 +7,7 @@ os.environ.setdefault("WANDB_MODE", "disabled")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from dysco_interp.tiny_models import STYLES, tiny_model  # noqa: E402
+from dysco_interp.models.tiny import STYLES, tiny_model  # noqa: E402
 
 torch.set_num_threads(1)
 

@@ -11,7 +11,7 @@ import pytest
 from dysco_interp import cli
 from dysco_interp.cli import build_parser, main
 from dysco_interp.tasks import make_dataset, save_dataset
-from dysco_interp.tiny_models import tiny_tokenizer
+from dysco_interp.models.tiny import tiny_tokenizer
 
 from conftest import get_tiny
 
@@ -193,8 +193,8 @@ def test_copy_scores_all_zero_write_no_head_file(tmp_path, capsys):
 def test_copy_scores_keep_only_heads_that_scored():
     import torch
 
-    from dysco_interp.detect import COPY_PASTE, DetectionResult
-    from dysco_interp.detect_cli import informative_top
+    from dysco_interp.detection import COPY_PASTE, DetectionResult
+    from dysco_interp.cli.detect_heads import informative_top
     from dysco_interp.errors import NoSignalError
 
     def result(values):

@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import get_tiny
 
-from dysco_interp import detect as D
+from dysco_interp import detection as D
 from dysco_interp.chat import encode_text
 from dysco_interp.decoding import runtime
 from dysco_interp.errors import ConfigError, NoSignalError
@@ -456,7 +456,7 @@ def test_detect_qr_heads_generates_data_and_records_provenance(tiny_llama):
 def _cli(argv):
     import argparse
 
-    from dysco_interp.detect_cli import add_detect_parser
+    from dysco_interp.cli.detect_heads import add_detect_parser
 
     parser = argparse.ArgumentParser()
     add_detect_parser(parser.add_subparsers(dest="command", required=True))

@@ -16,7 +16,7 @@ from dysco_interp.decoding.interventions import BiasWriter
 from dysco_interp.decoding.relevance import scaling_bias
 from dysco_interp.errors import ConfigError, ContextLengthError
 from dysco_interp.heads import HeadSet, HeadSetError
-from dysco_interp.tiny_models import tiny_model
+from dysco_interp.models.tiny import tiny_model
 
 PROMPT = "You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Please give a route from Paris to Berlin."
 N_NEW = 16

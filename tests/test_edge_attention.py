@@ -11,7 +11,7 @@ from dysco_interp.analysis.edge_attention import (
 )
 from dysco_interp.tasks import make_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs
-from dysco_interp.tiny_models import tiny_model
+from dysco_interp.models.tiny import tiny_model
 
 
 def test_span_sums_by_hand():

@@ -9,15 +9,15 @@ from dysco_interp.cli import main
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.decoding.sampling import SamplingConfig
-from dysco_interp.evaluate import evaluate, format_table, instance_id, summarise
+from dysco_interp.experiments.evaluate import evaluate, format_table, instance_id, summarise
 from dysco_interp.heads import HeadSet
-from dysco_interp.runner import StoreMismatchError, read_store
+from dysco_interp.experiments.store import StoreMismatchError, read_store
 from dysco_interp.tasks import make_dataset
 
 
 @pytest.fixture(scope="module")
 def pt_data():
-    from dysco_interp.tiny_models import tiny_tokenizer
+    from dysco_interp.models.tiny import tiny_tokenizer
 
     return make_dataset("path_traversal", tiny_tokenizer("llama"), 1950, n=2, seed=0, progress=False)
 
@@ -200,7 +200,7 @@ def test_every_record_carries_the_settings_that_made_it(tiny_llama, pt_data, tmp
 
 
 def test_instances_are_known_by_content_not_id(tiny_llama, pt_data, tmp_path):
-    from dysco_interp.tiny_models import tiny_tokenizer
+    from dysco_interp.models.tiny import tiny_tokenizer
 
     out = tmp_path / "r.jsonl"
     run_one(tiny_llama, pt_data[:1], out)

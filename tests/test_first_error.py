@@ -14,9 +14,9 @@ from dysco_interp.analysis.route_lines import compare_route, first_error, route_
 from dysco_interp.chat import encode_text
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
-from dysco_interp.runner import ResultStore
+from dysco_interp.experiments.store import ResultStore
 from dysco_interp.tasks import make_dataset, save_dataset
-from dysco_interp.tiny_models import tiny_model
+from dysco_interp.models.tiny import tiny_model
 from analysis_scripts import load_script
 
 LENGTH = 1980  # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens

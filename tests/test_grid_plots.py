@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from dysco_interp.grid_plots import Line, Panel, save_panels
+from dysco_interp.viz.grid_plots import Line, Panel, save_panels
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from dysco_interp import packaged_models
+from dysco_interp.models import packaged as packaged_models
 from dysco_interp.cli import main
 from dysco_interp.errors import (
     ConfigError,
@@ -22,7 +22,7 @@ from dysco_interp.errors import (
     ModelPackageMissingError,
 )
 from dysco_interp.models import load_model, load_tokenizer
-from dysco_interp.packaged_models import Chunk, PackagedModel
+from dysco_interp.models.packaged import Chunk, PackagedModel
 
 ALIAS = "fake-1b"
 
@@ -410,7 +410,7 @@ def test_weights_id_of_a_packaged_alias_is_its_gguf_hash(packaged):
 
 
 def test_weights_id_of_tiny_models():
-    from dysco_interp.tiny_models import tiny_model
+    from dysco_interp.models.tiny import tiny_model
 
     a, b = tiny_model("llama"), tiny_model("llama")
     assert a.weights_id == b.weights_id and a.weights_id.startswith("state-sha256:")

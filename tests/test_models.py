@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dysco_interp import packaged_models
+from dysco_interp.models import packaged as packaged_models
 from dysco_interp.errors import (
     ConfigError,
     ModelIntegrityError,
@@ -18,7 +18,7 @@ from dysco_interp.errors import (
     ModelPackageMissingError,
 )
 from dysco_interp.models import load_model, resolve_device, resolve_dtype
-from dysco_interp.packaged_models import Chunk, PackagedModel
+from dysco_interp.models.packaged import Chunk, PackagedModel
 
 
 @pytest.mark.parametrize("bad", ["float8", "int4", "fp64x", torch.int64])

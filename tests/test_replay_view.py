@@ -8,7 +8,7 @@ import torch
 
 from dysco_interp.analysis.replay import AttentionReplay
 from dysco_interp.errors import ConfigError
-from dysco_interp.replay_view import GOLD_COLOR, SELECTED_OUTLINE, replay_figure, token_caption, write_replay_html
+from dysco_interp.viz.replay_view import GOLD_COLOR, SELECTED_OUTLINE, replay_figure, token_caption, write_replay_html
 
 
 def make_replay(method="dysco", n_tokens=3, selected=True):

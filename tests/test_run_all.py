@@ -126,7 +126,7 @@ def test_other_analyses_ran_small(small_run, name):
 
 
 def test_recorded_shapes_match_the_converted_configs():
-    from dysco_interp import packaged_models
+    from dysco_interp.models import packaged as packaged_models
 
     overhead = load_script("overhead")
     checked = 0

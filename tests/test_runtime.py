@@ -108,7 +108,7 @@ def test_greedy_generation_equals_hf_generate(tiny):
 
 
 def test_prompt_longer_than_context_is_refused():
-    from dysco_interp.tiny_models import tiny_model
+    from dysco_interp.models.tiny import tiny_model
 
     small = tiny_model("qwen2", max_position_embeddings=64)
     with pytest.raises(ContextLengthError, match="exceeds the context"):

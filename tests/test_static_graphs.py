@@ -5,7 +5,7 @@ import torch
 
 from dysco_interp.decoding.dysco import generate_batch
 from dysco_interp.decoding.static import StaticBackend
-from dysco_interp.tiny_models import STYLES, tiny_model
+from dysco_interp.models.tiny import STYLES, tiny_model
 from test_backends import METHODS, OTHERS, PROMPT, heads_for, selections
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")

@@ -9,7 +9,7 @@ import pytest
 from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.tasks import load_dataset, make_dataset, save_dataset
 from dysco_interp.tasks.common import iter_jsonl, write_jsonl
-from dysco_interp.tiny_models import tiny_tokenizer
+from dysco_interp.models.tiny import tiny_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import torch
 
 from dysco_interp.chat import encode_chat
 from dysco_interp.decoding.template import content_spans, extend_mask, template_positions
-from dysco_interp.tiny_models import STYLES, tiny_tokenizer
+from dysco_interp.models.tiny import STYLES, tiny_tokenizer
 
 MESSAGES = [
     {"role": "system", "content": "Answer with one city."},

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dysco_interp.errors import ConfigError
-from dysco_interp.runner import read_store
+from dysco_interp.experiments.store import read_store
 
 REQUIRED_FIELDS = ("model", "task", "method", "index", "config")
 

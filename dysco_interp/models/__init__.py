@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch
 
-from dysco_interp import packaged_models
+from dysco_interp.models import packaged as packaged_models
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import (
     ConfigError,
@@ -546,7 +546,7 @@ def load_tokenizer(name_or_path: str = packaged_models.DEFAULT_MODEL, progress: 
 
     name = _model_name(name_or_path)
     if name.startswith(TINY_PREFIX):
-        from dysco_interp.tiny_models import tiny_tokenizer
+        from dysco_interp.models.tiny import tiny_tokenizer
 
         return tiny_tokenizer(name.removeprefix(TINY_PREFIX))
     packaged = packaged_models.REGISTRY.get(name)
@@ -584,7 +584,7 @@ def load_model(
     dt = resolve_dtype(dtype, dev)
     start = time.perf_counter()
     if name.startswith(TINY_PREFIX):
-        from dysco_interp.tiny_models import tiny_model
+        from dysco_interp.models.tiny import tiny_model
 
         return tiny_model(name.removeprefix(TINY_PREFIX), dtype=dt, device=dev, yarn_factor=yarn_factor)
     where = _resolve(name, progress)

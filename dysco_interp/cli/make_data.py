@@ -12,9 +12,9 @@ import contextlib
 import sys
 from pathlib import Path
 
-from dysco_interp import cli_args
+from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
-from dysco_interp.packaged_models import DEFAULT_MODEL
+from dysco_interp.models.packaged import DEFAULT_MODEL
 from dysco_interp.tasks import TASKS, get_task, make_dataset, save_dataset
 from dysco_interp.tasks.common import parse_lengths
 
@@ -112,10 +112,10 @@ def model_context_length(model: str, tokenizer) -> int | None:
     """The model's context window from its config alone (no weights); None when it cannot be read."""
     from transformers import AutoConfig
 
-    from dysco_interp import packaged_models
+    from dysco_interp.models import packaged as packaged_models
 
     if model.startswith("tiny-"):
-        from dysco_interp.tiny_models import tiny_config
+        from dysco_interp.models.tiny import tiny_config
 
         return tiny_config(model.removeprefix("tiny-"), vocab_size=len(tokenizer)).max_position_embeddings
     try:

@@ -23,7 +23,7 @@ from dysco_interp.decoding.dysco import iter_methods, prepare_prompt
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
-from dysco_interp.runner import (
+from dysco_interp.experiments.store import (
     ResultStore, StoreMismatchError, canonical_json, content_hash, differences, open_store, read_resumable,
 )
 from dysco_interp.tasks import get_task, mrcr, needle_qa, path_traversal

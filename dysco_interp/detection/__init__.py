@@ -56,7 +56,7 @@ from dysco_interp import __version__
 from dysco_interp.models import dtype_name
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import Head, HeadSet, head_label, random_heads
-from dysco_interp.runner import ResultStore, content_hash
+from dysco_interp.experiments.store import ResultStore, content_hash
 
 Span = tuple[int, int]
 Hook = tuple[str, Any]

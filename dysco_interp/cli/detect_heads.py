@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from dysco_interp import cli_args
+from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError, NoSignalError
 
 METHOD_CHOICES = ("qrscore", "qrscore-ndcg", "copy", "copy-paste")
@@ -103,7 +103,7 @@ def _load_file_examples(path: Path, n: int | None) -> list:
 
 
 def _generated_examples(args, model):
-    from dysco_interp.detect import make_detection_data
+    from dysco_interp.detection import make_detection_data
 
     return make_detection_data(model, args.n or DEFAULT_N, args.length_tokens, args.seed, progress=not args.no_progress)
 
@@ -115,7 +115,7 @@ def informative_top(result, top_k: int, method: str) -> tuple[int, str | None]:
     its index: listing L0H0..L0H7 as "top heads" would be noise presented as a finding.
     A NoSignalError when no head scores at all (or every head scores the same).
     """
-    from dysco_interp.detect import COPY_PASTE, resolve_method
+    from dysco_interp.detection import COPY_PASTE, resolve_method
 
     scores = [s for _, s in result.ranking()]
     n = len(result.per_example)
@@ -154,9 +154,9 @@ def run_detect(args) -> int:
 
     import torch
 
-    from dysco_interp.detect import COPY_PASTE, detect, head_overlap, resolve_method, sliding_layers, split_half
+    from dysco_interp.detection import COPY_PASTE, detect, head_overlap, resolve_method, sliding_layers, split_half
     from dysco_interp.models import load_model
-    from dysco_interp.plots import save_head_heatmaps
+    from dysco_interp.viz.plots import save_head_heatmaps
 
     _check_args(args)
     reference = _load_compare(args.compare)
@@ -166,7 +166,7 @@ def run_detect(args) -> int:
         args.on_interrupt = f"finished examples are kept in {args.resume_dir}; the same command resumes"
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    from dysco_interp import packaged_models
+    from dysco_interp.models import packaged as packaged_models
 
     # load_model's status line is not output: stdout carries the head table only
     with contextlib.redirect_stdout(sys.stderr):

@@ -1,0 +1,1 @@
+"""Experiments: the resumable result store, evaluation over a data set, and the demo."""

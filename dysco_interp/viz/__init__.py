@@ -1,0 +1,1 @@
+"""Figures (PNG plus self-contained HTML), tables and the attention replay page."""
