@@ -5,7 +5,7 @@ import torch
 
 from dysco_interp.decoding import backends, relevance
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.dysco import compare_methods, generate_batch
+from dysco_interp.decoding.loop import compare_methods, generate_batch
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from conftest import get_tiny
@@ -44,10 +44,11 @@ def test_one_step_of_each_operation_matches_the_bridge(tiny):
     for name in backends.BACKENDS:
         b = backends.make_backend(tiny, name, heads)
         state = b.prefill(ids[:, :-2], None)
-        partial = b.partial(state, ids[:, -2])
-        logits, read = b.step(state, ids[:, -2], read=True)
+        partial = b.partial(state, ids[:, -2]).attention
+        step = b.step(state, ids[:, -2], read=True)
+        logits, read = step.logits, step.attention
         bias = relevance.scaling_bias(torch.nn.functional.pad(read > read.mean(), (0, 1)), 3.0)
-        biased, _ = b.step(state, ids[:, -1], bias=bias)
+        biased = b.step(state, ids[:, -1], bias=bias).logits
         out[name] = (partial, read, logits, biased)
     for fast in ("sdpa", "static"):
         for ours, ref in zip(out[fast], out["bridge"]):
@@ -118,7 +119,7 @@ def test_the_sdpa_backend_leaves_the_loaded_model_as_it_was(tiny_llama):
 
 
 def test_static_buffers_grow_when_decoding_outlives_them():
-    from dysco_interp.decoding.static import GRANULE
+    from dysco_interp.decoding.backends.static import GRANULE
 
     tiny_qwen3 = get_tiny("qwen3")
     heads = heads_for(tiny_qwen3)
@@ -129,9 +130,9 @@ def test_static_buffers_grow_when_decoding_outlives_them():
         state = b.prefill(ids[:, :GRANULE - 2], None)  # reserve 0: room for 2 more keys
         logits = []
         for col in range(GRANULE - 2, ids.shape[1]):
-            read = b.partial(state, ids[:, col])
+            read = b.partial(state, ids[:, col]).attention
             bias = relevance.scaling_bias(read > read.mean(), 2.0)
-            logits.append(b.step(state, ids[:, col], bias=bias)[0])
+            logits.append(b.step(state, ids[:, col], bias=bias).logits)
         out[name] = (torch.stack(logits), state)
     torch.testing.assert_close(out["static"][0], out["sdpa"][0], atol=2e-5, rtol=1e-4)
     assert out["static"][1].cache.capacity > GRANULE and out["static"][1].n_keys == GRANULE + 6

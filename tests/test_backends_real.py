@@ -3,7 +3,7 @@
 import pytest
 
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.dysco import compare_methods
+from dysco_interp.decoding.loop import compare_methods
 from dysco_interp.heads import shipped_heads
 from dysco_interp.tasks.path_traversal import generate_instance
 

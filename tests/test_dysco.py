@@ -10,7 +10,8 @@ import torch
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
 from dysco_interp.decoding.backends import DecodeState, make_backend
-from dysco_interp.decoding.dysco import Rows, _Stepper, compare_methods, dysco_generate, prepare_prompt
+from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate
+from dysco_interp.decoding.prompts import PromptBatch, prepare_prompt
 from dysco_interp.decoding.generate import generate
 from dysco_interp.decoding.interventions import BiasWriter
 from dysco_interp.decoding.relevance import scaling_bias
@@ -28,7 +29,7 @@ def heads_for(model, pairs=((1, 0), (2, 3), (1, 2))):
 
 
 def stepper_for(model, config, heads, prepared, backend="bridge"):
-    return _Stepper(make_backend(model, backend, heads), config, Rows.of([prepared], 0))
+    return Stepper(make_backend(model, backend, heads), config, PromptBatch.of([prepared], 0))
 
 
 def cfg(method="dysco", **kw):
@@ -83,7 +84,7 @@ def test_relevance_sums_to_one_and_cache_equals_one_biased_pass(tiny):
     stepper = stepper_for(tiny, cfg(beta=3.0, top_p=0.6), heads, prepared)
     for pos in range(len(ids) - 3, len(ids) - 1):
         before = runtime.clone_cache(cache)
-        logits, _ = stepper.full_step(state, torch.tensor([ids[pos]]), "intervention-warmup")
+        logits, _ = stepper.step(state, torch.tensor([ids[pos]]), "intervention-warmup")
         assert stepper.relevance.dtype == torch.float32
         assert math.isclose(float(stepper.relevance.sum()), 1.0, abs_tol=1e-5)
         assert stepper.relevance.shape[-1] == pos + 1
@@ -164,7 +165,7 @@ def test_hand_computed_step_on_a_two_layer_model():
                                encoded=SimpleNamespace(n_generation_prompt=0))
     stepper = stepper_for(model, config, heads, prepared)
     stepper.relevance = torch.tensor(r_prev, dtype=torch.float32)[None]
-    logits, (record,) = stepper.full_step(DecodeState(cache, n - 1), ids[0, -1:], "decode")
+    logits, (record,) = stepper.step(DecodeState(cache, n - 1), ids[0, -1:], "decode")
     assert record.selected == chosen and record.position == n - 1
     np.testing.assert_allclose(stepper.relevance[0].numpy(), r, atol=1e-6)
 

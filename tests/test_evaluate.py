@@ -106,9 +106,9 @@ def test_cli_generate_with_dysco_and_a_head_file(tmp_path, capsys):
 
 
 def test_a_batch_killed_mid_way_keeps_the_methods_that_finished(tiny_llama, pt_data, tmp_path, monkeypatch):
-    from dysco_interp.decoding import dysco
+    from dysco_interp.decoding import loop
 
-    real = dysco._decode_rows
+    real = loop.decode_batch
     calls = []
 
     def dies_on_the_second_method(*args, **kwargs):
@@ -117,7 +117,7 @@ def test_a_batch_killed_mid_way_keeps_the_methods_that_finished(tiny_llama, pt_d
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dysco, "_decode_rows", dies_on_the_second_method)
+    monkeypatch.setattr(loop, "decode_batch", dies_on_the_second_method)
     with pytest.raises(KeyboardInterrupt):
         evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), tmp_path / "r.jsonl",
                  progress=False, backend="sdpa", batch_size=2)

@@ -4,17 +4,11 @@ import pytest
 import torch
 
 from dysco_interp.decoding import runtime
-from dysco_interp.decoding.interventions import (
-    AttentionTemperature,
-    BiasWriter,
-    RelevanceReader,
-    is_sliding,
-    pattern_hook_name,
-    scores_hook_name,
-)
+from dysco_interp.decoding.interventions import AttentionTemperature, BiasWriter, RelevanceReader
 from dysco_interp.decoding.relevance import aggregate_heads, scaling_bias
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
+from dysco_interp.hooks import is_sliding, pattern_name, scores_name
 
 N = 30  # keys at the decode step: longer than the Gemma-style window (16)
 
@@ -68,10 +62,10 @@ def test_bias_gives_softmax_of_scores_plus_bias(tiny):
     seen: dict = {}
     layers = range(tiny.spec.n_layers)
     # a user's hooks on the same point, before and after ours: both run, in order
-    hooks = [(scores_hook_name(i), recorder(seen, "before")) for i in layers]
+    hooks = [(scores_name(i), recorder(seen, "before")) for i in layers]
     hooks += writer.hooks()
-    hooks += [(scores_hook_name(i), recorder(seen, "after")) for i in layers]
-    hooks += [(pattern_hook_name(i), recorder(seen, "pattern")) for i in layers]
+    hooks += [(scores_name(i), recorder(seen, "after")) for i in layers]
+    hooks += [(pattern_name(i), recorder(seen, "pattern")) for i in layers]
     frozen_logits(tiny, cache, ids[:, -1:], hooks)
     for i in layers:
         before, after, pattern = seen[("before", i)], seen[("after", i)], seen[("pattern", i)]
@@ -92,12 +86,12 @@ def test_bias_matches_an_independent_computation(tiny):
     ids, cache = prefilled(tiny, seed=1)
     last = tiny.spec.n_layers - 1
     plain: dict = {}
-    frozen_logits(tiny, cache, ids[:, -1:], [(pattern_hook_name(last), recorder(plain, "p"))])
+    frozen_logits(tiny, cache, ids[:, -1:], [(pattern_name(last), recorder(plain, "p"))])
     bias = scaling_bias(some_selection(1), beta=2.0)
     writer = BiasWriter(tiny.spec, layers=[last])
     writer.set_bias(bias)
     biased: dict = {}
-    logits = frozen_logits(tiny, cache, ids[:, -1:], writer.hooks() + [(pattern_hook_name(last), recorder(biased, "p"))])
+    logits = frozen_logits(tiny, cache, ids[:, -1:], writer.hooks() + [(pattern_name(last), recorder(biased, "p"))])
     p = plain[("p", last)]
     expected = torch.softmax(p.double().log() + bias[..., N - p.shape[-1] :].double(), dim=-1)
     torch.testing.assert_close(biased[("p", last)].double(), expected, atol=1e-6, rtol=1e-5)
@@ -135,13 +129,13 @@ def test_reader_row_equals_mean_of_full_forward_rows(tiny):
     reader = RelevanceReader(HEADS, tiny.spec)
     user_calls = []
     reader.set_length(N)
-    hooks = reader.hooks() + [(pattern_hook_name(0), lambda t, hook: user_calls.append(t.shape))]
+    hooks = reader.hooks() + [(pattern_name(0), lambda t, hook: user_calls.append(t.shape))]
     runtime.partial_step(tiny, cache, ids[:, -1:], stop_at_layer=reader.max_layer + 1, hooks=hooks)
     assert len(user_calls) == 1  # a user's hook on the same point still runs
     got = reader.attention()
     with torch.inference_mode():
         _, full = tiny.bridge.run_with_cache(ids)
-    rows = [full[pattern_hook_name(layer)][0, head, -1, :] for layer, head in HEADS]
+    rows = [full[pattern_name(layer)][0, head, -1, :] for layer, head in HEADS]
     expected = torch.stack(rows).mean(0)
     assert got.shape == (1, N) and got.dtype == torch.float32
     torch.testing.assert_close(got[0], expected.float(), atol=1e-5, rtol=1e-4)
@@ -169,7 +163,7 @@ def test_sliding_rows_land_on_absolute_positions():
         row = reader.rows[layer]
         assert row.shape[-1] == window
         placed = aggregate_heads([row], N)[0]
-        full_row = full[pattern_hook_name(layer)][0, head, -1].float()
+        full_row = full[pattern_name(layer)][0, head, -1].float()
         assert full_row[: N - window].abs().max() < 1e-6  # the full pass agrees: outside the window
         torch.testing.assert_close(placed, full_row, atol=1e-5, rtol=1e-4)
         assert placed[: N - window].eq(0).all() and placed[N - window :].sum() == pytest.approx(1, abs=1e-5)
@@ -224,8 +218,8 @@ def test_temperature_divides_scores(tiny):
     temp = AttentionTemperature(tiny.spec, 0.5)
     seen: dict = {}
     layers = range(tiny.spec.n_layers)
-    hooks = [(scores_hook_name(i), recorder(seen, "before")) for i in layers] + temp.hooks()
-    hooks += [(pattern_hook_name(i), recorder(seen, "pattern")) for i in layers]
+    hooks = [(scores_name(i), recorder(seen, "before")) for i in layers] + temp.hooks()
+    hooks += [(pattern_name(i), recorder(seen, "pattern")) for i in layers]
     logits = frozen_logits(tiny, cache, ids[:, -1:], hooks)
     for i in layers:
         expected = torch.softmax(seen[("before", i)] / 0.5, dim=-1)
@@ -261,7 +255,7 @@ def test_hooks_work_as_a_context_and_leave_nothing_behind(tiny_llama):
     writer.set_bias(scaling_bias(some_selection(), beta=4.0))
     with tiny_llama.bridge.hooks(fwd_hooks=writer.hooks()):
         calls = []
-        boosted = frozen_logits(tiny_llama, cache, ids[:, -1:], [(scores_hook_name(1), lambda t, hook: calls.append(1))])
+        boosted = frozen_logits(tiny_llama, cache, ids[:, -1:], [(scores_name(1), lambda t, hook: calls.append(1))])
     assert calls == [1] and not torch.allclose(boosted, vanilla, atol=1e-3)
     assert torch.equal(frozen_logits(tiny_llama, cache, ids[:, -1:]), vanilla)
 

@@ -16,8 +16,8 @@ from dysco_interp.analysis.replay import (
     token_pieces,
 )
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.dysco import compare_methods, dysco_generate
-from dysco_interp.decoding.trace import StepRecord, Trace
+from dysco_interp.decoding.loop import compare_methods, dysco_generate
+from dysco_interp.decoding.results import StepRecord, Trace
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.tasks.path_traversal import generate_instance

@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from dysco_interp.decoding.dysco import generate_batch
-from dysco_interp.decoding.static import StaticBackend
+from dysco_interp.decoding.loop import generate_batch
 from dysco_interp.models.tiny import STYLES, tiny_model
 from test_backends import METHODS, OTHERS, PROMPT, heads_for, selections
 
@@ -12,22 +11,15 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA grap
 
 
 @pytest.mark.parametrize("style", STYLES)
-def test_replayed_graphs_give_the_eager_tokens_and_selections(style, monkeypatch):
+def test_replayed_graphs_give_the_eager_tokens_and_selections(style):
     model = tiny_model(style, device="cuda")
     heads = heads_for(model)
     prompts = [PROMPT, *OTHERS]
-    replayed = generate_batch(model, prompts, METHODS, heads, backend="static")
-    monkeypatch.setattr(StaticBackend, "__init__", _eager_init)
-    eager = generate_batch(model, prompts, METHODS, heads, backend="static")
+    replayed = generate_batch(model, prompts, METHODS, heads, backend="static", graphs=True)
+    eager = generate_batch(model, prompts, METHODS, heads, backend="static", graphs=False)
     sdpa = generate_batch(model, prompts, METHODS, heads, backend="sdpa")
     for name in METHODS:
         for ours, ref, other in zip(replayed[name], eager[name], sdpa[name]):
             assert ours.tokens == ref.tokens == other.tokens, name
             assert selections(ours) == selections(ref) == selections(other), name
 
-
-_init = StaticBackend.__init__
-
-
-def _eager_init(self, model, heads, tau=1.0):
-    _init(self, model, heads, tau, graphs=False)

@@ -7,17 +7,9 @@ from dataclasses import dataclass, field
 
 from dysco_interp.checks import brief, check_bool, check_int, check_number, check_seed, typed
 from dysco_interp.decoding import relevance
+from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Method, MethodName
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
 from dysco_interp.errors import ConfigError
-
-METHODS = {
-    "vanilla": "no intervention (equals plain decoding)",
-    "uniattns": "uniform attention temperature tau in every head and layer, prefill included",
-    "dysco": "dynamic attention scaling with the QRHeads",
-    "dysco-static": "DySCO with the set selected once after the context warm-up, then kept",
-    "dysco-random": "DySCO with |H*| random heads (seeded) instead of the QRHeads",
-    "dysco-reuse": "DySCO in one pass per token: selection from layers 0..L*, bias only in the layers after L*",
-}
 
 
 @dataclass(frozen=True)
@@ -28,7 +20,7 @@ class DecodingConfig:
     the field (`DecodingConfig(beta="2")`, `DecodingConfig(warmup=True)`).
     """
 
-    method: str = "dysco"
+    method: MethodName = "dysco"
     beta: float = 2.0  # strength: log(beta) added to the selected keys' scores
     top_p: float = 0.975  # nucleus mass of the selection
     top_k: int = 4096  # cap on the number of selected keys
@@ -59,24 +51,29 @@ class DecodingConfig:
         check_bool("enable_thinking", self.enable_thinking, allow_none=True)
 
     @property
+    def strategy(self) -> type[Method]:
+        """The method's strategy class (`decoding.methods`)."""
+        return REGISTRY[self.method]
+
+    @property
     def uses_heads(self) -> bool:
-        return self.method.startswith("dysco")
+        return self.strategy.uses_heads
 
     def used_fields(self) -> dict:
         """The fields this method's outputs depend on (sampling as a dict): what a result store
         compares, so that vanilla results stay valid when only DySCO's beta changes."""
-        unused = set() if self.uses_heads else {"beta", "top_p", "top_k", "decay", "template_masking"}
-        if self.method != "dysco-random":
-            unused.add("head_seed")
-        if self.method != "uniattns":
-            unused.add("tau")
-        unused |= {"record_positions"}  # what the trace keeps, never the tokens
+        unused = (METHOD_FIELDS - self.strategy.fields) | {"record_positions"}  # the trace, never the tokens
         return {k: v for k, v in dataclasses.asdict(self).items() if k not in unused}
+
+    @property
+    def temperature(self) -> float:
+        """Attention temperature of every head, prefill included (UniAttnS's tau; 1.0 otherwise)."""
+        return self.strategy(self).temperature
 
     @property
     def changes_prefill(self) -> bool:
         """UniAttnS rescales the prompt's attention too, so it cannot share a vanilla prefill."""
-        return self.method == "uniattns" and self.tau != 1.0
+        return self.temperature != 1.0
 
     def replace(self, **changes) -> "DecodingConfig":
         return dataclasses.replace(self, **changes)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
@@ -11,47 +10,10 @@ import torch
 from dysco_interp.chat import Messages, encode_chat
 from dysco_interp.checks import brief, check_int, is_int, typed
 from dysco_interp.decoding import runtime
+from dysco_interp.decoding.results import GenerationResult, Timings
 from dysco_interp.decoding.sampling import GREEDY, Sampler, SamplingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import LoadedModel
-
-
-@dataclass
-class Timings:
-    prefill_s: float = 0.0
-    warmup_s: float = 0.0  # prompt tokens fed one at a time (DySCO's warm-up)
-    decode_s: float = 0.0
-    n_prompt: int = 0
-    n_new: int = 0
-    batch_size: int = 1  # rows decoded together (the times are the batch's)
-
-    @property
-    def decode_tok_per_s(self) -> float:
-        # the first token comes from the prefill logits; decode steps produce the rest
-        steps = max(self.n_new - 1, 0)
-        return steps / self.decode_s if self.decode_s > 0 else float("nan")
-
-    def as_dict(self) -> dict:
-        return {
-            "n_prompt": self.n_prompt,
-            "n_new": self.n_new,
-            "batch_size": self.batch_size,
-            "prefill_s": round(self.prefill_s, 4),
-            "warmup_s": round(self.warmup_s, 4),
-            "decode_s": round(self.decode_s, 4),
-            "decode_tok_per_s": round(self.decode_tok_per_s, 3),
-        }
-
-
-@dataclass
-class GenerationResult:
-    text: str
-    tokens: list[int]
-    prompt_ids: list[int]
-    finished: bool  # stopped on an end-of-sequence token (else on the token budget)
-    timings: Timings = field(default_factory=Timings)
-    trace: "object | None" = None  # a decoding.trace.Trace for dysco_generate
-    method: str = "plain"
 
 
 def prompt_ids(

@@ -28,26 +28,8 @@ import torch
 from dysco_interp.decoding import relevance
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
+from dysco_interp.hooks import Hook, head_label, head_out_of_range, is_sliding, layer_of, pattern_name, scores_name
 from dysco_interp.models import ModelSpec
-
-Hook = tuple[str, "object"]
-
-
-def scores_hook_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_attn_scores"
-
-
-def pattern_hook_name(layer: int) -> str:
-    return f"blocks.{layer}.attn.hook_pattern"
-
-
-def layer_of(hook) -> int:
-    """Layer index from a hook point name 'blocks.L.attn.hook_...'."""
-    return int(hook.name.split(".")[1])
-
-
-def is_sliding(spec: ModelSpec, layer: int) -> bool:
-    return spec.sliding_window is not None and spec.layer_types[layer] == "sliding_attention"
 
 
 def _check_width(spec: ModelSpec, layer: int, width: int, n_keys: int, what: str) -> None:
@@ -74,9 +56,9 @@ class RelevanceReader:
 
     def __init__(self, heads: HeadSet, spec: ModelSpec):
         for layer, head in heads:
-            if not (0 <= layer < spec.n_layers and 0 <= head < spec.n_heads):
+            if head_out_of_range((layer, head), spec.n_layers, spec.n_heads):
                 raise ConfigError(
-                    f"head L{layer}H{head} is outside the model ({spec.n_layers} layers x {spec.n_heads} heads)"
+                    f"head {head_label(layer, head)} is outside the model ({spec.n_layers} layers x {spec.n_heads} heads)"
                 )
         self.spec = spec
         self.heads_by_layer: dict[int, list[int]] = heads.by_layer()
@@ -89,7 +71,7 @@ class RelevanceReader:
         return max(self.heads_by_layer)
 
     def hooks(self) -> list[Hook]:
-        return [(pattern_hook_name(layer), self) for layer in self.heads_by_layer]
+        return [(pattern_name(layer), self) for layer in self.heads_by_layer]
 
     def set_length(self, n_keys: int) -> None:
         """Announce the absolute key count of the next forward and forget the last rows."""
@@ -137,7 +119,7 @@ class BiasWriter:
         self.bias: torch.Tensor | None = None
 
     def hooks(self) -> list[Hook]:
-        return [(scores_hook_name(layer), self) for layer in self.layers]
+        return [(scores_name(layer), self) for layer in self.layers]
 
     def set_bias(self, bias: torch.Tensor | None) -> None:
         if bias is not None and (bias.ndim != 4 or bias.shape[1] != 1 or bias.shape[2] != 1):
@@ -167,7 +149,7 @@ class AttentionTemperature:
         self.tau = float(tau)
 
     def hooks(self) -> list[Hook]:
-        return [(scores_hook_name(layer), self) for layer in range(self.spec.n_layers)]
+        return [(scores_name(layer), self) for layer in range(self.spec.n_layers)]
 
     def __call__(self, scores: torch.Tensor, hook) -> torch.Tensor:
         if self.tau == 1.0:

@@ -17,9 +17,9 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import Cache
 
+from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
-Hook = tuple[str, "object"]
 DEFAULT_CHUNK = 1024
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from dysco_interp.analysis.replay import AttentionReplay, replay_path_traversal
 from dysco_interp.checks import check_int, typed
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.generate import GenerationResult
+from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
@@ -61,7 +61,7 @@ def run_demo(
     """
     from tqdm.auto import tqdm
 
-    from dysco_interp.decoding.dysco import compare_methods
+    from dysco_interp.decoding.loop import compare_methods
 
     if max_new_tokens is not None:
         check_int("max_new_tokens", max_new_tokens, minimum=1)  # 0 used to mean "the default"

@@ -19,7 +19,8 @@ import torch
 from tqdm.auto import tqdm
 
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.dysco import iter_methods, prepare_prompt
+from dysco_interp.decoding.loop import iter_methods
+from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
@@ -27,7 +28,7 @@ from dysco_interp.experiments.store import (
     ResultStore, StoreMismatchError, canonical_json, content_hash, differences, open_store, read_resumable,
 )
 from dysco_interp.tasks import get_task, mrcr, needle_qa, path_traversal
-from dysco_interp.tasks.common import check_same_tokenizer
+from dysco_interp.tasks.base import check_same_tokenizer
 
 
 @dataclass(frozen=True)

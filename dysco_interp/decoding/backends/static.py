@@ -9,17 +9,23 @@ the whole cache at every step. Here:
   and empty slots, plus log(beta) on DySCO's selected keys;
 - each pass (plain, reading, partial, biased) is captured once per state on a GPU and
   replayed; on the CPU the same code runs eagerly, which the parity tests check.
+Prefill runs through the SDPA backend's attention function (`sdpa.prefill_into`).
 
 The decoding attention of the single query is exact: q.K per KV head (the query heads of
 a group share one product, so K and V are never repeated) with float32 scores, a float32
 softmax, then probabilities (in the model dtype, as fused kernels do) times V, split over
 key chunks so the long reduction runs in parallel. The QRHeads' rows are slices of those
 probabilities. The partial pass writes the slot too; the full pass that follows rewrites it.
+
+A reuse step ("dysco-reuse") is two captured passes: the layers up to L* (the same pass as
+the partial one, stopped by `base.stop_after`), then the selection on the host, then the
+layers after L* on the hidden state L* gave (`layers_from`).
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -28,7 +34,15 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import relevance, runtime
-from dysco_interp.decoding.backends import DecodeState, SdpaBackend, _Control, _PartialDone, dysco_attention, twin
+from dysco_interp.decoding.backends.base import Backend, DecodeState, SelectBias, StepOutput, StopForward, stop_after
+from dysco_interp.decoding.backends.sdpa import (
+    AttentionControl,
+    decoder_layers,
+    dysco_attention,
+    prefill_into,
+    read_heads,
+    twin,
+)
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
@@ -152,13 +166,13 @@ class StaticState(DecodeState):
 
 
 @dataclass
-class _StaticControl(_Control):
+class StaticControl(AttentionControl):
     """A decoding pass over the whole buffers; `slot` places sliding windows."""
 
     slot: torch.Tensor | None = None
 
 
-def _bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
         return torch.bmm(a, b, out_dtype=torch.float32)
     return torch.bmm(a.float(), b.float())
@@ -173,7 +187,7 @@ def decode_probabilities(query, key, mask, scale: float, groups: int, window: in
     batch, n_heads, _, dim = query.shape
     n_kv, capacity = key.shape[1], key.shape[2]
     q = query.reshape(batch * n_kv, groups, dim)
-    scores = _bmm_float32(q, key.reshape(batch * n_kv, capacity, dim).transpose(1, 2))
+    scores = bmm_float32(q, key.reshape(batch * n_kv, capacity, dim).transpose(1, 2))
     scores = scores.view(batch, n_heads, capacity) * scale + mask.view(batch, 1, capacity)
     if window is not None:  # keys at or before slot - window are out of a sliding layer's reach
         old = torch.arange(capacity, device=key.device) <= slot - window
@@ -181,7 +195,7 @@ def decode_probabilities(query, key, mask, scale: float, groups: int, window: in
     return scores.softmax(dim=-1)
 
 
-def _split(capacity: int) -> int:
+def key_chunk(capacity: int) -> int:
     for chunk in (2048, 1024, 512, GRANULE):
         if capacity % chunk == 0:
             return chunk
@@ -192,20 +206,20 @@ def probabilities_times_values(probs: torch.Tensor, value: torch.Tensor) -> torc
     """`[B, heads, capacity]` weights times V `[B, kv_heads, capacity, d]` -> `[B, 1, heads, d]` (HF's layout)."""
     batch, n_heads, capacity = probs.shape
     n_kv, dim = value.shape[1], value.shape[3]
-    groups, chunk = n_heads // n_kv, _split(capacity)
+    groups, chunk = n_heads // n_kv, key_chunk(capacity)
     n_chunks = capacity // chunk
     p = probs.to(value.dtype).view(batch * n_kv, groups, n_chunks, chunk).transpose(1, 2)
     p = p.reshape(batch * n_kv * n_chunks, groups, chunk)
-    parts = _bmm_float32(p, value.reshape(batch * n_kv * n_chunks, chunk, dim))
+    parts = bmm_float32(p, value.reshape(batch * n_kv * n_chunks, chunk, dim))
     out = parts.view(batch, n_kv, n_chunks, groups, dim).sum(dim=2)
     return out.reshape(batch, 1, n_heads, dim).to(value.dtype)
 
 
 def static_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
-                     dysco_control: _Control | None = None, **kwargs):
+                     dysco_control: AttentionControl | None = None, **kwargs):
     """Decoding passes of the static backend; everything else (prefill) is `dysco_attention`."""
     ctl = dysco_control
-    if not isinstance(ctl, _StaticControl):
+    if not isinstance(ctl, StaticControl):
         return dysco_attention(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                dysco_control=ctl, **kwargs)
     if query.shape[2] != 1:
@@ -217,8 +231,6 @@ def static_attention(module, query, key, value, attention_mask, dropout: float =
     heads = ctl.read.get(module.layer_idx)
     if heads is not None:
         ctl.rows[module.layer_idx] = probs[:, heads]
-        if module.layer_idx == ctl.stop_at:
-            raise _PartialDone
     return probabilities_times_values(probs, value), None
 
 
@@ -226,7 +238,21 @@ AttentionInterface.register(ATTN_IMPLEMENTATION, static_attention)
 AttentionMaskInterface.register(ATTN_IMPLEMENTATION, sdpa_mask)  # prefill; decoding passes bring their 4D mask
 
 
-class StaticBackend(SdpaBackend):
+@contextlib.contextmanager
+def layers_from(decoder: torch.nn.Module, start: int) -> Iterator[None]:
+    """While open, the decoder runs only its layers `start`.. (on the hidden state it is given)."""
+    layers = decoder.layers
+    decoder.layers = torch.nn.ModuleList(list(layers)[start:])
+    try:
+        yield
+    finally:
+        decoder.layers = layers
+
+
+PASSES = ("plain", "read", "head", "biased", "tail")
+
+
+class StaticBackend(Backend):
     """SDPA prefill into fixed buffers; decoding passes captured as CUDA graphs on a GPU.
 
     `graphs=None` captures on CUDA devices and runs eagerly elsewhere.
@@ -234,43 +260,41 @@ class StaticBackend(SdpaBackend):
 
     name = "static"
     max_batch = None
-    implementation = ATTN_IMPLEMENTATION
+    supports_graphs = True
 
-    def __init__(self, model: LoadedModel, heads: HeadSet | None, tau: float = 1.0, graphs: bool | None = None):
-        super().__init__(model, heads, tau)
+    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None):
+        super().__init__(model, heads, tau=tau, graphs=graphs)
         if graphs and model.device.type != "cuda":
             raise ConfigError("CUDA graphs need a CUDA device")
         self.graphs = model.device.type == "cuda" if graphs is None else graphs
-
-    def _empty_state(self, n_tokens: int) -> StaticState:
-        return StaticState(SlotCache(self.model.spec.n_layers, capacity_for(n_tokens)), 0)
+        self.hf = twin(model, ATTN_IMPLEMENTATION)
+        self.read = read_heads(model, heads)
+        self.max_layer = max(self.read) if self.read else None
 
     @torch.inference_mode()
-    def prefill(self, ids, valid, chunk_size: int = runtime.DEFAULT_CHUNK, reserve: int = 0) -> StaticState:
-        return StaticState.finish(super().prefill(ids, valid, chunk_size, reserve))
+    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int = runtime.DEFAULT_CHUNK,
+                reserve: int = 0) -> StaticState:
+        empty = StaticState(SlotCache(self.model.spec.n_layers, capacity_for(ids.shape[1] + reserve)), 0)
+        state = prefill_into(self.hf, self.model, empty, ids, valid, chunk_size, self.tau)
+        return StaticState.finish(state)
 
     def _pass(self, state: StaticState, kind: str, hidden: torch.Tensor | None = None):
-        """Run (or replay) one decoding pass: "plain", "read", "partial", "biased", or the two
-        halves of a reuse step: "head" (layers 0..L*, unbiased; returns their output, not
-        logits) and "tail" (layers L*+1.. on `hidden`, biased)."""
+        """Run (or replay) one decoding pass of PASSES: "plain", "read" (the QRHeads read),
+        "head" (layers 0..L*, unbiased, read; returns L*'s output instead of logits), "biased",
+        and "tail" (layers L*+1.. on `hidden`, biased)."""
         def run():
-            ctl = _StaticControl(tau=self.tau, slot=state.slot)
-            if kind in ("read", "partial", "head"):
+            ctl = StaticControl(tau=self.tau, slot=state.slot)
+            if kind in ("read", "head"):
                 ctl.read = self.read
-            if kind == "partial":
-                ctl.stop_at = self.max_layer
-            inputs = {"input_ids": state.ids}
-            if kind == "tail":
-                inputs = {"inputs_embeds": hidden}
+            inputs = {"input_ids": state.ids} if kind != "tail" else {"inputs_embeds": hidden}
             mask = state.biased if kind in ("biased", "tail") else state.mask
-            stash = {}
-            with self._split(kind, stash):
+            with self._layers(kind):
                 try:
                     out = self.hf(**inputs, attention_mask=mask, position_ids=state.position,
                                   past_key_values=state.cache, use_cache=True, logits_to_keep=1, dysco_control=ctl)
-                except _PartialDone:
-                    return stash.get("hidden"), ctl.rows
-            if kind in ("partial", "head"):
+                except StopForward as stop:
+                    return stop.hidden, ctl.rows
+            if kind == "head":
                 raise RuntimeError("the pass did not stop after the deepest QRHead layer")
             return out.logits[:, -1].float(), ctl.rows
 
@@ -287,35 +311,18 @@ class StaticBackend(SdpaBackend):
             with torch.cuda.graph(graph):
                 outputs = run()
             state.graphs[key] = (graph, outputs)
-        graph, (logits, rows) = state.graphs[key]
+        graph, (out, rows) = state.graphs[key]
         graph.replay()
         if kind == "head":  # the tail graph reads this very tensor
-            return logits, rows
-        return (None if logits is None else logits.clone()), rows
+            return out, rows
+        return out.clone(), rows
 
-    @contextlib.contextmanager
-    def _split(self, kind: str, stash: dict):
-        """"head": stop after layer L*, keeping its output; "tail": only layers L*+1.. run."""
-        decoder = self.hf.model
+    def _layers(self, kind: str):
         if kind == "head":
-            def stop(module, args, output):
-                stash["hidden"] = output[0] if isinstance(output, tuple) else output
-                raise _PartialDone
-
-            handle = decoder.layers[self.max_layer].register_forward_hook(stop)
-            try:
-                yield
-            finally:
-                handle.remove()
-        elif kind == "tail":
-            layers = decoder.layers
-            decoder.layers = torch.nn.ModuleList(list(layers)[self.max_layer + 1:])
-            try:
-                yield
-            finally:
-                decoder.layers = layers
-        else:
-            yield
+            return stop_after(decoder_layers(self.hf)[self.max_layer])
+        if kind == "tail":
+            return layers_from(self.hf.model, self.max_layer + 1)
+        return contextlib.nullcontext()
 
     def _load(self, state: StaticState, tokens: torch.Tensor) -> None:
         """The step's token, position and slot into the fixed tensors; its key becomes visible."""
@@ -327,23 +334,11 @@ class StaticBackend(SdpaBackend):
         state.ids.copy_(tokens.to(state.ids.device).view(-1, 1))
         state.position.copy_(state.next_position[:, None])
 
-    def _attention(self, rows: dict, n_keys: int) -> torch.Tensor:
+    def attention(self, rows: dict, n_keys: int) -> torch.Tensor:
         layers = sorted(rows)
         full = relevance.aggregate_heads([rows[layer] for layer in layers], rows[layers[0]].shape[-1],
                                          offsets=[0] * len(layers))
         return full[:, :n_keys]
-
-    @torch.inference_mode()
-    def step(self, state: StaticState, tokens: torch.Tensor, bias=None, read: bool = False):
-        if bias is not None and read:
-            raise ValueError("the static backend reads relevance in unbiased passes only")
-        self._load(state, tokens)
-        if bias is not None:
-            self._set_bias(state, bias)
-        kind = "biased" if bias is not None else "read" if read else "plain"
-        logits, rows = self._pass(state, kind)
-        state.advance()
-        return logits, (self._attention(rows, state.n_keys) if read else None)
 
     @staticmethod
     def _set_bias(state: StaticState, bias: torch.Tensor) -> None:
@@ -351,16 +346,32 @@ class StaticBackend(SdpaBackend):
         state.biased[..., : bias.shape[-1]] += bias.to(state.biased.device)
 
     @torch.inference_mode()
-    def reuse_step(self, state: StaticState, tokens: torch.Tensor, select_bias):
+    def step(self, state: StaticState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,
+             read: bool = False) -> StepOutput:
+        self.check_step(bias, read)
+        if read:
+            self.needs_heads()
         self._load(state, tokens)
-        hidden, rows = self._pass(state, "head")
-        self._set_bias(state, select_bias(self._attention(rows, state.n_keys + 1)))
-        logits, _ = self._pass(state, "tail", hidden)
+        if bias is not None:
+            self._set_bias(state, bias)
+        logits, rows = self._pass(state, "biased" if bias is not None else "read" if read else "plain")
         state.advance()
-        return logits
+        return StepOutput(logits, self.attention(rows, state.n_keys) if read else None)
 
     @torch.inference_mode()
-    def partial(self, state: StaticState, tokens: torch.Tensor) -> torch.Tensor:
+    def partial(self, state: StaticState, tokens: torch.Tensor) -> StepOutput:
+        self.needs_heads()
         self._load(state, tokens)
-        _, rows = self._pass(state, "partial")
-        return self._attention(rows, state.n_keys + 1)
+        _, rows = self._pass(state, "head")
+        return StepOutput(attention=self.attention(rows, state.n_keys + 1))
+
+    @torch.inference_mode()
+    def reuse_step(self, state: StaticState, tokens: torch.Tensor, select_bias: SelectBias) -> StepOutput:
+        self.needs_heads()
+        self._load(state, tokens)
+        hidden, rows = self._pass(state, "head")
+        attention = self.attention(rows, state.n_keys + 1)
+        self._set_bias(state, select_bias(attention))
+        logits, _ = self._pass(state, "tail", hidden)
+        state.advance()
+        return StepOutput(logits, attention)

@@ -1,0 +1,56 @@
+"""Where DySCO's passes run: one interface (`base.Backend`), one file per implementation.
+
+- "bridge": the TransformerBridge with TransformerLens hooks (eager attention, one prompt);
+  the reference, and what analyses hook into;
+- "sdpa": the SDPA twin of the same weights, DySCO inside its attention function; prompts of
+  any lengths decode together, left-padded;
+- "static": SDPA prefill into fixed KV buffers, decoding passes replayed as CUDA graphs.
+The relevance and selection math is shared (`decoding/relevance.py`); backends differ only in
+how a pass reads attention and applies the bias.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput, StopForward, stop_after
+from dysco_interp.decoding.backends.bridge import BridgeBackend
+from dysco_interp.decoding.backends.sdpa import SdpaBackend
+from dysco_interp.decoding.backends.static import StaticBackend
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet
+from dysco_interp.models import LoadedModel
+
+BackendName = Literal["bridge", "sdpa", "static"]
+REGISTRY: dict[str, type[Backend]] = {cls.name: cls for cls in (BridgeBackend, SdpaBackend, StaticBackend)}
+BACKENDS: tuple[str, ...] = get_args(BackendName)
+assert BACKENDS == tuple(REGISTRY)
+
+
+def check_backend(name: str) -> str:
+    if name not in REGISTRY:
+        raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(REGISTRY)}")
+    return name
+
+
+def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | None = None, *, tau: float = 1.0,
+                 graphs: bool | None = None) -> Backend:
+    """The backend `name` for `model`.
+
+    Args:
+        model: the loaded model.
+        name: "bridge", "sdpa" or "static".
+        heads: the QRHeads whose attention the backend reads (None: it reads none).
+        tau: UniAttnS's attention temperature (1.0: none).
+        graphs: CUDA graphs for the static backend (None: on CUDA devices); True elsewhere is a ConfigError.
+
+    Returns:
+        A `Backend`.
+    """
+    return REGISTRY[check_backend(name)](model, heads, tau=tau, graphs=graphs)
+
+
+__all__ = [
+    "BACKENDS", "REGISTRY", "Backend", "BackendName", "BridgeBackend", "DecodeState", "SdpaBackend", "StaticBackend",
+    "StepOutput", "StopForward", "check_backend", "make_backend", "stop_after",
+]

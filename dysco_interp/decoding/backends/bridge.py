@@ -1,0 +1,83 @@
+"""The "bridge" backend: the TransformerBridge with plain TransformerLens hooks.
+
+Eager attention, one prompt at a time: the reference the fast backends are tested against,
+and the backend analyses hook into. The hooks are those of `decoding/interventions.py`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from dysco_interp.decoding import runtime
+from dysco_interp.decoding.backends.base import Backend, DecodeState, SelectBias, StepOutput
+from dysco_interp.decoding.interventions import AttentionTemperature, BiasWriter, RelevanceReader
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet
+from dysco_interp.hooks import Hook, act_name
+from dysco_interp.models import LoadedModel
+
+
+class BridgeBackend(Backend):
+    """The TransformerBridge with TL hooks (eager attention), one row at a time."""
+
+    name = "bridge"
+    max_batch = 1
+
+    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None):
+        super().__init__(model, heads, tau=tau, graphs=graphs)
+        self.reader = RelevanceReader(heads, model.spec) if heads is not None else None
+        self.writer = BiasWriter(model.spec)
+        self.temperature: list[Hook] = AttentionTemperature(model.spec, tau).hooks() if tau != 1.0 else []
+
+    def _reader(self, n_keys: int) -> RelevanceReader:
+        self.needs_heads()
+        assert self.reader is not None
+        self.reader.set_length(n_keys)
+        return self.reader
+
+    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int = runtime.DEFAULT_CHUNK,
+                reserve: int = 0) -> DecodeState:
+        if ids.shape[0] != 1 or valid is not None:
+            raise ConfigError("the bridge backend decodes one prompt at a time; use backend='sdpa' or 'static' for batches")
+        cache, _ = runtime.prefill(self.model, ids, chunk_size=chunk_size, hooks=self.temperature)
+        return DecodeState(cache, ids.shape[1])
+
+    def step(self, state: DecodeState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,
+             read: bool = False) -> StepOutput:
+        self.check_step(bias, read)
+        hooks = list(self.temperature)
+        reader = self._reader(state.n_keys + 1) if read else None
+        if reader is not None:
+            hooks += reader.hooks()
+        if bias is not None:
+            self.writer.set_bias(bias)
+            hooks += self.writer.hooks()
+        logits = runtime.step(self.model, state.cache, tokens[:, None], hooks)
+        state.advance()
+        return StepOutput(logits, None if reader is None else reader.attention())
+
+    def partial(self, state: DecodeState, tokens: torch.Tensor) -> StepOutput:
+        reader = self._reader(state.n_keys + 1)
+        runtime.partial_step(self.model, state.cache, tokens[:, None], reader.max_layer + 1, reader.hooks())
+        return StepOutput(attention=reader.attention())
+
+    def reuse_step(self, state: DecodeState, tokens: torch.Tensor, select_bias: SelectBias) -> StepOutput:
+        reader = self._reader(state.n_keys + 1)
+        after = reader.max_layer + 1
+        n_layers = self.model.spec.n_layers
+        writer = BiasWriter(self.model.spec, layers=range(after, n_layers))
+        read: list[torch.Tensor] = []
+
+        def select(resid, hook):
+            read.append(reader.attention())
+            writer.set_bias(select_bias(read[0]))
+
+        hooks = list(self.temperature) + reader.hooks() + writer.hooks()
+        if after < n_layers:
+            hooks.append((act_name(after, "hook_in"), select))
+        logits = runtime.step(self.model, state.cache, tokens[:, None], hooks)
+        if after == n_layers:  # the deepest QRHead is in the last layer: nothing left to bias
+            read.append(reader.attention())
+            select_bias(read[0])
+        state.advance()
+        return StepOutput(logits, read[0])

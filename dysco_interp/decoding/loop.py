@@ -1,0 +1,379 @@
+"""The DySCO decode loop (and its baselines), for one prompt or a left-padded batch.
+
+Schedule for one prompt (the paper's algorithm):
+1. encode with the chat template; n_gen = generation-prompt tokens;
+2. prefill prompt[:-(T_w + n_gen)] without intervention (shareable across methods);
+3. context warm-up: the next T_w tokens one at a time, no bias, relevance updated;
+4. intervention warm-up: the n_gen generation-prompt tokens with the method's full step;
+5. decode with the full step until EOS or the budget.
+What a full step does is the method's (`methods.py`); where its passes run is the backend's
+(`backends/`). `Stepper` feeds one token per row and records the trace; `generate_batch`,
+`compare_methods` and `dysco_generate` run the whole schedule.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+
+import torch
+
+from dysco_interp.chat import Messages
+from dysco_interp.checks import typed
+from dysco_interp.decoding import runtime
+from dysco_interp.decoding.backends import Backend, BackendName, DecodeState, check_backend, make_backend
+from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.methods import Method, Selector, method_for
+from dysco_interp.decoding.prompts import PreparedPrompt, PromptBatch, check_prompt, pad_id, prepare_prompt
+from dysco_interp.decoding.relevance import Selection
+from dysco_interp.decoding.results import (
+    CONTEXT_WARMUP,
+    DECODE,
+    INTERVENTION_WARMUP,
+    GenerationResult,
+    Phase,
+    StepRecord,
+    Timings,
+    Trace,
+)
+from dysco_interp.decoding.sampling import Sampler
+from dysco_interp.decoding.span_mass import SpanMass, Spans
+from dysco_interp.decoding.template import extend_mask
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet
+from dysco_interp.models import LoadedModel
+
+
+class Stepper:
+    """Feeds one token per row under one method and records what each step selected.
+
+    Drive it one step at a time from a prefilled state (`Backend.prefill`):
+    `context_warmup(state, tokens)` for the warm-up tokens (relevance only), then
+    `step(state, tokens, phase)` for the rest. Both return the float32 logits `[B, vocab]`
+    and one `StepRecord` per row.
+
+    Args:
+        backend: where the passes run (built with the method's heads and temperature).
+        config: the method and its parameters.
+        batch: the prompts' rows (pads and template tokens are never selected).
+        span_mass: per row, named spans whose relevance mass each record reports (or None).
+    """
+
+    def __init__(self, backend: Backend, config: DecodingConfig, batch: PromptBatch,
+                 span_mass: Sequence[SpanMass | None] | None = None):
+        self.backend, self.config, self.batch = backend, config, batch
+        self.method: Method = method_for(config)
+        self.selector: Selector | None = None
+        if self.method.uses_heads:
+            # on the device once, with room for every generated key (never excluded): each step slices it
+            never = batch.never_selected(config.template_masking)
+            excluded = extend_mask(never, batch.width + config.max_new_tokens + 1).to(backend.model.device)
+            self.selector = Selector(config, excluded)
+        self.span_mass = span_mass
+
+    @property
+    def relevance(self) -> torch.Tensor | None:
+        """Each row's running relevance, float32 `[B, n_keys]` (None before the first read)."""
+        return None if self.selector is None else self.selector.relevance
+
+    @relevance.setter
+    def relevance(self, value: torch.Tensor) -> None:
+        if self.selector is None:
+            raise ConfigError(f"method {self.config.method!r} keeps no relevance")
+        self.selector.relevance = value
+
+    def select(self, n_keys: int) -> Selection:
+        """The selection the current relevance gives over the first `n_keys` keys."""
+        if self.selector is None:
+            raise ConfigError(f"method {self.config.method!r} selects nothing")
+        return self.selector.select(n_keys)
+
+    def context_warmup(self, state: DecodeState, tokens: torch.Tensor) -> tuple[torch.Tensor, list[StepRecord]]:
+        """One warm-up token per row: no bias; the QRHeads' read updates relevance."""
+        n_cached = state.n_keys
+        out = self.backend.step(state, tokens, read=self.selector is not None)
+        if self.selector is not None and out.attention is not None:
+            self.selector.update(out.attention)
+        assert out.logits is not None
+        return out.logits, self._records(CONTEXT_WARMUP, n_cached, tokens, None)
+
+    def step(self, state: DecodeState, tokens: torch.Tensor,
+             phase: Phase = DECODE) -> tuple[torch.Tensor, list[StepRecord]]:
+        """One token per row with the method's full step."""
+        n_cached = state.n_keys
+        logits, selection = self.method.step(self.backend, state, tokens, self.selector)
+        return logits, self._records(phase, n_cached, tokens, selection)
+
+    def _records(self, phase: Phase, n_cached: int, tokens: torch.Tensor,
+                 selection: Selection | None) -> list[StepRecord]:
+        pads = self.batch.pads
+        records = [StepRecord(phase, n_cached - pad, tok) for pad, tok in zip(pads, tokens.tolist())]
+        if selection is not None:
+            counts, masses = selection.count.tolist(), selection.mass.tolist()
+            for i, rec in enumerate(records):
+                rec.n_selected, rec.nucleus_mass = int(counts[i]), round(float(masses[i]), 6)
+                if self.config.record_positions:
+                    rec.selected = (selection.mask[i].nonzero().flatten() - pads[i]).tolist()
+        if self.span_mass is not None and self.relevance is not None:
+            r = self.relevance.cpu()
+            for i, rec in enumerate(records):
+                span_mass = self.span_mass[i]
+                if span_mass is not None:
+                    rec.top_spans = span_mass.top_spans(r[i, pads[i]:])
+        return records
+
+
+class Prefix:
+    """A prefilled state for columns [0, n_tokens) of the rows, reusable by methods that keep
+    prefill attention (it is copied, not consumed)."""
+
+    def __init__(self, state: DecodeState, n_tokens: int, prefill_s: float):
+        self.state, self.n_tokens, self.prefill_s = state, n_tokens, prefill_s
+
+
+def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfig, backend: BackendName | str = "bridge",
+                   chunk_size: int = runtime.DEFAULT_CHUNK, graphs: bool | None = None) -> Prefix:
+    """Prefill everything but the warm-up and generation-prompt tokens."""
+    n_prefix = batch.n_prefix(config.warmup)
+    runner = make_backend(model, backend, None, tau=config.temperature, graphs=graphs)
+    valid = batch.valid
+    t0 = time.perf_counter()
+    reserve = batch.width - n_prefix + config.max_new_tokens
+    state = runner.prefill(batch.ids[:, :n_prefix].to(model.device), None if valid is None else valid[:, :n_prefix],
+                           chunk_size=chunk_size, reserve=reserve)
+    return Prefix(state, n_prefix, time.perf_counter() - t0)
+
+
+def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig, heads: HeadSet | None,
+                 prefix: Prefix, backend: BackendName | str = "bridge", spans: Sequence[Spans | None] | None = None,
+                 graphs: bool | None = None) -> list[GenerationResult]:
+    """One method on every row, from a copy of the prefix."""
+    assert batch.prepared is not None
+    n_rows, width, n_gen = len(batch.lengths), batch.width, batch.n_gen
+    method = method_for(config)
+    heads = method.heads(model, heads)
+    runner = make_backend(model, backend, heads, tau=config.temperature, graphs=graphs)
+    if runner.max_batch is not None and n_rows > runner.max_batch:
+        raise ConfigError(f"the {backend} backend decodes at most {runner.max_batch} prompt(s) at a time")
+    span_mass = None
+    if spans is not None:
+        span_mass = [None if s is None else SpanMass(s, n) for s, n in zip(spans, batch.lengths)]
+    stepper = Stepper(runner, config, batch, span_mass)
+    traces = [Trace(config.method, n, list(heads) if heads is not None else []) for n in batch.lengths]
+    sampler = Sampler(config.sampling, model.device)
+    state = prefix.state.clone()
+    ids = batch.ids.to(model.device)
+
+    def keep(records: list[StepRecord], active: list[bool]) -> None:
+        for trace, rec, on in zip(traces, records, active):
+            if on:
+                trace.steps.append(rec)
+
+    everyone = [True] * n_rows
+    t0 = time.perf_counter()
+    logits = None
+    for col in range(prefix.n_tokens, width - n_gen):
+        logits, records = stepper.context_warmup(state, ids[:, col])
+        keep(records, everyone)
+    for col in range(max(prefix.n_tokens, width - n_gen), width):
+        logits, records = stepper.step(state, ids[:, col], INTERVENTION_WARMUP)
+        keep(records, everyone)
+    warm_s = time.perf_counter() - t0
+    assert logits is not None  # at least one prompt token is fed one at a time
+
+    t0 = time.perf_counter()
+    outs: list[list[int]] = [[] for _ in range(n_rows)]
+    finished = [False] * n_rows
+    active = list(everyone)
+    eos = model.eos_token_ids
+    while True:
+        tokens = sampler(logits)
+        for i, tok in enumerate(tokens.tolist()):
+            if active[i]:
+                outs[i].append(tok)
+                finished[i] = tok in eos
+                active[i] = not finished[i] and len(outs[i]) < config.max_new_tokens
+        if not any(active):
+            break
+        logits, records = stepper.step(state, tokens, DECODE)  # finished rows idle along
+        keep(records, active)
+    decode_s = time.perf_counter() - t0
+
+    results = []
+    for i, p in enumerate(batch.prepared):
+        timings = Timings(prefill_s=prefix.prefill_s, warmup_s=warm_s, decode_s=decode_s,
+                          n_prompt=len(p.ids), n_new=len(outs[i]), batch_size=n_rows)
+        text = model.tokenizer.decode(outs[i], skip_special_tokens=True)
+        results.append(GenerationResult(text, outs[i], list(p.ids), finished[i], timings, trace=traces[i],
+                                        method=config.method))
+    return results
+
+
+def _prepare_all(model, prompts, configs, prepared) -> dict:
+    """Encoded prompts per enable_thinking setting the configs use."""
+    by_thinking: dict = {}
+    if prepared is not None:
+        thinking = {c.enable_thinking for c in configs.values()}
+        if len(thinking) != 1:
+            raise ConfigError("prepared prompts serve configs with one enable_thinking setting")
+        if len(prepared) != len(prompts):
+            raise ConfigError(f"{len(prepared)} prepared prompts for {len(prompts)} prompts")
+        by_thinking[thinking.pop()] = list(prepared)
+    for config in configs.values():
+        if config.enable_thinking not in by_thinking:
+            by_thinking[config.enable_thinking] = [prepare_prompt(model, p, config.enable_thinking) for p in prompts]
+    return by_thinking
+
+
+def check_config(config, what: str = "config") -> None:
+    if not isinstance(config, DecodingConfig):
+        raise ConfigError(f"{what} must be a DecodingConfig (e.g. DecodingConfig(method='dysco') or "
+                          f"preset('paper')), got {typed(config)}")
+
+
+def check_configs(configs) -> None:
+    """ConfigError unless `configs` maps names to DecodingConfig objects."""
+    if not isinstance(configs, Mapping) or not configs:
+        raise ConfigError(f"configs must be a non-empty mapping of name -> DecodingConfig, got {typed(configs)}")
+    for name, config in configs.items():
+        check_config(config, f"config {name!r}")
+
+
+def check_heads(heads) -> None:
+    """ConfigError unless `heads` is a HeadSet or None; a list of pairs is named as such."""
+    if heads is not None and not isinstance(heads, HeadSet):
+        raise ConfigError(
+            f"heads must be a HeadSet, got {typed(heads)}: wrap (layer, head) pairs as HeadSet([...]), "
+            "or read a head file with heads.load_heads(path)"
+        )
+
+
+def iter_methods(
+    model: LoadedModel,
+    prompts: Sequence[str | Messages],
+    configs: Mapping[str, DecodingConfig],
+    heads: HeadSet | None = None,
+    *,
+    spans: Sequence[Spans | None] | None = None,
+    prepared: Sequence[PreparedPrompt] | None = None,
+    backend: BackendName | str = "bridge",
+    graphs: bool | None = None,
+) -> Iterator[tuple[str, list[GenerationResult]]]:
+    """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
+    check_backend(backend)
+    check_configs(configs)
+    check_heads(heads)
+    if isinstance(prompts, (str, Mapping)) or prompts is None:
+        raise ConfigError(f"prompts must be a list of prompts, got {typed(prompts)}; for one prompt use "
+                          "dysco_generate or compare_methods")
+    prompts = list(prompts)
+    if not prompts:
+        raise ConfigError("no prompts to decode")
+    for i, prompt in enumerate(prompts):
+        check_prompt(prompt, "prompt" if len(prompts) == 1 else f"prompt #{i}")
+    if spans is not None and len(spans) != len(prompts):
+        raise ConfigError(f"{len(spans)} span sets for {len(prompts)} prompts")
+    by_thinking = _prepare_all(model, prompts, configs, prepared)
+    batches = {t: PromptBatch.of(p, pad_id(model)) for t, p in by_thinking.items()}
+    for batch in batches.values():
+        for config in configs.values():
+            model.check_fits(batch.width, config.max_new_tokens)
+    shared: dict[tuple, Prefix] = {}
+    for name, config in configs.items():
+        batch = batches[config.enable_thinking]
+        if config.changes_prefill:
+            prefix = prefill_prefix(model, batch, config, backend, graphs=graphs)
+        else:
+            key = (config.enable_thinking, config.warmup)
+            if key not in shared:
+                shared[key] = prefill_prefix(model, batch, config, backend, graphs=graphs)
+            prefix = shared[key]
+        yield name, decode_batch(model, batch, config, heads, prefix, backend, spans, graphs)
+
+
+def generate_batch(
+    model: LoadedModel,
+    prompts: Sequence[str | Messages],
+    configs: Mapping[str, DecodingConfig],
+    heads: HeadSet | None = None,
+    *,
+    spans: Sequence[Spans | None] | None = None,
+    prepared: Sequence[PreparedPrompt] | None = None,
+    backend: BackendName | str = "bridge",
+    graphs: bool | None = None,
+) -> dict[str, list[GenerationResult]]:
+    """Several methods on several prompts decoded together; one result per prompt per method.
+
+    Methods that keep prefill attention share one prefill. Every row gets the tokens it would
+    get alone, up to floating-point differences of the padded batch.
+
+    Args:
+        model: the loaded model.
+        prompts: texts or chat-message lists.
+        configs: name -> method and parameters.
+        heads: the QRHeads (H*) for the DySCO methods.
+        spans: per prompt, named token spans whose relevance mass the traces report.
+        prepared: the prompts already encoded (`prepare_prompt`) with the configs' one `enable_thinking`.
+        backend: "bridge" (TL hooks, one prompt), "sdpa" (fast; prompts of any lengths together,
+            left-padded) or "static" (as sdpa, with fixed KV buffers and CUDA-graph steps on a GPU).
+        graphs: CUDA graphs for the static backend (None: on CUDA devices).
+
+    Returns:
+        name -> one `GenerationResult` per prompt, in order.
+    """
+    return dict(iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
+                             graphs=graphs))
+
+
+def compare_methods(
+    model: LoadedModel,
+    prompt: str | Messages,
+    configs: Mapping[str, DecodingConfig],
+    heads: HeadSet | None = None,
+    *,
+    spans: Spans | None = None,
+    prepared: PreparedPrompt | None = None,
+    backend: BackendName | str = "bridge",
+    graphs: bool | None = None,
+) -> dict[str, GenerationResult]:
+    """Several methods on one prompt, prefilling once for all that keep prefill attention.
+
+    Args and Returns as `generate_batch`, for one prompt (`prepared`: that prompt encoded).
+    """
+    out = generate_batch(model, [prompt], configs, heads, spans=None if spans is None else [spans],
+                         prepared=None if prepared is None else [prepared], backend=backend, graphs=graphs)
+    return {name: results[0] for name, results in out.items()}
+
+
+def dysco_generate(
+    model: LoadedModel,
+    prompt: str | Messages,
+    heads: HeadSet | None = None,
+    config: DecodingConfig = DecodingConfig(),
+    *,
+    spans: Spans | None = None,
+    prepared: PreparedPrompt | None = None,
+    backend: BackendName | str = "bridge",
+    graphs: bool | None = None,
+) -> GenerationResult:
+    """Generate with one method; returns text, tokens and a per-step `Trace`.
+
+    Args:
+        model: the loaded model.
+        prompt: text or chat messages.
+        heads: the QRHeads (H*) for the DySCO methods.
+        config: the method and its parameters (default: DySCO with the paper's parameters).
+        spans: named token spans of the prompt (edges, documents) whose relevance mass the trace reports.
+        prepared: the prompt already encoded with `prepare_prompt`.
+        backend: "bridge" (TransformerLens hooks), "sdpa" (fast, same tokens) or "static" (fastest on a GPU).
+        graphs: CUDA graphs for the static backend (None: on CUDA devices).
+
+    Returns:
+        A `GenerationResult` whose `trace` records every step.
+
+    Wrong argument types (a list of pairs for `heads`, a string or None for `config`, an empty
+    prompt) are ConfigErrors that say what to pass instead.
+    """
+    check_config(config)
+    return compare_methods(model, prompt, {config.method: config}, heads, spans=spans, prepared=prepared,
+                           backend=backend, graphs=graphs)[config.method]

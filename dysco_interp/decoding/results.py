@@ -1,0 +1,78 @@
+"""What decoding gives back: the generated text and tokens, timings, and the per-step trace."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal, Mapping, get_args
+
+Phase = Literal["context-warmup", "intervention-warmup", "decode"]
+PHASES: tuple[str, ...] = get_args(Phase)
+CONTEXT_WARMUP, INTERVENTION_WARMUP, DECODE = PHASES
+
+
+@dataclass
+class StepRecord:
+    phase: Phase
+    position: int  # absolute position of the token fed at this step
+    token: int  # the token fed
+    n_selected: int | None = None  # keys that got log(beta) (None: no selection this step)
+    nucleus_mass: float | None = None  # relevance mass of the selected keys
+    selected: list[int] | None = None  # selected positions (only with record_positions)
+    top_spans: list[tuple[str, float]] | None = None  # most relevant named spans and their mass
+
+
+@dataclass
+class Trace:
+    method: str
+    n_prompt: int
+    heads: list[tuple[int, int]] = field(default_factory=list)
+    steps: list[StepRecord] = field(default_factory=list)
+
+    def decode_steps(self) -> list[StepRecord]:
+        return [s for s in self.steps if s.phase == DECODE]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Trace":
+        steps = [StepRecord(**{**s, "top_spans": [tuple(x) for x in s["top_spans"]] if s.get("top_spans") else s.get("top_spans")}) for s in d["steps"]]
+        return cls(d["method"], d["n_prompt"], [tuple(h) for h in d["heads"]], steps)
+
+
+@dataclass
+class Timings:
+    prefill_s: float = 0.0
+    warmup_s: float = 0.0  # prompt tokens fed one at a time (DySCO's warm-up)
+    decode_s: float = 0.0
+    n_prompt: int = 0
+    n_new: int = 0
+    batch_size: int = 1  # rows decoded together (the times are the batch's)
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        # the first token comes from the prefill logits; decode steps produce the rest
+        steps = max(self.n_new - 1, 0)
+        return steps / self.decode_s if self.decode_s > 0 else float("nan")
+
+    def as_dict(self) -> dict:
+        return {
+            "n_prompt": self.n_prompt,
+            "n_new": self.n_new,
+            "batch_size": self.batch_size,
+            "prefill_s": round(self.prefill_s, 4),
+            "warmup_s": round(self.warmup_s, 4),
+            "decode_s": round(self.decode_s, 4),
+            "decode_tok_per_s": round(self.decode_tok_per_s, 3),
+        }
+
+
+@dataclass
+class GenerationResult:
+    text: str
+    tokens: list[int]
+    prompt_ids: list[int]
+    finished: bool  # stopped on an end-of-sequence token (else on the token budget)
+    timings: Timings = field(default_factory=Timings)
+    trace: Trace | None = None  # per-step record of the DySCO loop (None for plain `generate`)
+    method: str = "plain"
