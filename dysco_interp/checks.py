@@ -36,6 +36,19 @@ def typed(value: Any) -> str:
     return f"{type(value).__name__} {brief(value)}"
 
 
+def check_type(name: str, value: Any, expected: type | tuple[type, ...], *, example: str | None = None,
+               then: str | None = None, allow_none: bool = False) -> Any:
+    """`value` if it is an instance of `expected` (or None with `allow_none`), else a ConfigError:
+    "{name} must be a {Type} ({example}), got {value}{then}"."""
+    if (allow_none and value is None) or isinstance(value, expected):
+        return value
+    kinds = expected if isinstance(expected, tuple) else (expected,)
+    names = " or ".join(k.__name__ for k in kinds)
+    article = "an" if names[0].lower() in "aeiou" else "a"
+    hint = f" ({example})" if example else ""
+    raise ConfigError(f"{name} must be {article} {names}{hint}, got {typed(value)}{then or ''}")
+
+
 def is_int(value: Any) -> bool:
     """An integer (numpy integers included), never a bool: True as a count is always a mistake."""
     if isinstance(value, (bool, str, bytes, float)):

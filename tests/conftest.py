@@ -21,6 +21,12 @@ def get_tiny(style: str):
     return _TINY_CACHE[style]
 
 
+@pytest.fixture
+def tiny_of():
+    """The shared tiny model of a style, by name: tiny_of("gemma3")."""
+    return get_tiny
+
+
 @pytest.fixture(params=STYLES)
 def tiny(request):
     return get_tiny(request.param)

@@ -8,9 +8,11 @@ from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import compare_methods, generate_batch
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
-from conftest import get_tiny
+from dysco_interp.models.tiny import STYLES, tiny_model
 
-PROMPT = "You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Please give a route from Paris to Berlin."
+PROMPT = (
+    "You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Please give a route from Paris to Berlin."
+)
 OTHERS = [
     "Oslo has a harbour. Bergen is rainy. " * 3 + "Which city has a harbour?",
     "Tokyo, Kyoto and Osaka are linked by fast trains; " * 8 + "Name the linked cities.",
@@ -111,17 +113,18 @@ def test_the_sdpa_backend_leaves_the_loaded_model_as_it_was(tiny_llama):
     _, before = runtime.prefill(tiny_llama, ids)
     backend = backends.make_backend(tiny_llama, "sdpa", None)
     assert tiny_llama.prefill_model.config._attn_implementation == "sdpa"
-    assert backend.hf is not tiny_llama.prefill_model and backend.hf is backends.make_backend(tiny_llama, "sdpa", None).hf
+    assert backend.hf is not tiny_llama.prefill_model
+    assert backend.hf is backends.make_backend(tiny_llama, "sdpa", None).hf
     shared = {p.data_ptr() for p in tiny_llama.prefill_model.parameters()}
     assert {p.data_ptr() for p in backend.hf.parameters()} == shared  # no copy of the weights
     _, after = runtime.prefill(tiny_llama, ids)
     torch.testing.assert_close(after, before, atol=0, rtol=0)
 
 
-def test_static_buffers_grow_when_decoding_outlives_them():
+def test_static_buffers_grow_when_decoding_outlives_them(tiny_of):
     from dysco_interp.decoding.backends.static import GRANULE
 
-    tiny_qwen3 = get_tiny("qwen3")
+    tiny_qwen3 = tiny_of("qwen3")
     heads = heads_for(tiny_qwen3)
     ids = torch.randint(20, 500, (1, GRANULE + 6), generator=torch.Generator().manual_seed(3))
     out = {}
@@ -136,3 +139,18 @@ def test_static_buffers_grow_when_decoding_outlives_them():
         out[name] = (torch.stack(logits), state)
     torch.testing.assert_close(out["static"][0], out["sdpa"][0], atol=2e-5, rtol=1e-4)
     assert out["static"][1].cache.capacity > GRANULE and out["static"][1].n_keys == GRANULE + 6
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("style", STYLES)
+def test_replayed_graphs_give_the_eager_tokens_and_selections(style):
+    model = tiny_model(style, device="cuda")
+    heads = heads_for(model)
+    prompts = [PROMPT, *OTHERS]
+    replayed = generate_batch(model, prompts, METHODS, heads, backend="static", graphs=True)
+    eager = generate_batch(model, prompts, METHODS, heads, backend="static", graphs=False)
+    sdpa = generate_batch(model, prompts, METHODS, heads, backend="sdpa")
+    for name in METHODS:
+        for ours, ref, other in zip(replayed[name], eager[name], sdpa[name]):
+            assert ours.tokens == ref.tokens == other.tokens, name
+            assert selections(ours) == selections(ref) == selections(other), name

@@ -8,18 +8,20 @@ import pytest
 import torch
 
 from dysco_interp.decoding import runtime
-from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
 from dysco_interp.decoding.backends import DecodeState, make_backend
-from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate
-from dysco_interp.decoding.prompts import PromptBatch, prepare_prompt
+from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
 from dysco_interp.decoding.generate import generate
 from dysco_interp.decoding.interventions import BiasWriter
+from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate
+from dysco_interp.decoding.prompts import PromptBatch, prepare_prompt
 from dysco_interp.decoding.relevance import scaling_bias
 from dysco_interp.errors import ConfigError, ContextLengthError
 from dysco_interp.heads import HeadSet, HeadSetError
 from dysco_interp.models.tiny import tiny_model
 
-PROMPT = "You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Please give a route from Paris to Berlin."
+PROMPT = (
+    "You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Please give a route from Paris to Berlin."
+)
 N_NEW = 16
 
 
@@ -47,7 +49,8 @@ def test_beta_one_reproduces_vanilla_and_vanilla_equals_plain_greedy(tiny):
     ref = tiny.load_reference_hf("eager")
     with torch.inference_mode():
         hf = ref.generate(
-            torch.tensor([plain.prompt_ids]), do_sample=False, max_new_tokens=N_NEW, pad_token_id=tiny.tokenizer.pad_token_id
+            torch.tensor([plain.prompt_ids]), do_sample=False, max_new_tokens=N_NEW,
+            pad_token_id=tiny.tokenizer.pad_token_id,
         )[0, len(plain.prompt_ids) :].tolist()
     assert out["vanilla"].tokens == plain.tokens == hf
     assert out["beta1"].tokens == out["vanilla"].tokens
@@ -119,7 +122,8 @@ def test_random_heads_are_seeded_and_differ_from_the_qrheads(tiny_llama):
 
 def test_uniattns_tau_one_is_vanilla_and_other_tau_changes_prefill(tiny_llama):
     out = compare_methods(
-        tiny_llama, PROMPT, {"vanilla": cfg("vanilla"), "uni1": cfg("uniattns", tau=1.0), "uni": cfg("uniattns", tau=0.3)}
+        tiny_llama, PROMPT,
+        {"vanilla": cfg("vanilla"), "uni1": cfg("uniattns", tau=1.0), "uni": cfg("uniattns", tau=0.3)},
     )
     assert out["uni1"].tokens == out["vanilla"].tokens
     assert out["uni"].tokens != out["vanilla"].tokens
@@ -146,7 +150,7 @@ def test_hand_computed_step_on_a_two_layer_model():
     # independent: the known attention pattern from an uncached full forward
     with torch.inference_mode():
         _, acts = model.bridge.run_with_cache(ids)
-    rows = [acts[f"blocks.{l}.attn.hook_pattern"][0, h, -1].double().numpy() for l, h in heads]
+    rows = [acts[f"blocks.{layer}.attn.hook_pattern"][0, h, -1].double().numpy() for layer, h in heads]
     a = np.mean(rows, axis=0)
     r = (a + decay * np.append(r_prev, 0.0)) / (1 + decay)
     order = sorted(range(n), key=lambda i: (-r[i], i))
@@ -202,7 +206,8 @@ def test_bad_parameters_are_refused(kwargs, match):
 def test_presets_carry_the_papers_values():
     assert (PRESETS["paper"].top_p, PRESETS["paper"].top_k, PRESETS["paper"].beta) == (0.975, 4096, 2.0)
     assert (PRESETS["paper"].decay, PRESETS["paper"].warmup) == (0.75, 8)
-    assert (PRESETS["paper-strong"].top_p, PRESETS["paper-strong"].top_k, PRESETS["paper-strong"].beta) == (0.95, 8192, 2.5)
+    strong = PRESETS["paper-strong"]
+    assert (strong.top_p, strong.top_k, strong.beta) == (0.95, 8192, 2.5)
     q = preset("quick-check")
     assert (q.top_p, q.top_k, q.beta, q.max_new_tokens) == (1.0, 1024, 2.5, 128)
     with pytest.raises(ConfigError):
@@ -249,4 +254,5 @@ def test_a_prepared_prompt_serves_one_thinking_setting(tiny):
     same = compare_methods(tiny, PROMPT, {"v": cfg("vanilla")}, prepared=prepared)
     assert same["v"].tokens == compare_methods(tiny, PROMPT, {"v": cfg("vanilla")})["v"].tokens
     with pytest.raises(ConfigError, match="one enable_thinking"):
-        compare_methods(tiny, PROMPT, {"a": cfg("vanilla"), "b": cfg("vanilla", enable_thinking=False)}, prepared=prepared)
+        compare_methods(tiny, PROMPT, {"a": cfg("vanilla"), "b": cfg("vanilla", enable_thinking=False)},
+                        prepared=prepared)

@@ -7,11 +7,11 @@ import pytest
 
 from dysco_interp.cli import main
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.errors import ConfigError
 from dysco_interp.decoding.sampling import SamplingConfig
+from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate, format_table, instance_id, summarise
-from dysco_interp.heads import HeadSet
 from dysco_interp.experiments.store import StoreMismatchError, read_store
+from dysco_interp.heads import HeadSet
 from dysco_interp.tasks import make_dataset
 
 
@@ -32,8 +32,8 @@ def heads(model):
 
 
 def test_records_are_scored_and_a_rerun_does_nothing(tiny_llama, pt_data, tmp_path):
-    run = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), tmp_path / "r.jsonl",
-                   progress=False)
+    run = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama),
+                   tmp_path / "r.jsonl", progress=False)
     new = run.new
     assert len(new) == 4 and {r["method"] for r in new} == {"vanilla", "dysco"} and run.records == new
     for r in new:
@@ -62,10 +62,12 @@ def test_batched_sdpa_evaluation_stores_what_the_bridge_does(tiny_llama, pt_data
 
 def test_a_killed_run_resumes_with_only_the_missing_items(tiny_llama, pt_data, tmp_path):
     path = tmp_path / "r.jsonl"
-    evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data[:1], methods(), heads(tiny_llama), path, progress=False)
+    evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data[:1], methods(), heads(tiny_llama), path,
+             progress=False)
     with open(path, "a") as f:
         f.write('{"accuracy": 0.0, "metho')  # killed while writing the next record
-    resumed = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), path, progress=False)
+    resumed = evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), path,
+                       progress=False)
     assert {(r["index"], r["method"]) for r in resumed.new} == {(1, "vanilla"), (1, "dysco")}
     assert len(read_store(path).records) == 4
 
@@ -74,7 +76,8 @@ def test_data_for_another_tokenizer_is_refused(tiny, pt_data, tmp_path):
     if tiny.spec.name == "tiny-llama":
         pytest.skip("same tokenizer")
     with pytest.raises(ConfigError, match="regenerate the data"):
-        evaluate(tiny, tiny.spec.name, "path_traversal", pt_data[:1], methods(), heads(tiny), tmp_path / "r.jsonl", progress=False)
+        evaluate(tiny, tiny.spec.name, "path_traversal", pt_data[:1], methods(), heads(tiny), tmp_path / "r.jsonl",
+                 progress=False)
 
 
 def test_cli_make_data_then_evaluate(tmp_path, capsys):
@@ -83,7 +86,8 @@ def test_cli_make_data_then_evaluate(tmp_path, capsys):
     assert main(["make-data", "path_traversal", "--model", "tiny-llama", "--lengths", "1950", "--n", "1",
                  "--out", str(tmp_path / "data")]) == 0
     out = tmp_path / "res.jsonl"
-    argv = ["evaluate", "--model", "tiny-llama", "--data", str(tmp_path / "data"), "--methods", "vanilla,dysco,uniattns",
+    argv = ["evaluate", "--model", "tiny-llama", "--data", str(tmp_path / "data"),
+            "--methods", "vanilla,dysco,uniattns",
             "--tau", "0.8", "--heads", str(heads_file), "--out", str(out), "--max-new-tokens", "4"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -119,8 +123,8 @@ def test_a_batch_killed_mid_way_keeps_the_methods_that_finished(tiny_llama, pt_d
 
     monkeypatch.setattr(loop, "decode_batch", dies_on_the_second_method)
     with pytest.raises(KeyboardInterrupt):
-        evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama), tmp_path / "r.jsonl",
-                 progress=False, backend="sdpa", batch_size=2)
+        evaluate(tiny_llama, "tiny-llama", "path_traversal", pt_data, methods(), heads(tiny_llama),
+                 tmp_path / "r.jsonl", progress=False, backend="sdpa", batch_size=2)
     kept = read_store(tmp_path / "r.jsonl").records
     assert {(r["method"], r["index"]) for r in kept} == {("vanilla", 0), ("vanilla", 1)}
 

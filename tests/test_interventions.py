@@ -148,10 +148,8 @@ def test_reader_row_equals_mean_of_full_forward_rows(tiny):
     }
 
 
-def test_sliding_rows_land_on_absolute_positions():
-    from conftest import get_tiny
-
-    gemma = get_tiny("gemma3")
+def test_sliding_rows_land_on_absolute_positions(tiny_of):
+    gemma = tiny_of("gemma3")
     window = gemma.spec.sliding_window
     ids, cache = prefilled(gemma, seed=4)
     reader = RelevanceReader(HeadSet([(0, 3), (1, 0)]), gemma.spec)  # both sliding layers

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from dysco_interp.checks import brief, check_bool, check_int, check_number, check_seed, typed
+from dysco_interp.checks import brief, check_bool, check_int, check_number, check_seed, check_type
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Method, MethodName
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
@@ -45,8 +45,7 @@ class DecodingConfig:
         check_number("tau", self.tau, above=0)
         check_seed("head_seed", self.head_seed)
         check_int("max_new_tokens", self.max_new_tokens, minimum=1)
-        if not isinstance(self.sampling, SamplingConfig):
-            raise ConfigError(f"sampling must be a SamplingConfig, got {typed(self.sampling)}")
+        check_type("sampling", self.sampling, SamplingConfig)
         check_bool("record_positions", self.record_positions)
         check_bool("enable_thinking", self.enable_thinking, allow_none=True)
 

@@ -8,7 +8,7 @@ from typing import Callable, Sequence
 import torch
 
 from dysco_interp.chat import Messages, encode_chat
-from dysco_interp.checks import brief, check_int, is_int, typed
+from dysco_interp.checks import brief, check_int, check_type, is_int, typed
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.results import GenerationResult, Timings
 from dysco_interp.decoding.sampling import GREEDY, Sampler, SamplingConfig
@@ -29,10 +29,10 @@ def prompt_ids(
     if isinstance(prompt, (bytes, dict)) or not hasattr(prompt, "__len__") or len(prompt) == 0:
         raise ConfigError(f"prompt must be text, chat messages or token ids, got {typed(prompt)}")
     if isinstance(prompt[0], dict):
-        return list(encode_chat(model.tokenizer, prompt, enable_thinking).input_ids)
+        return list(encode_chat(model.tokenizer, list(prompt), enable_thinking).input_ids)  # type: ignore[arg-type]
     if not all(is_int(t) for t in prompt):
         raise ConfigError(f"prompt token ids must be integers, got {brief(list(prompt[:8]))}")
-    return [int(t) for t in prompt]
+    return [int(t) for t in prompt]  # type: ignore[arg-type]
 
 
 def decode_until_done(
@@ -67,8 +67,7 @@ def generate(
 ) -> GenerationResult:
     """Plain generation (no intervention) with the bridge decoding on a prefilled cache."""
     check_int("max_new_tokens", max_new_tokens, minimum=1)
-    if not isinstance(sampling, SamplingConfig):
-        raise ConfigError(f"sampling must be a SamplingConfig, got {typed(sampling)}")
+    check_type("sampling", sampling, SamplingConfig)
     ids = prompt_ids(model, prompt, enable_thinking)
     model.check_fits(len(ids), max_new_tokens)
     sampler = Sampler(sampling, model.device)

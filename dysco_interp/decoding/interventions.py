@@ -58,7 +58,8 @@ class RelevanceReader:
         for layer, head in heads:
             if head_out_of_range((layer, head), spec.n_layers, spec.n_heads):
                 raise ConfigError(
-                    f"head {head_label(layer, head)} is outside the model ({spec.n_layers} layers x {spec.n_heads} heads)"
+                    f"head {head_label(layer, head)} is outside the model "
+                    f"({spec.n_layers} layers x {spec.n_heads} heads)"
                 )
         self.spec = spec
         self.heads_by_layer: dict[int, list[int]] = heads.by_layer()
@@ -100,6 +101,8 @@ class RelevanceReader:
                 f"RelevanceReader saw no pattern for layers {missing}: run at least up to layer "
                 f"{self.max_layer} (stop_at_layer={self.max_layer + 1}) with its hooks"
             )
+        if self.n_keys is None:
+            raise RuntimeError("RelevanceReader: call set_length(n_keys) before each forward pass")
         layers = sorted(self.rows)
         return relevance.aggregate_heads([self.rows[layer] for layer in layers], self.n_keys)
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 
 from dysco_interp.chat import Messages
-from dysco_interp.checks import typed
+from dysco_interp.checks import check_type, typed
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends import Backend, BackendName, DecodeState, check_backend, make_backend
 from dysco_interp.decoding.config import DecodingConfig
@@ -131,8 +131,9 @@ class Prefix:
         self.state, self.n_tokens, self.prefill_s = state, n_tokens, prefill_s
 
 
-def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfig, backend: BackendName | str = "bridge",
-                   chunk_size: int = runtime.DEFAULT_CHUNK, graphs: bool | None = None) -> Prefix:
+def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
+                   backend: BackendName | str = "bridge", chunk_size: int = runtime.DEFAULT_CHUNK,
+                   graphs: bool | None = None) -> Prefix:
     """Prefill everything but the warm-up and generation-prompt tokens."""
     n_prefix = batch.n_prefix(config.warmup)
     runner = make_backend(model, backend, None, tau=config.temperature, graphs=graphs)
@@ -226,9 +227,7 @@ def _prepare_all(model, prompts, configs, prepared) -> dict:
 
 
 def check_config(config, what: str = "config") -> None:
-    if not isinstance(config, DecodingConfig):
-        raise ConfigError(f"{what} must be a DecodingConfig (e.g. DecodingConfig(method='dysco') or "
-                          f"preset('paper')), got {typed(config)}")
+    check_type(what, config, DecodingConfig, example="e.g. DecodingConfig(method='dysco') or preset('paper')")
 
 
 def check_configs(configs) -> None:
@@ -241,11 +240,8 @@ def check_configs(configs) -> None:
 
 def check_heads(heads) -> None:
     """ConfigError unless `heads` is a HeadSet or None; a list of pairs is named as such."""
-    if heads is not None and not isinstance(heads, HeadSet):
-        raise ConfigError(
-            f"heads must be a HeadSet, got {typed(heads)}: wrap (layer, head) pairs as HeadSet([...]), "
-            "or read a head file with heads.load_heads(path)"
-        )
+    check_type("heads", heads, HeadSet, allow_none=True,
+               then=": wrap (layer, head) pairs as HeadSet([...]), or read a head file with heads.load_heads(path)")
 
 
 def iter_methods(
@@ -338,19 +334,26 @@ def compare_methods(
 ) -> dict[str, GenerationResult]:
     """Several methods on one prompt, prefilling once for all that keep prefill attention.
 
-    Args and Returns as `generate_batch`, for one prompt (`prepared`: that prompt encoded).
+    Args:
+        model, configs, heads, backend, graphs: as `generate_batch`.
+        prompt: text or chat messages.
+        spans: named token spans of the prompt whose relevance mass the traces report.
+        prepared: the prompt already encoded with the configs' one `enable_thinking`.
+
+    Returns:
+        name -> its `GenerationResult`.
     """
     out = generate_batch(model, [prompt], configs, heads, spans=None if spans is None else [spans],
                          prepared=None if prepared is None else [prepared], backend=backend, graphs=graphs)
     return {name: results[0] for name, results in out.items()}
 
 
-def dysco_generate(
+def generate(
     model: LoadedModel,
     prompt: str | Messages,
-    heads: HeadSet | None = None,
-    config: DecodingConfig = DecodingConfig(),
+    config: DecodingConfig | None = None,
     *,
+    heads: HeadSet | None = None,
     spans: Spans | None = None,
     prepared: PreparedPrompt | None = None,
     backend: BackendName | str = "bridge",
@@ -361,8 +364,8 @@ def dysco_generate(
     Args:
         model: the loaded model.
         prompt: text or chat messages.
+        config: the method and its parameters (None: vanilla decoding, 256 new tokens).
         heads: the QRHeads (H*) for the DySCO methods.
-        config: the method and its parameters (default: DySCO with the paper's parameters).
         spans: named token spans of the prompt (edges, documents) whose relevance mass the trace reports.
         prepared: the prompt already encoded with `prepare_prompt`.
         backend: "bridge" (TransformerLens hooks), "sdpa" (fast, same tokens) or "static" (fastest on a GPU).
@@ -371,9 +374,22 @@ def dysco_generate(
     Returns:
         A `GenerationResult` whose `trace` records every step.
 
-    Wrong argument types (a list of pairs for `heads`, a string or None for `config`, an empty
-    prompt) are ConfigErrors that say what to pass instead.
+    Wrong argument types (a list of pairs for `heads`, a string for `config`, an empty prompt)
+    are ConfigErrors that say what to pass instead.
     """
+    config = DecodingConfig(method="vanilla") if config is None else config
     check_config(config)
     return compare_methods(model, prompt, {config.method: config}, heads, spans=spans, prepared=prepared,
                            backend=backend, graphs=graphs)[config.method]
+
+
+def dysco_generate(
+    model: LoadedModel,
+    prompt: str | Messages,
+    heads: HeadSet | None = None,
+    config: DecodingConfig = DecodingConfig(),
+    **options,
+) -> GenerationResult:
+    """`generate` with the heads first and DySCO's paper parameters by default (`config` None is an error)."""
+    check_config(config)
+    return generate(model, prompt, config, heads=heads, **options)

@@ -160,7 +160,9 @@ class DyscoReuse(Dysco):
         return out.logits, selector.last
 
 
-REGISTRY: dict[str, type[Method]] = {cls.name: cls for cls in (Method, UniAttnS, Dysco, DyscoStatic, DyscoRandom, DyscoReuse)}
+REGISTRY: dict[str, type[Method]] = {
+    cls.name: cls for cls in (Method, UniAttnS, Dysco, DyscoStatic, DyscoRandom, DyscoReuse)
+}
 assert tuple(REGISTRY) == get_args(MethodName)
 METHODS: dict[str, str] = {name: cls.description for name, cls in REGISTRY.items()}
 METHOD_FIELDS = frozenset().union(*(cls.fields for cls in REGISTRY.values()))

@@ -86,7 +86,8 @@ class PromptBatch:
         width = max(len(p.ids) for p in prepared)
         pads = [width - len(p.ids) for p in prepared]
         ids = torch.tensor([[pad_token] * k + list(p.ids) for p, k in zip(prepared, pads)], dtype=torch.long)
-        template = torch.stack([torch.nn.functional.pad(p.template.to(torch.bool), (k, 0)) for p, k in zip(prepared, pads)])
+        template = torch.stack([torch.nn.functional.pad(p.template.to(torch.bool), (k, 0))
+                                for p, k in zip(prepared, pads)])
         return cls(ids, [len(p.ids) for p in prepared], template, n_gen.pop(), list(prepared))
 
     @classmethod

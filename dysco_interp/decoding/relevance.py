@@ -22,7 +22,6 @@ import torch
 
 from dysco_interp.errors import ConfigError
 
-
 # --------------------------------------------------------------------------- aggregate
 
 

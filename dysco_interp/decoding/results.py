@@ -6,8 +6,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, Mapping, get_args
 
 Phase = Literal["context-warmup", "intervention-warmup", "decode"]
-PHASES: tuple[str, ...] = get_args(Phase)
-CONTEXT_WARMUP, INTERVENTION_WARMUP, DECODE = PHASES
+CONTEXT_WARMUP: Phase = "context-warmup"  # prompt tokens fed one at a time, relevance only
+INTERVENTION_WARMUP: Phase = "intervention-warmup"  # the last prompt tokens, with the method's full step
+DECODE: Phase = "decode"  # generated tokens
+PHASES: tuple[Phase, ...] = (CONTEXT_WARMUP, INTERVENTION_WARMUP, DECODE)
+assert PHASES == get_args(Phase)
 
 
 @dataclass
@@ -36,7 +39,11 @@ class Trace:
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Trace":
-        steps = [StepRecord(**{**s, "top_spans": [tuple(x) for x in s["top_spans"]] if s.get("top_spans") else s.get("top_spans")}) for s in d["steps"]]
+        def step(s: Mapping) -> StepRecord:
+            spans = s.get("top_spans")
+            return StepRecord(**{**s, "top_spans": [tuple(x) for x in spans] if spans else spans})
+
+        steps = [step(s) for s in d["steps"]]
         return cls(d["method"], d["n_prompt"], [tuple(h) for h in d["heads"]], steps)
 
 

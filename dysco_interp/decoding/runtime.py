@@ -77,7 +77,7 @@ def prefill(
     cache = new_cache(model) if cache is None else cache
     model.check_fits(cache_length(cache) + ids.shape[1])
     hooks = list(hooks)
-    logits = None
+    logits = torch.empty(0)
     for start in range(0, ids.shape[1], chunk_size):
         chunk = ids[:, start : start + chunk_size]
         if hooks:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dysco_interp.analysis.replay import AttentionReplay, replay_path_traversal
-from dysco_interp.checks import check_int, typed
+from dysco_interp.checks import check_int, check_type
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.errors import ConfigError
@@ -66,10 +66,8 @@ def run_demo(
     if max_new_tokens is not None:
         check_int("max_new_tokens", max_new_tokens, minimum=1)  # 0 used to mean "the default"
     dysco = DecodingConfig() if dysco is None else dysco
-    if not isinstance(dysco, DecodingConfig):
-        raise ConfigError(f"dysco must be a DecodingConfig, got {typed(dysco)}")
-    if not isinstance(heads, HeadSet):
-        raise ConfigError(f"heads must be a HeadSet, got {typed(heads)}")
+    check_type("dysco", dysco, DecodingConfig)
+    check_type("heads", heads, HeadSet)
     if not dysco.uses_heads:
         raise ConfigError(f"the demo compares vanilla with a DySCO method, got {dysco.method!r}")
     with tqdm(total=4, desc="demo", unit="stage", disable=not progress) as bar:
@@ -121,7 +119,8 @@ def format_report(demo: DemoResult, html_path: str | Path | None = None) -> str:
         stop = "end of sequence" if result.finished else "token budget"
         lines += ["", f"{name}: {_score_line(demo.scores[name], inst.n_hops)}",
                   f"  {t.n_new} tokens ({stop}), {t.decode_tok_per_s:.1f} tok/s"]
-        selected = [s.n_selected for s in result.trace.decode_steps() if s.n_selected is not None]
+        steps = result.trace.decode_steps() if result.trace is not None else []
+        selected = [s.n_selected for s in steps if s.n_selected is not None]
         if selected:
             lines[-1] += (f"; DySCO selected {min(selected)}-{max(selected)} of ~{inst.n_tokens} keys per step "
                           f"(mean {sum(selected) / len(selected):.0f})")

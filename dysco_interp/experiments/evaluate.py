@@ -3,8 +3,9 @@
 Methods that keep prefill attention share one prefill per instance (or batch of instances).
 Records go to a `ResultStore` keyed by method name and instance content, under a header with
 the model, its weights, the dtype, the device type, the task and the backend; each record also
-carries the config fields its method uses (sampling included), its head set and the instance hash. A killed run resumes without redoing finished
-items, and a rerun with other settings is refused instead of handing back stale results.
+carries the config fields its method uses (sampling included), its head set and the instance
+hash. A killed run resumes without redoing finished items, and a rerun with other settings is
+refused instead of handing back stale results.
 """
 
 from __future__ import annotations
@@ -13,20 +14,28 @@ import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
+from dysco_interp.chat import Messages
+from dysco_interp.decoding.backends import BackendName
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.errors import ConfigError
+from dysco_interp.experiments.store import (
+    ResultStore,
+    StoreMismatchError,
+    canonical_json,
+    content_hash,
+    differences,
+    open_store,
+    read_resumable,
+)
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
-from dysco_interp.experiments.store import (
-    ResultStore, StoreMismatchError, canonical_json, content_hash, differences, open_store, read_resumable,
-)
 from dysco_interp.tasks import get_task, mrcr, needle_qa, path_traversal
 from dysco_interp.tasks.base import check_same_tokenizer
 
@@ -35,9 +44,10 @@ from dysco_interp.tasks.base import check_same_tokenizer
 class TaskAdapter:
     """How to prompt, trace and score one task's instances."""
 
-    prompt: Callable[[object], object]  # str or messages
-    spans: Callable[[object], dict[str, tuple[int, int]] | None]
-    score: Callable[[str, object], dict[str, float]]
+    # each takes an instance of the task (its own dataclass)
+    prompt: Callable[[Any], str | Messages]
+    spans: Callable[[Any], dict[str, tuple[int, int]] | None]
+    score: Callable[[str, Any], dict[str, float]]
     metrics: tuple[str, ...]  # the metrics the summary table shows
 
 
@@ -80,7 +90,8 @@ def store_settings(model_name: str, task: str, backend: str, dtype: torch.dtype,
     """What every record of an evaluation store shares: the model and its weights, the numeric
     format, the device type, the task and the backend. Without `weights` (before the model is
     loaded) the rest, for `precheck`."""
-    settings = {"model": model_name, "dtype": dtype_name(dtype), "device": device.type, "task": task, "backend": backend}
+    settings = {"model": model_name, "dtype": dtype_name(dtype), "device": device.type, "task": task,
+                "backend": backend}
     return settings if weights is None else {**settings, "weights": weights}
 
 
@@ -110,7 +121,7 @@ def check_methods(path: str | Path, records: Iterable[dict], wanted: Mapping[str
     seen: set[str] = set()
     for record in records:
         method = record.get("method")
-        if method not in wanted or method in seen:
+        if not isinstance(method, str) or method not in wanted or method in seen:
             continue
         seen.add(method)
         stored = {k: v for k, v in ((record.get("settings") or {}).get("method") or {}).items() if k not in ignore}
@@ -188,18 +199,36 @@ def evaluate(
     methods: Mapping[str, DecodingConfig],
     heads: HeadSet | None,
     out: str | Path,
+    *,
     keep_trace: bool = False,
     progress: bool = True,
-    backend: str = "bridge",
+    backend: BackendName | str = "bridge",
     batch_size: int = 1,
-    if_differs: str = "error",
+    if_differs: Literal["error", "new"] = "error",
 ) -> EvaluationRun:
     """Run every method on every instance not yet in the store at `out`.
 
     Records are keyed by method name and instance content, and carry the full settings; the
     store refuses other settings (if_differs="error") or moves to a sibling file ("new").
-    `backend="sdpa"` or `"static"` with `batch_size > 1` decodes that many instances together; the
-    records of each method are stored as soon as that method has finished the batch.
+    The records of each method are stored as soon as that method has finished a batch.
+
+    Args:
+        model: the loaded model.
+        model_name: the name the store records (the alias it was loaded by).
+        task: "path_traversal", "needle_qa" or "mrcr".
+        instances: the task's instances (`make_dataset` or `load_dataset`).
+        methods: name -> method and parameters.
+        heads: the QRHeads for the DySCO methods (None when no method uses heads).
+        out: the JSONL result store.
+        keep_trace: store each record's per-step trace.
+        progress: show a progress bar.
+        backend: "bridge", "sdpa" or "static".
+        batch_size: instances decoded together (sdpa and static only).
+        if_differs: "error" refuses a store with other settings; "new" writes to the first sibling
+            store that is new or holds these settings.
+
+    Returns:
+        An `EvaluationRun`: the records of the requested instances x methods, the new ones, the path.
     """
     if isinstance(out, ResultStore):
         raise ConfigError("evaluate takes the results path, not an open store: it opens the store "
@@ -212,7 +241,7 @@ def evaluate(
     ids = [instance_id(inst) for inst in instances]
     wanted = {m: method_settings(c, heads) for m, c in methods.items()}
     with open_results(out, model, model_name, task, wanted, backend, if_differs) as store:
-        shared = dict(store.settings)
+        shared = dict(store.settings or {})
 
         def key(instance_hash, method):
             return {"method": method, "instance": instance_hash}

@@ -35,6 +35,7 @@ from filelock import FileLock, Timeout
 
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
+from dysco_interp.jsonl import LineError, parse_line, parse_lines
 
 STORE_KIND = "dysco-interp-store"
 FORMAT = 2
@@ -136,13 +137,6 @@ def _header_kind(obj: Any) -> int | None:
     return None
 
 
-def _parse_line(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except (json.JSONDecodeError, RecursionError):
-        return None
-
-
 def read_store(path: str | Path) -> StoreContents | None:
     """The contents of a store without modifying it; None for a missing or empty file.
 
@@ -157,45 +151,27 @@ def read_store(path: str | Path) -> StoreContents | None:
     data = path.read_bytes()
     if not data:
         return None
+    not_a_store = NotAStoreError(
+        f"{path} exists and is not a dysco-interp result store (its first line is not a store header); "
+        "it was left untouched: choose another path"
+    )
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise NotAStoreError(f"{path} is not a dysco-interp result store (not UTF-8 text); "
-                             "it was left untouched: choose another path") from None
-    lines = text.split("\n")
-    tail = lines.pop()  # "" when the file ends with a newline
-    first_text = lines[0] if lines else tail
-    first = _parse_line(first_text)
+        first = parse_line(data.split(b"\n", 1)[0], 1)
+    except LineError:
+        raise not_a_store from None
     fmt = _header_kind(first)
     if fmt is None and not (isinstance(first, dict) and all(f in first for f in LEGACY_RECORD_FIELDS)):
-        raise NotAStoreError(
-            f"{path} exists and is not a dysco-interp result store (its first line is not a store header); "
-            "it was left untouched: choose another path"
-        )
+        raise not_a_store
     if fmt is not None and fmt > FORMAT:
         raise StoreError(f"{path} is a store of format {fmt}, newer than this dysco-interp reads ({FORMAT}); upgrade")
+    try:
+        parsed = parse_lines(data, torn_tail="report")  # a kill may have cut the last line
+    except LineError as e:
+        raise StoreCorruptError(f"{path}: line {e.line} is not a JSON record; the store is corrupt "
+                                "(remove that line, or start a new store)") from None
     header = first if fmt is not None else None
-    body = lines[1:] if header is not None and lines else lines
-    records = []
-    start = 2 if header is not None else 1
-    for i, line in enumerate(body, start=start):
-        if not line.strip():
-            continue
-        obj = _parse_line(line)
-        if not isinstance(obj, dict):
-            raise StoreCorruptError(f"{path}: line {i} is not a JSON record; the store is corrupt "
-                                    "(remove that line, or start a new store)")
-        records.append(obj)
-    torn = unterminated = False
-    if tail.strip() and not (header is not None and not lines):  # a lone header is written atomically
-        obj = _parse_line(tail)
-        if isinstance(obj, dict):
-            records.append(obj)
-            unterminated = True
-        else:
-            torn = True
-    if header is not None and not lines:
-        unterminated = True
+    records = [obj for number, obj in parsed.records if not (header is not None and number == 1)]
+    torn, unterminated = parsed.torn_tail, parsed.unterminated
     return StoreContents(path, fmt or 1, header, records, torn, unterminated)
 
 
@@ -306,7 +282,8 @@ class ResultStore:
         stored = contents.settings or {}
         if stored != self.settings:
             raise StoreMismatchError(
-                f"{self.path} holds results computed with other settings ({'; '.join(differences(stored, self.settings))}); "
+                f"{self.path} holds results computed with other settings "
+                f"({'; '.join(differences(stored, self.settings or {}))}); "
                 "write to another file, or ask for a new store"
             )
 

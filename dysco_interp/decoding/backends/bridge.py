@@ -38,7 +38,8 @@ class BridgeBackend(Backend):
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int = runtime.DEFAULT_CHUNK,
                 reserve: int = 0) -> DecodeState:
         if ids.shape[0] != 1 or valid is not None:
-            raise ConfigError("the bridge backend decodes one prompt at a time; use backend='sdpa' or 'static' for batches")
+            raise ConfigError("the bridge backend decodes one prompt at a time; "
+                              "use backend='sdpa' or 'static' for batches")
         cache, _ = runtime.prefill(self.model, ids, chunk_size=chunk_size, hooks=self.temperature)
         return DecodeState(cache, ids.shape[1])
 

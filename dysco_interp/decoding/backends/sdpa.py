@@ -79,7 +79,8 @@ def dysco_attention(module, query, key, value, attention_mask, dropout: float = 
     """SDPA attention with DySCO's reads, bias and temperature; plain SDPA without a control."""
     ctl = dysco_control
     if ctl is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
     scale = (scaling if scaling is not None else query.shape[-1] ** -0.5) / ctl.tau
     groups = getattr(module, "num_key_value_groups", 1)
     heads = ctl.read.get(module.layer_idx)

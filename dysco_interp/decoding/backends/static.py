@@ -97,47 +97,62 @@ class SlotCache(DynamicCache):
         for i, pair in enumerate(self.buffers):
             if pair is None:
                 continue
-            out.buffers[i] = tuple(t.new_zeros(*t.shape[:2], capacity, t.shape[-1]) for t in pair)
-            for new, old in zip(out.buffers[i], pair):
-                new[:, :, :n_tokens].copy_(old[:, :, :n_tokens])
+            keys, values = (t.new_zeros(*t.shape[:2], capacity, t.shape[-1]) for t in pair)
+            keys[:, :, :n_tokens].copy_(pair[0][:, :, :n_tokens])
+            values[:, :, :n_tokens].copy_(pair[1][:, :, :n_tokens])
+            out.buffers[i] = (keys, values)
             layer = out.layers[i]
-            layer.keys, layer.values = (t[:, :, :n_tokens] for t in out.buffers[i])
-            layer.dtype, layer.device, layer.is_initialized = pair[0].dtype, pair[0].device, True
+            layer.keys, layer.values = keys[:, :, :n_tokens], values[:, :, :n_tokens]
+            layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
         return out
+
+    def keys(self, layer: int) -> torch.Tensor:
+        pair = self.buffers[layer]
+        if pair is None:
+            raise RuntimeError(f"layer {layer} of the static cache holds nothing yet")
+        return pair[0]
 
     def kv_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for pair in self.buffers if pair is not None for t in pair)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StaticState(DecodeState):
-    """A `DecodeState` on a `SlotCache`, with the fixed tensors its captured passes read."""
+    """A `DecodeState` on a `SlotCache`, with the fixed tensors its captured passes read.
 
-    mask: torch.Tensor | None = None  # float32 [B, 1, 1, capacity]
-    biased: torch.Tensor | None = None  # mask plus the step's bias
-    ids: torch.Tensor | None = None  # long [B, 1]: the step's tokens
-    position: torch.Tensor | None = None  # long [B, 1]: their position ids
-    slot: torch.Tensor | None = None  # long [1]: the cache slot they are written to
+    Rows need no `valid` here: pads and empty slots are -inf in `mask`.
+    """
+
+    cache: SlotCache
+    mask: torch.Tensor  # float32 [B, 1, 1, capacity]
+    biased: torch.Tensor  # mask plus the step's bias
+    ids: torch.Tensor  # long [B, 1]: the step's tokens
+    position: torch.Tensor  # long [B, 1]: their position ids
+    slot: torch.Tensor  # long [1]: the cache slot they are written to
+    next_position: torch.Tensor  # long [B]
     graphs: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.cache.slot = self.slot
+
     @classmethod
-    def finish(cls, state: "StaticState") -> "StaticState":
-        """Decoding buffers for a prefilled state (pads stay masked)."""
+    def of(cls, state: DecodeState) -> "StaticState":
+        """Decoding buffers for a state prefilled into a SlotCache (pads stay masked)."""
         cache = state.cache
-        batch, device = cache.buffers[0][0].shape[0], cache.buffers[0][0].device
-        state.mask = torch.full((batch, 1, 1, cache.capacity), -torch.inf, device=device)
-        state.mask[..., : state.n_keys] = 0.0
+        assert isinstance(cache, SlotCache)
+        keys = cache.keys(0)
+        batch, device = keys.shape[0], keys.device
+        mask = torch.full((batch, 1, 1, cache.capacity), -torch.inf, device=device)
+        mask[..., : state.n_keys] = 0.0
+        next_position = state.next_position
         if state.valid is not None:
-            state.mask[..., : state.n_keys].masked_fill_(~state.valid[:, None, None, :], -torch.inf)
-        else:
-            state.next_position = torch.full((batch,), state.n_keys, dtype=torch.long, device=device)
-        state.valid = None
-        state.biased = torch.empty_like(state.mask)
-        state.ids = torch.zeros(batch, 1, dtype=torch.long, device=device)
-        state.position = torch.zeros(batch, 1, dtype=torch.long, device=device)
-        state.slot = torch.zeros(1, dtype=torch.long, device=device)
-        cache.slot = state.slot
-        return state
+            mask[..., : state.n_keys].masked_fill_(~state.valid[:, None, None, :], -torch.inf)
+        if next_position is None:
+            next_position = torch.full((batch,), state.n_keys, dtype=torch.long, device=device)
+        return cls(cache=cache, n_keys=state.n_keys, mask=mask, biased=torch.empty_like(mask),
+                   ids=torch.zeros(batch, 1, dtype=torch.long, device=device),
+                   position=torch.zeros(batch, 1, dtype=torch.long, device=device),
+                   slot=torch.zeros(1, dtype=torch.long, device=device), next_position=next_position)
 
     def advance(self, n: int = 1) -> None:
         self.n_keys += n
@@ -157,12 +172,10 @@ class StaticState(DecodeState):
         self.graphs = {}
 
     def clone(self) -> "StaticState":
-        out = StaticState(self.cache.resized(self.cache.capacity, self.n_keys), self.n_keys,
-                          next_position=self.next_position.clone(), mask=self.mask.clone())
-        out.biased, out.ids, out.position = torch.empty_like(self.mask), self.ids.clone(), self.position.clone()
-        out.slot = self.slot.clone()
-        out.cache.slot = out.slot
-        return out
+        return StaticState(cache=self.cache.resized(self.cache.capacity, self.n_keys), n_keys=self.n_keys,
+                           mask=self.mask.clone(), biased=torch.empty_like(self.mask), ids=self.ids.clone(),
+                           position=self.position.clone(), slot=self.slot.clone(),
+                           next_position=self.next_position.clone())
 
 
 @dataclass
@@ -190,6 +203,7 @@ def decode_probabilities(query, key, mask, scale: float, groups: int, window: in
     scores = bmm_float32(q, key.reshape(batch * n_kv, capacity, dim).transpose(1, 2))
     scores = scores.view(batch, n_heads, capacity) * scale + mask.view(batch, 1, capacity)
     if window is not None:  # keys at or before slot - window are out of a sliding layer's reach
+        assert slot is not None
         old = torch.arange(capacity, device=key.device) <= slot - window
         scores = scores.masked_fill(old, -torch.inf)
     return scores.softmax(dim=-1)
@@ -274,9 +288,14 @@ class StaticBackend(Backend):
     @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int = runtime.DEFAULT_CHUNK,
                 reserve: int = 0) -> StaticState:
-        empty = StaticState(SlotCache(self.model.spec.n_layers, capacity_for(ids.shape[1] + reserve)), 0)
-        state = prefill_into(self.hf, self.model, empty, ids, valid, chunk_size, self.tau)
-        return StaticState.finish(state)
+        empty = DecodeState(SlotCache(self.model.spec.n_layers, capacity_for(ids.shape[1] + reserve)), 0)
+        return StaticState.of(prefill_into(self.hf, self.model, empty, ids, valid, chunk_size, self.tau))
+
+    @staticmethod
+    def _static(state: DecodeState) -> StaticState:
+        if not isinstance(state, StaticState):
+            raise ConfigError("the static backend decodes states it prefilled itself")
+        return state
 
     def _pass(self, state: StaticState, kind: str, hidden: torch.Tensor | None = None):
         """Run (or replay) one decoding pass of PASSES: "plain", "read" (the QRHeads read),
@@ -317,12 +336,13 @@ class StaticBackend(Backend):
             return out, rows
         return out.clone(), rows
 
-    def _layers(self, kind: str):
+    def _layers(self, kind: str) -> contextlib.AbstractContextManager:
+        if kind not in ("head", "tail"):
+            return contextlib.nullcontext()
+        assert self.max_layer is not None
         if kind == "head":
             return stop_after(decoder_layers(self.hf)[self.max_layer])
-        if kind == "tail":
-            return layers_from(self.hf.model, self.max_layer + 1)
-        return contextlib.nullcontext()
+        return layers_from(self.hf.model, self.max_layer + 1)
 
     def _load(self, state: StaticState, tokens: torch.Tensor) -> None:
         """The step's token, position and slot into the fixed tensors; its key becomes visible."""
@@ -346,9 +366,10 @@ class StaticBackend(Backend):
         state.biased[..., : bias.shape[-1]] += bias.to(state.biased.device)
 
     @torch.inference_mode()
-    def step(self, state: StaticState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,
+    def step(self, state: DecodeState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,
              read: bool = False) -> StepOutput:
         self.check_step(bias, read)
+        state = self._static(state)
         if read:
             self.needs_heads()
         self._load(state, tokens)
@@ -359,15 +380,17 @@ class StaticBackend(Backend):
         return StepOutput(logits, self.attention(rows, state.n_keys) if read else None)
 
     @torch.inference_mode()
-    def partial(self, state: StaticState, tokens: torch.Tensor) -> StepOutput:
+    def partial(self, state: DecodeState, tokens: torch.Tensor) -> StepOutput:
         self.needs_heads()
+        state = self._static(state)
         self._load(state, tokens)
         _, rows = self._pass(state, "head")
         return StepOutput(attention=self.attention(rows, state.n_keys + 1))
 
     @torch.inference_mode()
-    def reuse_step(self, state: StaticState, tokens: torch.Tensor, select_bias: SelectBias) -> StepOutput:
+    def reuse_step(self, state: DecodeState, tokens: torch.Tensor, select_bias: SelectBias) -> StepOutput:
         self.needs_heads()
+        state = self._static(state)
         self._load(state, tokens)
         hidden, rows = self._pass(state, "head")
         attention = self.attention(rows, state.n_keys + 1)

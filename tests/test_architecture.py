@@ -1,0 +1,135 @@
+"""The package's shape: no import cycles, no private names across modules, modules of a
+readable size, and tests that import the package, never other tests or the analysis scripts."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "dysco_interp"
+MAX_LINES = 600
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def runtime_tree(path: Path) -> ast.Module:
+    """The module's syntax tree without its `if TYPE_CHECKING:` blocks (never imported at run time)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+            node.body = [ast.Pass()]
+    return tree
+
+
+def imported(name: str, path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names) of every import in the file, function-level ones included, relative ones resolved."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(runtime_tree(path)):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+            out.append((base, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names]
+    return out
+
+
+def owner(name: str) -> str | None:
+    """The package module that defines `name` (a module, or a name inside one)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {m: set() for m in MODULES}
+    for name, path in MODULES.items():
+        for module, names in imported(name, path):
+            if not module.startswith("dysco_interp"):
+                continue
+            targets = [owner(f"{module}.{n}") for n in names] or [owner(module)]
+            graph[name] |= {t for t in targets if t and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_checker_sees_a_cycle_and_a_function_level_import():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    tree = imported("dysco_interp.decoding.loop", MODULES["dysco_interp.decoding.loop"])
+    assert any(module == "dysco_interp.decoding.backends" for module, _ in tree)
+
+
+def test_no_import_cycles_in_the_package():
+    assert cycles(import_graph()) == []
+
+
+def test_no_private_names_cross_a_module_boundary():
+    crossing = [
+        f"{name} imports {module}.{n}"
+        for name, path in MODULES.items()
+        for module, names in imported(name, path)
+        if module.startswith("dysco_interp")
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+    ]
+    assert crossing == []
+
+
+def test_modules_stay_readable_or_say_why_not():
+    long = []
+    for name, path in MODULES.items():
+        text = path.read_text(encoding="utf-8")
+        n_lines = text.count("\n")
+        doc = ast.get_docstring(ast.parse(text)) or ""
+        if n_lines > MAX_LINES and "longer than" not in doc:
+            long.append(f"{name}: {n_lines} lines")
+    assert long == []
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "tests").glob("*.py")), ids=lambda p: p.name)
+def test_tests_import_the_package_never_other_tests_or_scripts(path):
+    own = {p.stem for p in (ROOT / "tests").glob("*.py")} | {"tests", "analyses", "conftest"}
+    bad = [module for module, _ in imported("tests." + path.stem, path) if module.split(".")[0] in own]
+    assert bad == [], f"{path.name} imports {bad}"
