@@ -1,4 +1,5 @@
-# `make demo` sets everything up in .venv and runs the main job; `make test` runs the tests.
+# `make demo` sets everything up in .venv and runs the main job; `make test` runs the linter,
+# the type checker and the tests.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -6,7 +7,7 @@ PY := $(VENV)/bin/python
 # Elsewhere add e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu".
 TORCH_PIP_ARGS ?=
 
-.PHONY: setup demo test test-fast clean
+.PHONY: setup demo lint test test-fast clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,10 +21,14 @@ setup: $(VENV)/.installed
 demo: setup
 	$(VENV)/bin/dysco-interp demo
 
-test: setup
+lint: setup
+	$(PY) -m ruff check
+	$(PY) -m mypy
+
+test: lint
 	$(PY) -m pytest -q
 
-test-fast: setup
+test-fast: lint
 	$(PY) -m pytest -q -m "not real_model"
 
 clean:

@@ -15,15 +15,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from dysco_interp.analysis import result_tables as T
+from dysco_interp.analysis.report import command_line, write_report
+from dysco_interp.analysis.table_reports import render_robustness, robustness_panels, robustness_result
+from dysco_interp.errors import DyscoError
+from dysco_interp.viz.figures import save_panels
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = "analyses/robustness.py"
-# (task, metric, axis label) per figure row
-FIGURE_METRICS = (
-    ("path_traversal", "accuracy", "Path Traversal accuracy"),
-    ("path_traversal", "step_accuracy", "Path Traversal step accuracy"),
-    ("mrcr", "score", "MRCR score"),
-)
-PARAM_LABELS = {"top_p": "nucleus mass p", "top_k": "cap K (tokens)", "beta": "strength beta"}
 
 
 def parse_args(argv):
@@ -38,86 +37,19 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
-def _series_name(point: dict, many_models: bool, many_settings: bool) -> str:
-    name = f"{point['length']} tokens"
-    if many_models:
-        name = f"{point['model']}, {name}"
-    if many_settings:
-        name += f", {point['setting'].get('max_new_tokens')} new"
-    return name
-
-
-def panels(points: list[dict]):
-    from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, default_value
-    from dysco_interp.viz.grid_plots import Line, Panel
-
-    many_models = len({p["model"] for p in points}) > 1
-    many_settings = len({(p["model"], p["task"], p["length"], tuple(p["setting"].items())) for p in points}) > len(
-        {(p["model"], p["task"], p["length"]) for p in points})
-    rows = [(t, m, label) for t, m, label in FIGURE_METRICS if any(p["task"] == t for p in points)]
-    out = []
-    for task, metric, label in rows:
-        for param in ROBUSTNESS_PARAMS:
-            series: dict[str, list[dict]] = {}
-            for p in points:
-                if p["task"] == task and p["param"] == param and p["metrics"].get(metric):
-                    series.setdefault(_series_name(p, many_models, many_settings), []).append(p)
-            lines = [Line(name, [p["value"] for p in pts], [p["metrics"][metric]["mean"] for p in pts],
-                          [p["metrics"][metric]["lo"] for p in pts], [p["metrics"][metric]["hi"] for p in pts])
-                     for name, pts in series.items()]
-            out.append(Panel(f"{label} vs {PARAM_LABELS[param]}", PARAM_LABELS[param], label, lines,
-                             log_x=param == "top_k", mark_x=default_value(param),
-                             mark_label=f"default {default_value(param):g}", note="no runs"))
-    return out
-
-
-def render(result: dict) -> str:
-    from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS
-    from dysco_interp.analysis.report import fmt_ci, markdown_table, with_footer
-
-    parts = ["# DySCO hyper-parameter robustness (one parameter at a time)", "",
-             f"Mean over instances; {result['ci']}. Defaults: p=0.975, K=4096, beta=2."]
-    for param in ROBUSTNESS_PARAMS:
-        pts = [p for p in result["points"] if p["param"] == param]
-        body = [[p["model"], p["task"], p["length"], p["setting"].get("max_new_tokens"),
-                 f"{p['value']:g}" + (" (default)" if p["is_default"] else ""), p["n"],
-                 "; ".join(f"{m} {fmt_ci(e)}" for m, e in p["metrics"].items())] for p in pts]
-        parts += ["", f"## {PARAM_LABELS[param]}", "",
-                  markdown_table(["model", "task", "length", "new tokens", "value", "n", "metrics"], body)
-                  if body else "No runs."]
-    return with_footer(parts, result)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from dysco_interp.analysis import result_tables as T
-    from dysco_interp.analysis.report import command_line, store_notes, write_report
-    from dysco_interp.analysis.stores import display_path, load_deduplicated
-    from dysco_interp.errors import DyscoError
-    from dysco_interp.viz.grid_plots import save_panels
-
+    command = command_line(SCRIPT, argv if argv is not None else sys.argv[1:])
     try:
-        records, files, unmatched, dropped = load_deduplicated(args.stores)
-        points, notes = T.robustness_points(records, T.CIOptions(args.n_boot, args.seed))
-        if not points:
-            raise DyscoError(f"no DySCO runs in {' '.join(args.stores)}")
+        result = robustness_result(args.stores, T.CIOptions(args.n_boot, args.seed), command, REPO)
     except DyscoError as e:
         print(f"robustness: {e}", file=sys.stderr)
         return 2
-    notes = store_notes(unmatched, dropped) + notes
-    result = {
-        "figure": "robustness",
-        "command": command_line(SCRIPT, argv if argv is not None else sys.argv[1:]),
-        "ci": T.CIOptions(args.n_boot, args.seed).description,
-        "stores": [display_path(f, REPO) for f in files],
-        "points": points,
-        "notes": notes,
-    }
-    grid = panels(points)
+    points = result["points"]
     models = ", ".join(sorted({p["model"] for p in points}))
-    save_panels(grid, Path(args.out), title=f"DySCO robustness ({models}): one parameter at a time, 95% CI",
-                ncols=3)
-    write_report(args.out, result, render(result))
+    save_panels(robustness_panels(points), Path(args.out),
+                title=f"DySCO robustness ({models}): one parameter at a time, 95% CI", ncols=3)
+    write_report(args.out, result, render_robustness(result))
     print(f"wrote {args.out}.png/.html/.md/.json")
     return 0
 

@@ -1,6 +1,6 @@
 """Detect QRHeads for a packaged model, check them on held-out data, and ship the head file.
 
-Writes dysco_interp/head_files/<model>.json (top-k QRScore heads, with provenance and this
+Writes dysco_interp/heads/data/shipped/<model>.json (top-k QRScore heads, with provenance and this
 command), the score heatmap under figures/heads/, and a report JSON with:
 - held-out gold-document attention mass of the QRHeads vs 16 random heads (mean of 5 seeded
   draws) and their ratio, on needle-QA data made with another seed;
@@ -45,9 +45,9 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     from dysco_interp import detection as D
     from dysco_interp.models import load_model
-    from dysco_interp.tasks.common import parse_length
+    from dysco_interp.tasks.lengths import parse_length
 
-    out_file = REPO / "dysco_interp" / "head_files" / f"{args.model}.json"
+    out_file = REPO / "dysco_interp" / "heads" / "data" / "shipped" / f"{args.model}.json"
     fig_dir = REPO / "figures" / "heads"
     if args.figures_only:
         _draw(out_file, fig_dir, args.model)
@@ -125,7 +125,7 @@ def _draw(head_file: Path, fig_dir: Path, name: str) -> None:
     import torch
 
     from dysco_interp.heads import HeadSet
-    from dysco_interp.viz.plots import save_head_heatmaps
+    from dysco_interp.viz.heatmap import save_head_heatmaps
 
     heads = HeadSet.from_json(head_file)
     rows = heads.extra["score_matrix"]

@@ -3,8 +3,8 @@
 import pytest
 
 from dysco_interp.decoding.config import DecodingConfig, preset
-from dysco_interp.decoding.loop import compare_methods, dysco_generate, generate_batch
 from dysco_interp.decoding.generate import generate
+from dysco_interp.decoding.loop import compare_methods, dysco_generate, generate_batch
 from dysco_interp.decoding.sampling import SamplingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet

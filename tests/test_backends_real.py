@@ -17,7 +17,9 @@ def test_sdpa_and_static_decode_a_path_traversal_prompt_like_the_bridge(real_mod
         "vanilla": DecodingConfig(method="vanilla", max_new_tokens=16),
         "dysco": DecodingConfig(max_new_tokens=16, record_positions=True),
     }
-    runs = {b: compare_methods(real_model, instance.prompt, configs, heads, backend=b) for b in ("bridge", "sdpa", "static")}
+    runs = {
+        b: compare_methods(real_model, instance.prompt, configs, heads, backend=b) for b in ("bridge", "sdpa", "static")
+    }
     for backend in ("sdpa", "static"):
         for name in configs:
             ours, ref = runs[backend][name], runs["bridge"][name]

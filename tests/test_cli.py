@@ -6,7 +6,8 @@ from dysco_interp.cli import main
 
 
 def test_generate_prints_json(capsys):
-    assert main(["generate", "--model", "tiny-llama", "--prompt", "hello there", "--max-new-tokens", "5", "--json"]) == 0
+    argv = ["generate", "--model", "tiny-llama", "--prompt", "hello there", "--max-new-tokens", "5", "--json"]
+    assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)  # stdout holds the JSON and nothing else
     assert out["model"] == "tiny-llama" and 1 <= out["n_new"] <= 5 and len(out["tokens"]) == out["n_new"]
 

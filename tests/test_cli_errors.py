@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from dysco_interp import cli
-from dysco_interp.cli import build_parser, main
-from dysco_interp.tasks import make_dataset, save_dataset
+from dysco_interp.cli import evaluate as evaluate_command
+from dysco_interp.cli import models as models_command
+from dysco_interp.cli.app import build_parser, main
 from dysco_interp.models.tiny import tiny_tokenizer
-
-from conftest import get_tiny
+from dysco_interp.tasks import make_dataset, save_dataset
 
 
 def error_line(err: str) -> str:
@@ -166,12 +165,12 @@ def test_make_data_checks_every_length_before_writing_any(tmp_path, capsys):
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_generate_json_is_alone_on_stdout(monkeypatch, capsys):
+def test_generate_json_is_alone_on_stdout(monkeypatch, capsys, tiny_of):
     import dysco_interp.models as models
 
     def load_like_a_real_model(*args, **kwargs):
         print("[dysco-interp] loaded tiny-llama on cpu (torch.float32) in 0.0s")  # what load_model prints
-        return get_tiny("llama")
+        return tiny_of("llama")
 
     monkeypatch.setattr(models, "load_model", load_like_a_real_model)
     assert main([*GEN, "--max-new-tokens", "2", "--json"]) == 0
@@ -193,8 +192,8 @@ def test_copy_scores_all_zero_write_no_head_file(tmp_path, capsys):
 def test_copy_scores_keep_only_heads_that_scored():
     import torch
 
-    from dysco_interp.detection import COPY_PASTE, DetectionResult
     from dysco_interp.cli.detect_heads import informative_top
+    from dysco_interp.detection import COPY_PASTE, DetectionResult
     from dysco_interp.errors import NoSignalError
 
     def result(values):
@@ -214,7 +213,7 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_cmd_models", interrupted)
+    monkeypatch.setattr(models_command, "run_models", interrupted)
     assert main(["models"]) == 130
     assert error_line(capsys.readouterr().err) == "dysco-interp: interrupted"
 
@@ -223,14 +222,14 @@ def test_ctrl_c_during_evaluate_says_how_to_resume(monkeypatch, files, capsys):
     def interrupted(args):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "_cmd_evaluate", interrupted)
+    monkeypatch.setattr(evaluate_command, "run_evaluate", interrupted)
     assert main([a.replace("{d}", str(files)) for a in EVAL]) == 130
     assert error_line(capsys.readouterr().err) == (
         "dysco-interp: interrupted; finished items are kept in --out; the same command resumes")
 
 
-MANY_LINES = ("from dysco_interp import cli; "
-              "cli._cmd_models = lambda args: [print('x' * 80) for _ in range(10**5)] and 0; ")
+MANY_LINES = ("from dysco_interp.cli import models; "
+              "models.run_models = lambda args: [print('x' * 80) for _ in range(10**5)] and 0; ")
 
 
 @pytest.mark.parametrize("setup", ["", MANY_LINES], ids=["at the final flush", "in the middle of the output"])

@@ -10,13 +10,15 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import get_tiny
 
 from dysco_interp import detection as D
 from dysco_interp.chat import encode_text
 from dysco_interp.decoding import runtime
+from dysco_interp.detection import passes
 from dysco_interp.errors import ConfigError, NoSignalError
 from dysco_interp.heads import HeadFileError, HeadSet, random_like
+from dysco_interp.hooks import sliding_layers
+from dysco_interp.models.tiny import tiny_tokenizer
 from dysco_interp.tasks import needle_qa as nq
 
 # --------------------------------------------------------------------------- helpers
@@ -28,7 +30,7 @@ _EXAMPLES: dict = {}
 def examples(style: str = "llama", n: int = 3, n_docs: int = 6) -> list:
     key = (style, n, n_docs)
     if key not in _EXAMPLES:
-        tok = get_tiny(style).tokenizer
+        tok = tiny_tokenizer(style)
         _EXAMPLES[key] = [nq.generate_example(tok, n_docs=n_docs, seed=0, index=i) for i in range(n)]
     return _EXAMPLES[key]
 
@@ -213,7 +215,7 @@ def test_scores_shape_and_heads_restriction(tiny):
     exs = examples(tiny.spec.name.removeprefix("tiny-"), n=1, n_docs=3)
     full = D.qrscore(tiny, exs, progress=False)
     assert full.scores.shape == (4, 4) and full.scores.dtype == torch.float32
-    sliding = D.sliding_layers(tiny.spec)
+    sliding = sliding_layers(tiny.spec)
     for layer in range(4):
         if layer in sliding:
             assert (full.scores[layer] == -1).all() and not full.scored[layer].any()
@@ -231,9 +233,9 @@ def test_scores_shape_and_heads_restriction(tiny):
     assert torch.allclose(part.scores, expect, atol=1e-6)
 
 
-def test_gemma3_heads_only_in_sliding_layers_are_an_error():
+def test_gemma3_heads_only_in_sliding_layers_are_an_error(tiny_of):
     with pytest.raises(ConfigError, match="sliding-window"):
-        D.qrscore(get_tiny("gemma3"), examples("gemma3", 1, 3), heads=[(0, 1)], progress=False)
+        D.qrscore(tiny_of("gemma3"), examples("gemma3", 1, 3), heads=[(0, 1)], progress=False)
 
 
 @pytest.mark.parametrize("method", ["qrscore", "qrscore-ndcg"])
@@ -298,8 +300,8 @@ def test_copy_paste_planted_head(tiny_llama):
     assert all(len(t) > 0 for t in res.extra["generated"].values())
 
 
-def test_copy_paste_scores_every_layer_on_gemma3():
-    res = D.copy_paste_score(get_tiny("gemma3"), examples("gemma3", 1, 3), max_new_tokens=2, progress=False)
+def test_copy_paste_scores_every_layer_on_gemma3(tiny_of):
+    res = D.copy_paste_score(tiny_of("gemma3"), examples("gemma3", 1, 3), max_new_tokens=2, progress=False)
     assert res.scored.all() and (res.scores >= 0).all()
 
 
@@ -318,7 +320,7 @@ def test_resume_after_a_kill_gives_the_same_result(tiny_llama, tmp_path, monkeyp
         calls.append(ex.id)
         return real_one(model, ex, *args, **kwargs)
 
-    monkeypatch.setattr(D, "qrscore_one", dies_after_two)
+    monkeypatch.setattr(passes, "qrscore_one", dies_after_two)
     with pytest.raises(KeyboardInterrupt):
         D.qrscore(tiny_llama, exs, progress=False, store=tmp_path)
     store = tmp_path / "qrscore.jsonl"
@@ -334,14 +336,15 @@ def test_resume_after_a_kill_gives_the_same_result(tiny_llama, tmp_path, monkeyp
         return real_one(model, ex, *args, **kwargs)
 
     calls.clear()
-    monkeypatch.setattr(D, "qrscore_one", counting)
+    monkeypatch.setattr(passes, "qrscore_one", counting)
     resumed = D.qrscore(tiny_llama, exs, progress=False, store=tmp_path)
     assert calls == [e.id for e in exs[2:]]  # finished examples are not recomputed
     assert torch.equal(resumed.scores, whole.scores)
     # the other qrscore method reuses the same records without any model pass
     calls.clear()
     ndcg = D.qrscore(tiny_llama, exs, method="qrscore-ndcg", progress=False, store=tmp_path)
-    assert calls == [] and torch.equal(ndcg.scores, D.qrscore(tiny_llama, exs, method="qrscore-ndcg", progress=False).scores)
+    assert calls == []
+    assert torch.equal(ndcg.scores, D.qrscore(tiny_llama, exs, method="qrscore-ndcg", progress=False).scores)
     # other settings in the same folder are refused, not mixed
     with pytest.raises(ConfigError, match="other settings"):
         D.qrscore(tiny_llama, exs, heads=[(0, 0)], progress=False, store=tmp_path)
@@ -359,7 +362,7 @@ def test_the_store_matches_examples_by_content_not_id(tiny_llama, tmp_path, monk
         calls.append(ex.id)
         return real_one(model, ex, *args, **kwargs)
 
-    monkeypatch.setattr(D, "qrscore_one", counting)
+    monkeypatch.setattr(passes, "qrscore_one", counting)
     resumed = D.qrscore(tiny_llama, moved, progress=False, store=tmp_path)
     assert calls == [e.id for e in moved], "stale scores of other data were reused"
     assert torch.equal(resumed.scores, D.qrscore(tiny_llama, moved, progress=False).scores)
@@ -407,15 +410,15 @@ def test_gold_mass_and_random_baseline(tiny_llama):
     assert base == pytest.approx(expect, abs=1e-6)
 
 
-def test_random_head_sets_avoid_sliding_layers():
-    for hs in D.random_head_sets(get_tiny("gemma3"), 4, n_draws=5, seed=3):
+def test_random_head_sets_avoid_sliding_layers(tiny_of):
+    for hs in D.random_head_sets(tiny_of("gemma3"), 4, n_draws=5, seed=3):
         assert all(layer == 2 for layer, _ in hs)
 
 
 # --------------------------------------------------------------------------- bad input
 
 
-def test_bad_input_is_a_clear_error(tiny_llama):
+def test_bad_input_is_a_clear_error(tiny_llama, tiny_of):
     ex = examples(n=1, n_docs=3)[0]
     with pytest.raises(D.DetectionInputError, match="empty"):
         D.qrscore(tiny_llama, [], progress=False)
@@ -427,7 +430,7 @@ def test_bad_input_is_a_clear_error(tiny_llama):
     with pytest.raises(D.DetectionInputError, match="null-query"):
         D.qrscore(tiny_llama, [nq.null_query(ex, tiny_llama.tokenizer)], progress=False)
     with pytest.raises(D.DetectionInputError, match="another chat template"):
-        D.qrscore(get_tiny("gemma3"), [ex], progress=False)  # made with another tokenizer/template
+        D.qrscore(tiny_of("gemma3"), [ex], progress=False)  # made with another tokenizer/template
     with pytest.raises(ConfigError, match="outside the model"):
         D.qrscore(tiny_llama, [ex], heads=[(4, 0)], progress=False)
     with pytest.raises(ConfigError, match="unknown detection method"):

@@ -3,12 +3,8 @@
 import pytest
 import torch
 
-from dysco_interp.analysis.edge_attention import (
-    EdgeAttention,
-    in_top_fraction,
-    span_sums,
-    teacher_forced_edge_attention,
-)
+from dysco_interp.analysis.edge_attention import EdgeAttention, span_sums, teacher_forced_edge_attention
+from dysco_interp.ranking import in_top_fraction
 from dysco_interp.tasks import make_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs
 from dysco_interp.models.tiny import tiny_model
@@ -26,7 +22,7 @@ def test_span_sums_by_hand():
 def test_top_fraction_by_hand():
     scores = torch.arange(40, dtype=torch.float32)[None].repeat(2, 1)  # edge 39 best, then 38
     # 5% of 40 edges = 2 edges
-    assert in_top_fraction(scores, torch.tensor([38, 37])).tolist() == [True, False]
+    assert in_top_fraction(scores, torch.tensor([38, 37]), 0.05).tolist() == [True, False]
     assert in_top_fraction(scores, torch.tensor([37, 0]), fraction=0.1).tolist() == [True, False]
     with pytest.raises(ValueError):
         in_top_fraction(scores, torch.tensor([0, 0]), fraction=0)

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,12 +19,11 @@ from dysco_interp.heads import HeadSet
 from dysco_interp.experiments.store import ResultStore
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.models.tiny import tiny_model
-from analysis_scripts import load_script
+from dysco_interp.analysis import first_error as analysis
+from dysco_interp.analysis.first_error_figures import draw
 
 LENGTH = 1980  # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens
-
-
-first_error_script = load_script("first_error")
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -110,14 +111,14 @@ def test_generated_tokens_and_character_positions(model):
     text = "<Route>\nFrom Leeds, take a bus to London.\n"
     ids, _ = encode_text(tok, text)
     record = {"output": text}
-    assert first_error_script.generated_ids(record, tok) == (ids, "re-encoded output")
+    assert analysis.generated_ids(record, tok) == (ids, "re-encoded output")
     trace = {"steps": [{"phase": "intervention-warmup", "token": 1}] + [{"phase": "decode", "token": t} for t in ids[:-1]]}
-    assert first_error_script.generated_ids({**record, "trace": trace}, tok) == (ids[:-1], "trace")
+    assert analysis.generated_ids({**record, "trace": trace}, tok) == (ids[:-1], "trace")
     at = text.index("London")
-    k = first_error_script.token_at_char(ids, tok, at)
+    k = analysis.token_at_char(ids, tok, at)
     assert len(tok.decode(ids[:k])) <= at < len(tok.decode(ids[: k + 1]))
     with pytest.raises(ConfigError):
-        first_error_script.token_at_char(ids, tok, len(text) + 5)
+        analysis.token_at_char(ids, tok, len(text) + 5)
 
 
 # ---------------------------------------------------------------------------- the attention pass
@@ -135,7 +136,7 @@ def test_attention_at_the_wrong_city_matches_a_full_forward(model, instances):
     vanilla = {"output": out, "first_error_step": 1}
     dysco = {"output": inst.completion}
     qr = tiny_heads(model)
-    rec = first_error_script.analyse_instance(model, "tiny-llama", inst, vanilla, dysco, qr)
+    rec = analysis.analyse_instance(model, "tiny-llama", inst, vanilla, dysco, qr)
     assert rec["step"] == 1 and rec["written_city"] == wrong and rec["gold_edge"] == inst.gold_edge_indices[1]
     assert rec["followed_edges"] == [i for i, e in enumerate(inst.edges) if e.dst == wrong]
     assert rec["prefix_source"] == "re-encoded output"
@@ -163,13 +164,22 @@ def test_attention_at_the_wrong_city_matches_a_full_forward(model, instances):
     assert [r["verdict"] for r in rec["routes"]["dysco"]["lines"]] == ["right"] * 4
 
 
-def test_main_analyses_stored_records_resumes_and_draws(model, instances, tmp_path, monkeypatch):
-    import dysco_interp.models
+def analyse_and_draw(model, heads, results, out, data_dir, **options) -> list[dict]:
+    """What analyses/first_error.py does after loading the model: analyse the chosen failures
+    (resumably), then draw the featured one, or the one asked for."""
+    length, records = analysis.analyse_failures(model, "tiny-llama", heads, str(results), out, data=str(data_dir),
+                                                progress=False, **options)
+    for record in records if options.get("index") is not None else analysis.featured(records):
+        draw(record, out, "test")
+    if options.get("every"):
+        analysis.write_overview(records, out, "tiny-llama", length, "test")
+    return records
 
-    monkeypatch.setattr(dysco_interp.models, "load_model", lambda *a, **k: model)
+
+def test_analysis_of_stored_records_resumes_and_draws(model, instances, tmp_path, monkeypatch):
     data_dir = tmp_path / "data"
     save_dataset(data_dir / f"path_traversal_{LENGTH}.jsonl", instances)
-    heads = tiny_heads(model).to_json(tmp_path / "heads.json")
+    heads = tiny_heads(model)
     results = ResultStore(tmp_path / "eval.jsonl", settings={})
     wrong, _ = wrong_city_output(instances[1], 2)
     base = {"model": "tiny-llama", "task": "path_traversal", "length": LENGTH, "seed": 0, "config": {}}
@@ -178,9 +188,8 @@ def test_main_analyses_stored_records_resumes_and_draws(model, instances, tmp_pa
     results.append({**base, "method": "dysco", "index": 1, "id": instances[1].id, "output": instances[1].completion})
     results.close()
     out = tmp_path / "out"
-    args = ["--results", str(tmp_path / "eval.jsonl"), "--model", "tiny-llama", "--data-dir", str(data_dir),
-            "--heads", str(heads), "--out-dir", str(out)]
-    assert first_error_script.main(args) == 0  # instance 0 is right: instance 1 is picked
+    eval_path = tmp_path / "eval.jsonl"
+    assert len(analyse_and_draw(model, heads, eval_path, out, data_dir)) == 1  # instance 0 is right: 1 is picked
     stem = out / f"tiny-llama_{LENGTH}_1"
     rec = json.loads(stem.with_suffix(".json").read_text())
     assert rec["index"] == 1 and rec["step"] == 2
@@ -194,19 +203,36 @@ def test_main_analyses_stored_records_resumes_and_draws(model, instances, tmp_pa
     assert routes["gold"] == gold_lines(instances[1]) and set(routes) >= {"vanilla", "dysco", "question"}
     assert "<table>" in Path(str(stem) + "_routes.html").read_text()
 
-    # a second run reuses the stored record; figures-only needs no model
-    monkeypatch.setattr(first_error_script, "analyse_instance", lambda *a: pytest.fail("recomputed"))
-    assert first_error_script.main(args) == 0
+    # a second run reuses the stored record; the script's --figures-only needs no model
+    monkeypatch.setattr(analysis, "analyse_instance", lambda *a: pytest.fail("recomputed"))
+    analyse_and_draw(model, heads, eval_path, out, data_dir)
     stem.with_suffix(".png").unlink()
-    assert first_error_script.main(["--figures-only", "--out-dir", str(out)]) == 0
+    proc = subprocess.run([sys.executable, str(REPO / "analyses/first_error.py"), "--figures-only", "--out-dir", str(out)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
     assert stem.with_suffix(".png").exists()
-    assert first_error_script.main(args + ["--all"]) == 0  # instance 0 is right: one failure, already stored
+    analyse_and_draw(model, heads, eval_path, out, data_dir, every=True)  # one failure, already stored
     overview = json.loads((out / f"tiny-llama_{LENGTH}_all.json").read_text())
     assert overview["n"] == 1 and overview["rows"][0]["index"] == 1 and overview["rows"][0]["step"] == 2
     assert overview["wrote_question_destination"] == 1.0
     assert overview["means"]["qrheads"]["gold_rank"] == rec["queries"]["city"]["summary"]["qrheads"]["gold_rank"]
 
     with pytest.raises(ConfigError, match="no wrong line"):
-        first_error_script.main(args + ["--index", "0"])
+        analyse_and_draw(model, heads, eval_path, out, data_dir, index=0)
     with pytest.raises(ConfigError, match="--seed"):
-        first_error_script.main(args[:4] + ["--heads", str(heads), "--out-dir", str(out), "--seed", "5"])
+        analysis.analyse_failures(model, "tiny-llama", heads, str(eval_path), out, seed=5, progress=False)
+
+
+def test_the_script_is_a_cli():
+    proc = subprocess.run([sys.executable, str(REPO / "analyses/first_error.py"), "--help"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "--figures-only" in proc.stdout
+    proc = subprocess.run([sys.executable, str(REPO / "analyses/first_error.py")], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 2 and "give --results and --model" in proc.stderr
+
+
+def test_gold_rank_ties_count_against_the_gold_edge():
+    summary = analysis.edge_summary([0.2, 0.5, 0.2, 0.1], 0)
+    assert summary["gold_rank"] == 3 and summary["top_edge"] == 1 and not summary["gold_in_top5pct"]
+    assert analysis.edge_summary([0.2, 0.5, 0.2, 0.1], 1)["gold_in_top5pct"]

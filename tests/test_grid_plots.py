@@ -6,18 +6,20 @@ import re
 
 import pytest
 
-from dysco_interp.viz.grid_plots import Line, Panel, save_panels
+from dysco_interp.viz.figures import save_panels
+from dysco_interp.viz.panels import Panel, Series
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_panels_with_lines_bars_marks_and_empty_panels(tmp_path):
     panels = [
-        Panel("acc vs K", "K", "accuracy", [Line("1K", [256, 4096], [0.25, 0.5], [0.0, 0.25], [0.5, 0.75])],
-              log_x=True, mark_x=4096, mark_label="default 4096"),
-        Panel("speed", "", "tok/s", [Line("vanilla", ["a", "b"], [3.0, 2.0]), Line("DySCO", ["a", "b"], [1.5, None])],
+        Panel("acc vs K", "accuracy", [Series("1K", [0.25, 0.5], [0.0, 0.25], [0.5, 0.75], x=[256, 4096])],
+              xlabel="K", log_x=True, mark_x=4096, mark_label="default 4096"),
+        Panel("speed", "tok/s",
+              [Series("vanilla", [3.0, 2.0], x=["a", "b"]), Series("DySCO", [1.5, None], x=["a", "b"])],
               kind="bar", log_y=True),
-        Panel("memory", "", "GiB", [], kind="bar", note="nothing measured"),
+        Panel("memory", "GiB", [], kind="bar", note="nothing measured"),
     ]
     png, html = save_panels(panels, tmp_path / "sub" / "fig", title="grid", ncols=2)
     assert png.name == "fig.png" and png.read_bytes()[:8] == PNG_MAGIC and png.stat().st_size > 5000
@@ -31,10 +33,10 @@ def test_panels_with_lines_bars_marks_and_empty_panels(tmp_path):
 
 def test_bad_panels_are_rejected():
     with pytest.raises(ValueError, match="y has 1 values for 2"):
-        Line("s", [1, 2], [0.5])
+        Series("s", [0.5], x=[1, 2])
     with pytest.raises(ValueError, match="both lo and hi"):
-        Line("s", [1], [0.5], lo=[0.1])
+        Series("s", [0.5], lo=[0.1], x=[1])
     with pytest.raises(ValueError, match="kind"):
-        Panel("t", "x", "y", kind="pie")
+        Panel("t", "y", xlabel="x", kind="pie")
     with pytest.raises(ValueError, match="at least one panel"):
         save_panels([], "unused", title="t")

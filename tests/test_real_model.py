@@ -3,11 +3,12 @@
 import pytest
 import torch
 
-from dysco_interp.models import packaged as packaged_models
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.generate import generate
 from dysco_interp.errors import ContextLengthError
 from dysco_interp.models import load_model
+from dysco_interp.models import packaged as packaged_models
+from dysco_interp.models.packaged import conversion
 
 pytestmark = pytest.mark.real_model
 
@@ -70,6 +71,6 @@ def test_second_load_reuses_the_conversion(real_model, monkeypatch):
     def no_conversion(*args):
         raise AssertionError("the converted folder should be reused")
 
-    monkeypatch.setattr(packaged_models, "convert_gguf", no_conversion)
+    monkeypatch.setattr(conversion, "convert_gguf", no_conversion)
     again = load_model("smollm2-135m", progress=False)
     assert again.spec == real_model.spec

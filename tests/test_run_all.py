@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from analysis_scripts import load_script
+
+from dysco_interp.analysis import overhead
+from dysco_interp.analysis.decoding_runs import SMALL_TAUS
+from dysco_interp.analysis.pipeline import SMALL_N
 
 pytestmark = pytest.mark.real_model
 
+REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 MODEL = "smollm2-135m"
 
@@ -36,8 +42,9 @@ def check_md(path: Path) -> None:
 @pytest.fixture(scope="module")
 def small_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("run_all_small")
-    rc = load_script("run_all").main(["--small", "--out-dir", str(out)])
-    return out, rc
+    proc = subprocess.run([sys.executable, str(REPO / "analyses/run_all.py"), "--small", "--out-dir", str(out)],
+                          capture_output=True, text=True)
+    return out, proc.returncode
 
 
 def test_every_step_succeeds(small_run):
@@ -60,15 +67,13 @@ def test_stores_follow_the_planned_layout(small_run):
 
 def test_path_traversal_table(small_run):
     out, _ = small_run
-    run_all = load_script("run_all")
     table = json.loads((out / "path_traversal/table.json").read_text())
     check_md(out / "path_traversal/table.md")
     assert [r["role"] for r in table["rows"]] == ["vanilla", "uniattns", "dysco"]
-    assert all(r["n"] == run_all.SMALL_N and r["length"] == 1024 for r in table["rows"])
+    assert all(r["n"] == SMALL_N and r["length"] == 1024 for r in table["rows"])
     sweep = table["tau_selection"][MODEL]
-    taus = load_script("decoding_runs").SMALL_TAUS
-    assert [r["tau"] for r in sweep["rows"]] == sorted(taus)
-    assert sweep["chosen_tau"] in taus
+    assert [r["tau"] for r in sweep["rows"]] == sorted(SMALL_TAUS)
+    assert sweep["chosen_tau"] in SMALL_TAUS
     for r in table["rows"]:
         for est in r["metrics"].values():
             assert 0 <= est["lo"] <= est["mean"] <= est["hi"] <= 1
@@ -128,7 +133,6 @@ def test_other_analyses_ran_small(small_run, name):
 def test_recorded_shapes_match_the_converted_configs():
     from dysco_interp.models import packaged as packaged_models
 
-    overhead = load_script("overhead")
     checked = 0
     for alias, shape in overhead.RECORDED_SHAPES.items():
         model = packaged_models.REGISTRY[alias]

@@ -102,7 +102,8 @@ def test_greedy_generation_equals_hf_generate(tiny):
     ref = tiny.load_reference_hf("eager")
     with torch.inference_mode():
         out = ref.generate(
-            torch.tensor([ours.prompt_ids]), do_sample=False, max_new_tokens=12, pad_token_id=tiny.tokenizer.pad_token_id
+            torch.tensor([ours.prompt_ids]), do_sample=False, max_new_tokens=12,
+            pad_token_id=tiny.tokenizer.pad_token_id,
         )
     assert ours.tokens == out[0, len(ours.prompt_ids) :].tolist()
 
@@ -123,7 +124,8 @@ def test_seeded_sampling_is_reproducible(tiny_llama):
     b = generate(tiny_llama, "write a short poem about the sea", max_new_tokens=10, sampling=cfg)
     assert a.tokens == b.tokens
     others = {
-        tuple(generate(tiny_llama, "write a short poem about the sea", max_new_tokens=10, sampling=SamplingConfig(1.5, seed=s)).tokens)
+        tuple(generate(tiny_llama, "write a short poem about the sea", max_new_tokens=10,
+                       sampling=SamplingConfig(1.5, seed=s)).tokens)
         for s in range(8, 12)
     }
     assert len(others | {tuple(a.tokens)}) > 1

@@ -4,10 +4,24 @@ and run_all's regenerate mode skipping what has no stores."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from analysis_scripts import load_script
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_script(name: str, *argv: str) -> subprocess.CompletedProcess:
+    """`python analyses/<name>.py ARGV`, as a user runs it."""
+    return subprocess.run([sys.executable, str(REPO / "analyses" / f"{name}.py"), *argv], capture_output=True,
+                          text=True, timeout=600)
+
+
+def ok(proc: subprocess.CompletedProcess) -> bool:
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return True
 
 
 def _record(method, task, index, value, **config):
@@ -43,35 +57,35 @@ def figures(tmp_path):
 
 def test_table_scripts_on_synthetic_stores(figures, tmp_path):
     out = tmp_path / "out"
-    assert load_script("pt_table").main(["--stores", str(figures / "path_traversal/*.jsonl"), "--tau-stores",
-                                     str(figures / "mrcr/*.jsonl"), "--out", str(out / "pt")]) == 0
+    assert ok(run_script("pt_table", "--stores", str(figures / "path_traversal/*.jsonl"), "--tau-stores",
+                         str(figures / "mrcr/*.jsonl"), "--out", str(out / "pt")))
     table = json.loads((out / "pt.json").read_text())
     assert table["tau_selection"]["m"]["chosen_tau"] == 0.8  # 0.5 beats 0.3
     assert [(r["method"], r["metrics"]["accuracy"]["mean"]) for r in table["rows"]] == [
         ("vanilla", pytest.approx(1 / 3, abs=1e-4)), ("UniAttnS (tau=0.8)", pytest.approx(2 / 3, abs=1e-4)),
         ("DySCO", 1.0)]
     assert "**chosen**" in (out / "pt.md").read_text()
-    assert load_script("ablation_table").main(["--stores", str(figures / "ablations/*.jsonl"), "--out",
-                                           str(out / "abl")]) == 0
+    assert ok(run_script("ablation_table", "--stores", str(figures / "ablations/*.jsonl"), "--out", str(out / "abl")))
     assert len(json.loads((out / "abl.json").read_text())["rows"]) == 6
-    assert load_script("robustness").main(["--stores", str(figures / "ablations/*.jsonl"), "--out",
-                                       str(out / "rob")]) == 0
+    assert ok(run_script("robustness", "--stores", str(figures / "ablations/*.jsonl"), "--out", str(out / "rob")))
     rob = json.loads((out / "rob.json").read_text())
     assert len(rob["points"]) == 2 * 3 and all(p["is_default"] for p in rob["points"])
     assert (out / "rob.png").read_bytes()[:4] == b"\x89PNG" and (out / "rob.html").stat().st_size > 1_000_000
 
 
-def test_scripts_say_what_is_missing(tmp_path, capsys):
+def test_scripts_say_what_is_missing(tmp_path):
     missing = str(tmp_path / "none/*.jsonl")
-    assert load_script("ablation_table").main(["--stores", missing, "--out", str(tmp_path / "x")]) == 2
-    assert "no records" in capsys.readouterr().err
-    assert load_script("pt_table").main(["--stores", missing, "--tau-stores", missing, "--out", str(tmp_path / "x")]) == 2
-    assert "no Path Traversal records" in capsys.readouterr().err
+    proc = run_script("ablation_table", "--stores", missing, "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2
+    assert "no records" in proc.stderr
+    proc = run_script("pt_table", "--stores", missing, "--tau-stores", missing, "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2
+    assert "no Path Traversal records" in proc.stderr
 
 
 def test_overhead_without_benchmarks(tmp_path):
     out = tmp_path / "ov"
-    assert load_script("overhead").main(["--bench", str(tmp_path / "none.json"), "--stores", "--out", str(out)]) == 0
+    assert ok(run_script("overhead", "--bench", str(tmp_path / "none.json"), "--stores", "--out", str(out)))
     result = json.loads(out.with_suffix(".json").read_text())
     assert [r["setting"] for r in result["flops"]][:2] == ["paper", "paper"] and len(result["flops"]) == 2 + 8
     assert [r["source"] for r in result["measured"]] == ["paper (reported)"]
@@ -79,9 +93,10 @@ def test_overhead_without_benchmarks(tmp_path):
     assert any("no peak-memory measurements" in n for n in result["notes"])
 
 
-def test_run_all_regenerates_what_has_stores(figures, capsys):
-    assert load_script("run_all").main(["--figures-dir", str(figures)]) == 0
-    log = capsys.readouterr().out
+def test_run_all_regenerates_what_has_stores(figures):
+    proc = run_script("run_all", "--figures-dir", str(figures))
+    assert ok(proc)
+    log = proc.stdout
     assert "robustness figure: skipped" in log and "motivation figure (from its stored records): skipped" in log
     for name in ("path_traversal/table.md", "ablations/table.json", "overhead/overhead.png",
                  "overhead/overhead.html"):

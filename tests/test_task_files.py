@@ -7,9 +7,9 @@ import stat
 import pytest
 
 from dysco_interp.errors import ConfigError, DataError
-from dysco_interp.tasks import load_dataset, make_dataset, save_dataset
-from dysco_interp.tasks.common import iter_jsonl, write_jsonl
+from dysco_interp.jsonl import LineError, iter_jsonl, parse_lines, write_jsonl
 from dysco_interp.models.tiny import tiny_tokenizer
+from dysco_interp.tasks import load_dataset, make_dataset, save_dataset
 
 
 @pytest.fixture(scope="module")
@@ -57,6 +57,25 @@ def test_iter_jsonl_reports_line_numbers(tmp_path):
     path = tmp_path / "x.jsonl"
     path.write_text('{"a": 1}\n\n{"b": 2}\n')
     assert list(iter_jsonl(path)) == [(1, {"a": 1}), (3, {"b": 2})]
+
+
+def test_parse_lines_torn_tail_rules():
+    whole = parse_lines(b'{"a": 1}\n\n{"b": 2}\n')
+    assert whole.records == [(1, {"a": 1}), (3, {"b": 2})]
+    assert not whole.torn_tail and not whole.unterminated
+    unterminated = parse_lines(b'{"a": 1}\n{"b": 2}', torn_tail="report")
+    assert unterminated.records == [(1, {"a": 1}), (2, {"b": 2})] and unterminated.unterminated
+    torn = b'{"a": 1}\n{"b": '
+    with pytest.raises(LineError, match="line 2: not valid JSON .*truncated") as err:
+        parse_lines(torn)  # data files: strict
+    assert (err.value.line, err.value.kind) == (2, "json")
+    reported = parse_lines(torn, torn_tail="report")  # a log a writer may be killed in: the tail is dropped
+    assert reported.records == [(1, {"a": 1})] and reported.torn_tail and not reported.unterminated
+    assert parse_lines(b'{"a": 1}\n\xe2\x82', torn_tail="report").torn_tail  # cut inside a character
+    with pytest.raises(LineError, match="line 1: expected a JSON object"):
+        parse_lines(b'[1]\n{"a": 1}', torn_tail="report")  # only the last line may be torn
+    assert parse_lines(b"") == parse_lines(b"\n \n", torn_tail="report")
+    assert parse_lines(b"").records == []
 
 
 def test_write_jsonl_is_atomic(tmp_path):

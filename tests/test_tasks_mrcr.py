@@ -7,8 +7,8 @@ import pytest
 
 from dysco_interp.chat import encode_chat
 from dysco_interp.errors import ConfigError
-from dysco_interp.tasks import load_dataset, make_dataset, mrcr, save_dataset
 from dysco_interp.models.tiny import STYLES, tiny_tokenizer
+from dysco_interp.tasks import load_dataset, make_dataset, mrcr, save_dataset
 
 _TOKENIZERS: dict = {}
 

@@ -6,9 +6,9 @@ import pytest
 
 from dysco_interp.chat import encode_chat
 from dysco_interp.errors import ConfigError
+from dysco_interp.models.tiny import STYLES, tiny_tokenizer
 from dysco_interp.tasks import load_dataset, make_dataset, save_dataset
 from dysco_interp.tasks import needle_qa as nq
-from dysco_interp.models.tiny import STYLES, tiny_tokenizer
 
 _TOKENIZERS: dict = {}
 

@@ -4,8 +4,8 @@
 import pytest
 import torch
 
-from dysco_interp.chat import encode_chat
-from dysco_interp.decoding.template import content_spans, extend_mask, template_positions
+from dysco_interp.chat import content_spans, encode_chat
+from dysco_interp.decoding.template import extend_mask, template_positions
 from dysco_interp.models.tiny import STYLES, tiny_tokenizer
 
 MESSAGES = [

@@ -8,14 +8,15 @@ heads) on the gold edge's mass and on whether the gold edge ranks in the top 5% 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
 import torch
 
 from dysco_interp.decoding import runtime
+from dysco_interp.hooks import layer_of, pattern_name
 from dysco_interp.models import LoadedModel
+from dysco_interp.ranking import in_top_fraction
 from dysco_interp.tasks.path_traversal import (
     PathTraversalInstance,
     teacher_forced_inputs,
@@ -32,15 +33,6 @@ def span_sums(rows: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.Ten
         raise ValueError(f"spans must be non-empty and inside the {rows.shape[-1]} keys")
     cum = torch.nn.functional.pad(rows.float().cumsum(-1), (1, 0))
     return cum[..., bounds[:, 1]] - cum[..., bounds[:, 0]]
-
-
-def in_top_fraction(scores: torch.Tensor, gold: torch.Tensor, fraction: float = 0.05) -> torch.Tensor:
-    """Whether the gold span is among the top ceil(fraction * n) spans by score (bool `[...]`)."""
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    k = max(1, math.ceil(fraction * scores.shape[-1]))
-    top = scores.topk(k, dim=-1).indices
-    return (top == gold.unsqueeze(-1)).any(-1)
 
 
 @dataclass(frozen=True)
@@ -62,7 +54,8 @@ class EdgeAttention:
         return per_edge.gather(1, self.gold[:, None])[:, 0]
 
     def gold_in_top(self, heads: Iterable[tuple[int, int]], fraction: float = 0.05) -> torch.Tensor:
-        """Per step, whether the gold edge is in the heads' top `fraction` of edges: bool `[n_steps]`."""
+        """Per step, whether the gold edge is in the heads' top `fraction` of edges (ties count
+        against it): bool `[n_steps]`."""
         return in_top_fraction(self.for_heads(heads), self.gold, fraction)
 
 
@@ -95,10 +88,10 @@ def span_attention_by_layer(
 
     def read(pattern: torch.Tensor, hook) -> None:
         rows = pattern[0, :, rows_at.to(pattern.device)]  # [H, rows, keys]
-        consume(int(hook.name.split(".")[1]), span_sums(rows, spans).cpu())
+        consume(layer_of(hook), span_sums(rows, spans).cpu())
 
     cache, _ = runtime.prefill(model, ids[:, :n_cached])
-    hooks = [(f"blocks.{layer}.attn.hook_pattern", read) for layer in range(model.spec.n_layers)]
+    hooks = [(pattern_name(layer), read) for layer in range(model.spec.n_layers)]
     return model.bridge.run_with_hooks(
         ids[:, n_cached:], past_key_values=cache, fwd_hooks=hooks, logits_to_keep=logits_to_keep
     )

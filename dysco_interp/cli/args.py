@@ -1,4 +1,5 @@
-"""Argument types and the argument parser that every `dysco-interp` subcommand shares.
+"""Argument types, the argument parser that every `dysco-interp` subcommand shares, and the
+one-line error reporting of `main`.
 
 The ranges come from `checks.py`, the same functions the Python configs call, so a flag and
 the config field it fills refuse the same values. Types run while the command line is
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from dysco_interp.checks import check_int, check_number, check_seed
@@ -99,10 +101,28 @@ def output_folder(text: str) -> str:
     return text
 
 
+def one_line(message: object) -> str:
+    """A message as one line of stderr: its non-blank lines joined by "; "."""
+    return "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
+
+
+def stdout_to_devnull() -> None:
+    """After a broken pipe, point stdout at /dev/null so the flush at exit cannot fail again
+    (the recipe in Python's `signal` docs); pytest's captured stdout has no descriptor to swap."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
+
+
 __all__ = [
     "ArgumentParser",
     "nonnegative_float",
     "nonnegative_int",
+    "one_line",
     "open_fraction",
     "output_file",
     "output_folder",
@@ -110,5 +130,6 @@ __all__ = [
     "positive_int",
     "probability",
     "seed",
+    "stdout_to_devnull",
     "unit_interval",
 ]

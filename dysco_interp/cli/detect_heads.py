@@ -1,8 +1,8 @@
 """`dysco-interp detect-heads`: find retrieval heads, print them, write the head file and heatmaps.
 
-The main CLI wires it in with `add_detect_parser(subparsers)`; the parser's default `func`
-is `run_detect`, which returns an exit code and lets `DyscoError`s reach the main CLI
-(which prints them). Inputs are checked before the model loads, so a typo costs nothing.
+`cli.main` wires it in with `add_detect_parser(subparsers)`; the parser's default `func`
+is `run_detect`, which returns an exit code and lets `DyscoError`s reach `main` (which
+prints them). Inputs are checked before the model loads, so a typo costs nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import flags
 from dysco_interp.errors import ConfigError, NoSignalError
 
 METHOD_CHOICES = ("qrscore", "qrscore-ndcg", "copy", "copy-paste")
@@ -30,7 +31,7 @@ def add_detect_parser(subparsers) -> argparse.ArgumentParser:
             "<out stem>_heatmap.png and .html."
         ),
     )
-    p.add_argument("--model", default=None, help="registry alias, local folder or hub name (default: the default model)")
+    flags.add_model_flag(p)
     p.add_argument("--data", default="needle-qa", help="'needle-qa' (generated) or a needle-QA JSONL from make-data")
     p.add_argument("--n", type=cli_args.positive_int, default=None,
                    help="examples: to generate (default 20), or the first N of --data FILE")
@@ -44,9 +45,7 @@ def add_detect_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--compare", default=None, help="a head file to compare the result with (overlap, Jaccard)")
     p.add_argument("--max-new-tokens", type=cli_args.positive_int, default=12,
                    help="copy-paste: greedy tokens per example")
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N")
-    p.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16")
-    p.add_argument("--threads", type=cli_args.positive_int, default=None, help="torch CPU threads")
+    flags.add_device_flags(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run_detect)
     return p
@@ -54,7 +53,7 @@ def add_detect_parser(subparsers) -> argparse.ArgumentParser:
 
 def _check_args(args) -> None:
     """Everything that can be checked before loading a model (numeric ranges: argparse types)."""
-    from dysco_interp.tasks.common import parse_length
+    from dysco_interp.tasks.lengths import parse_length
 
     args.length_tokens = parse_length(args.length)
     if Path(args.out).suffix.lower() != ".json":
@@ -154,9 +153,10 @@ def run_detect(args) -> int:
 
     import torch
 
-    from dysco_interp.detection import COPY_PASTE, detect, head_overlap, resolve_method, sliding_layers, split_half
+    from dysco_interp.detection import COPY_PASTE, detect, head_overlap, resolve_method, split_half
+    from dysco_interp.hooks import sliding_layers
     from dysco_interp.models import load_model
-    from dysco_interp.viz.plots import save_head_heatmaps
+    from dysco_interp.viz.heatmap import save_head_heatmaps
 
     _check_args(args)
     reference = _load_compare(args.compare)
@@ -166,11 +166,9 @@ def run_detect(args) -> int:
         args.on_interrupt = f"finished examples are kept in {args.resume_dir}; the same command resumes"
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    from dysco_interp.models import packaged as packaged_models
-
     # load_model's status line is not output: stdout carries the head table only
     with contextlib.redirect_stdout(sys.stderr):
-        model = load_model(args.model or packaged_models.DEFAULT_MODEL, device=args.device, dtype=args.dtype)
+        model = load_model(args.model, device=args.device, dtype=args.dtype)
     if reference is not None:
         reference.validate_for(model.spec, allow_other_model=reference.model is None)
     # QRScore skips sliding-window layers: fail now rather than after the whole run
@@ -211,17 +209,3 @@ def run_detect(args) -> int:
 
 __all__ = ["add_detect_parser", "format_head_table", "informative_top", "run_detect"]
 
-
-if __name__ == "__main__":  # pragma: no cover - normally run as `dysco-interp detect-heads`
-    parser = argparse.ArgumentParser(prog="dysco-interp")
-    add_detect_parser(parser.add_subparsers(dest="command", required=True))
-    ns = parser.parse_args()
-    try:
-        sys.exit(ns.func(ns))
-    except Exception as e:
-        from dysco_interp.errors import DyscoError
-
-        if isinstance(e, DyscoError):
-            print(f"dysco-interp: error: {e}", file=sys.stderr)
-            sys.exit(2)
-        raise

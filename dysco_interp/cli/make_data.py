@@ -1,6 +1,6 @@
 """`dysco-interp make-data TASK ...`: write one JSONL per target length and print a summary.
 
-The main CLI wires it in with `add_make_data_parser(subparsers)`; the parser's default
+`cli.main` wires it in with `add_make_data_parser(subparsers)`; the parser's default
 `func` is `run_make_data`. Every length is generated and checked (against the tolerance and
 the model's context) before any file is written, and each file is written atomically.
 """
@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import flags
 from dysco_interp.errors import ConfigError
-from dysco_interp.models.packaged import DEFAULT_MODEL
 from dysco_interp.tasks import TASKS, get_task, make_dataset, save_dataset
-from dysco_interp.tasks.common import parse_lengths
+from dysco_interp.tasks.lengths import parse_lengths
 
 
 def add_make_data_parser(subparsers) -> argparse.ArgumentParser:
@@ -29,7 +29,7 @@ def add_make_data_parser(subparsers) -> argparse.ArgumentParser:
         ),
     )
     p.add_argument("task", metavar="TASK", help=f"one of: {', '.join(TASKS)}")
-    p.add_argument("--model", default=None, help="model whose tokenizer measures length (default: the default model)")
+    flags.add_model_flag(p, help="model whose tokenizer measures length")
     p.add_argument("--lengths", default="1k,2k,4k,8k", help="comma-separated target lengths, e.g. 1k,2k,4k,8k or 1500")
     p.add_argument("--n", type=cli_args.positive_int, default=50, help="instances per length (default 50)")
     p.add_argument("--seed", type=cli_args.seed, default=0)
@@ -121,7 +121,8 @@ def model_context_length(model: str, tokenizer) -> int | None:
     try:
         # load_tokenizer has converted a multi-file packaged model already; a single GGUF carries its config
         packaged = packaged_models.REGISTRY.get(model)
-        location, kwargs = model, {}
+        location: str | Path = model
+        kwargs: dict[str, str] = {}
         if packaged is not None and packaged_models.is_converted(packaged):
             location = packaged_models.converted_folder(packaged)
         elif packaged is not None and len(packaged.chunks) == 1:
@@ -144,12 +145,13 @@ def context_limit(context: int | None, yarn: float | None) -> int | None:
 
 
 def _check_context(lengths: list[int], context: int | None, args) -> None:
-    model = args.model or DEFAULT_MODEL
+    model = args.model
     if context is None:
         print(f"dysco-interp: note: the context length of {model} is unknown; lengths are not checked against it",
               file=sys.stderr)
         return
     limit = context_limit(context, args.yarn)
+    assert limit is not None  # the context is known
     too_long = [length for length in lengths if length > limit]
     if too_long:
         window = (f"{model}'s {context}-token context x {args.yarn:g} (YaRN) = {limit} tokens" if args.yarn
@@ -167,7 +169,7 @@ def run_make_data(args) -> int:
     options = _options(spec.name, args)
     from dysco_interp.models import load_tokenizer
 
-    model = args.model or DEFAULT_MODEL
+    model = args.model
     with contextlib.redirect_stdout(sys.stderr):  # status lines; stdout is the summary table
         tokenizer = load_tokenizer(model)
     context = model_context_length(model, tokenizer)

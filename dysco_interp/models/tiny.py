@@ -12,6 +12,11 @@ from functools import lru_cache
 import torch
 
 from dysco_interp.errors import ModelNotFoundError
+from dysco_interp.models.loaded import LoadedModel, from_hf
+from dysco_interp.models.yarn import with_yarn
+
+# Tiny models are named "tiny-<style>" wherever a model name is accepted.
+TINY_PREFIX = "tiny-"
 
 STYLES = ("llama", "qwen2", "qwen3", "gemma3")
 
@@ -119,15 +124,14 @@ def tiny_tokenizer(style: str = "llama"):
         chat_template=_TEMPLATES[style],
     )
     # TransformerLens otherwise tries to reload the tokenizer by name to add a BOS.
-    tok.init_kwargs.update(name_or_path=f"tiny-{style}", add_bos_token=True)
+    tok.init_kwargs.update(name_or_path=TINY_PREFIX + style, add_bos_token=True)
     return tok
 
 
 def _check_style(style: str) -> None:
     if style not in STYLES:
-        raise ModelNotFoundError(
-            f"unknown tiny model {'tiny-' + str(style)!r}; choose one of {', '.join('tiny-' + s for s in STYLES)}"
-        )
+        names = ", ".join(TINY_PREFIX + s for s in STYLES)
+        raise ModelNotFoundError(f"unknown tiny model {TINY_PREFIX + str(style)!r}; choose one of {names}")
 
 
 def tiny_config(style: str, vocab_size: int, **overrides):
@@ -170,16 +174,16 @@ def tiny_config(style: str, vocab_size: int, **overrides):
 
 def tiny_model(
     style: str = "llama",
+    *,
     seed: int = 0,
     dtype: torch.dtype = torch.float32,
     device="cpu",
     yarn_factor: float | None = None,
     **overrides,
-):
-    """A `LoadedModel` with random weights (seeded) and a tiny tokenizer of the style."""
+) -> LoadedModel:
+    """A `LoadedModel` with random weights (seeded) and a tiny tokenizer of the style;
+    `overrides` set config fields (e.g. max_position_embeddings)."""
     from transformers import AutoModelForCausalLM
-
-    from dysco_interp.models import from_hf, with_yarn
 
     tokenizer = tiny_tokenizer(style)
     config = with_yarn(tiny_config(style, vocab_size=len(tokenizer), **overrides), yarn_factor)
@@ -194,4 +198,4 @@ def tiny_model(
     hf_model.generation_config.eos_token_id = tokenizer.eos_token_id
     hf_model.generation_config.pad_token_id = tokenizer.pad_token_id
     hf_model.to(device)
-    return from_hf(hf_model, tokenizer, f"tiny-{style}")
+    return from_hf(hf_model, tokenizer, TINY_PREFIX + style)

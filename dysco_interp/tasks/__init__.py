@@ -7,6 +7,10 @@ Three tasks, each seeded, sized to a target prompt length in tokens for a given 
 - `needle_qa`: multi-document QA about invented entities, for QRScore head detection.
 - `mrcr`: multi-round co-reference over a long chat (OpenAI MRCR style).
 
+Each is a package (instance, generate, score; word lists as package data); `base` holds what
+they share (seeds, stored spans, fitting to a token length) and `lengths` parses '8k'-style
+lengths. This module is the registry: `make_dataset`, `save_dataset`, `load_dataset`.
+
     from dysco_interp.tasks import make_dataset
     data = make_dataset("path_traversal", tokenizer, target_tokens=8192, n=50, seed=0)
 """
@@ -20,8 +24,9 @@ from pathlib import Path
 
 from dysco_interp.checks import brief
 from dysco_interp.errors import ConfigError, DataError
+from dysco_interp.jsonl import iter_jsonl, write_jsonl
 from dysco_interp.tasks import mrcr, needle_qa, path_traversal
-from dysco_interp.tasks.common import check_positive, iter_jsonl, write_jsonl
+from dysco_interp.tasks.base import check_positive
 
 
 @dataclass(frozen=True)
@@ -91,12 +96,26 @@ def make_dataset(
     task: str,
     tokenizer,
     target_tokens: int | None = None,
+    *,
     n: int = 1,
     seed: int = 0,
     progress: bool = False,
     **options,
 ) -> list:
-    """n instances (index 0..n-1) of a task at one target length; deterministic for a seed."""
+    """n instances (index 0..n-1) of a task at one target length; deterministic for a seed.
+
+    Args:
+        task: "path_traversal", "needle_qa" or "mrcr" (dashes work too).
+        tokenizer: the tokenizer whose token count the instances are fitted to.
+        target_tokens: the prompt length to fit (None: the task's natural size).
+        n: how many instances.
+        seed: the data seed; instance i is fixed by (task, seed, i, length, options).
+        progress: show a progress bar.
+        **options: the task's own options (e.g. hops for Path Traversal, n_needles for MRCR).
+
+    Returns:
+        The instances, in index order.
+    """
     spec = get_task(task)
     check_positive("n", n)
     if not isinstance(seed, int) or isinstance(seed, bool):

@@ -1,0 +1,289 @@
+"""Decode speed and memory: DySCO against vanilla on the same backend, in one process.
+
+For each context length: prefill once, then time single decode steps of both methods
+alternately from copies of that cache (drift hits both alike), after warm-up steps; report
+medians, tokens per second, their ratio, and on a GPU the peak memory of each method's
+steps. The layer floor of DySCO over vanilla is 1 + (L* + 1) / L (the partial pass runs
+layers 0..L*); on a GPU the bandwidth floor of one step is (weight bytes + KV bytes) /
+measured copy bandwidth. With a batch of B random sequences, tokens per second count the
+tokens of all rows.
+
+Decoding is driven in one place only, `BenchDecoder`: everything else here times, counts
+bytes and writes rows.
+"""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+import transformers
+from torch.profiler import ProfilerActivity, profile
+from transformers import AutoModelForCausalLM
+
+from dysco_interp.decoding.backends import DecodeState, make_backend
+from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.loop import Stepper
+from dysco_interp.decoding.prompts import PromptBatch
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet, paper_heads, resolve_heads
+from dysco_interp.models import LoadedModel, dtype_name, from_hf
+from dysco_interp.models.tiny import tiny_config, tiny_tokenizer
+
+# Qwen3-8B's shape (config.json of Qwen/Qwen3-8B); weights are random, speed does not depend on them.
+GEOMETRIES = {
+    "qwen3-8b": dict(style="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288,
+                     num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                     max_position_embeddings=131072, rope_theta=1000000.0, tie_word_embeddings=False,
+                     initializer_range=0.02, layer_types=["full_attention"] * 36, max_window_layers=36),
+}
+METHODS = ("vanilla", "dysco")
+
+Step = Callable[[torch.Tensor], object]  # feeds one token per row
+
+
+def random_model(geometry: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
+    """A LoadedModel of a real model's shape with random weights, built on the device."""
+    shape = dict(GEOMETRIES[geometry])
+    style, vocab = shape.pop("style"), shape.pop("vocab_size")
+    config = tiny_config(style, vocab_size=vocab, **shape)
+    with torch.device(device):
+        hf = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
+    return from_hf(hf, tiny_tokenizer(style), f"{geometry}-random")
+
+
+def bench_heads(model: LoadedModel, model_name: str, source: str, geometry: str | None) -> HeadSet:
+    """The QRHeads to time: 'shipped', 'paper' (the paper's Qwen3-8B list) or a head file."""
+    if source == "paper":
+        if geometry != "qwen3-8b":
+            raise ConfigError("--heads paper is the Qwen3-8B list: use it with --random-geometry qwen3-8b")
+        return paper_heads("qwen3-8b").validate_for(model.spec, allow_other_model=True)
+    return resolve_heads(model, source)
+
+
+def layer_floor(model: LoadedModel, heads: HeadSet, method: str) -> float:
+    """DySCO's lowest possible cost over vanilla in layers run: the reuse variant has no second pass."""
+    return 1 + (heads.max_layer + 1) / model.spec.n_layers if method == "dysco" else 1.0
+
+
+# ---------------------------------------------------------------------------- memory and bandwidth
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def copy_bandwidth(device: torch.device, n_bytes: int = 1 << 30) -> float | None:
+    """Device memory bandwidth in bytes/s from a large copy (read + write), median of 5."""
+    if device.type != "cuda":
+        return None
+    a = torch.empty(n_bytes // 2, dtype=torch.bfloat16, device=device)
+    b = torch.empty_like(a)
+    times = []
+    for _ in range(6):
+        sync(device)
+        t0 = time.perf_counter()
+        b.copy_(a)
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return 2 * n_bytes / statistics.median(times[1:])
+
+
+def kv_bytes(model: LoadedModel, n_tokens: int) -> int:
+    """Bytes of keys and values that n_tokens occupy: what one decoding step must read."""
+    s = model.spec
+    return 2 * s.n_layers * s.n_kv_heads * s.d_head * n_tokens * model.prefill_model.dtype.itemsize
+
+
+def allocated_kv_bytes(cache) -> int:
+    """What the cache holds in memory (fixed-capacity buffers include their empty slots)."""
+    if hasattr(cache, "kv_bytes"):
+        return cache.kv_bytes()
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+def weight_bytes(model: LoadedModel) -> int:
+    return sum(t.numel() * t.element_size() for t in model.prefill_model.parameters())
+
+
+def peak_memory(row: dict, n_weight_bytes: int) -> dict:
+    """Each method's peak alone: weights + one KV cache + what its first step kept (CUDA-graph
+    pools) + its decoding step's transient peak (both methods' caches live together in the
+    benchmark, so the allocator's total is not it)."""
+    base = n_weight_bytes / 2**30 + row["kv_allocated_gib"]
+    return {f"{m}_peak_mem_gib": round(base + row.get(f"{m}_first_step_kept_gib", 0) + row[f"{m}_step_extra_peak_gib"], 3)
+            for m in METHODS}
+
+
+def memory_kept_by(fn: Step, token: torch.Tensor) -> int:
+    """Device memory a step leaves reserved (e.g. the pools of the CUDA graphs it captures); the
+    allocator's free cached blocks are released before and after, so only what is held counts."""
+    torch.cuda.synchronize(token.device)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(token.device)
+    fn(token)
+    torch.cuda.synchronize(token.device)
+    torch.cuda.empty_cache()
+    return max(torch.cuda.memory_reserved(token.device) - before, 0)
+
+
+def profile_step(fn: Step, token: torch.Tensor, path: str) -> None:
+    """Where one more step's time goes: torch.profiler's operator table, by device time."""
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if token.is_cuda else [])
+    with profile(activities=activities) as prof:
+        fn(token)
+        sync(token.device)
+    key = "self_cuda_time_total" if token.is_cuda else "self_cpu_time_total"
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(prof.key_averages().table(sort_by=key, row_limit=40))
+
+
+# ---------------------------------------------------------------------------- driving the decoder
+
+
+class BenchDecoder:
+    """THE ONE PLACE HERE THAT DRIVES DECODING: a plain prefill, then a vanilla step and a
+    DySCO step (`config.method`) that each advance their own copy of the prefilled context.
+
+    Public decoding API used: `backends.make_backend` with its backends' `prefill` and `step`,
+    `DecodeState.clone`, `prompts.PromptBatch.from_ids` (raw ids, no chat template) and
+    `loop.Stepper` (its `relevance` setter and `step`).
+    """
+
+    def __init__(self, model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str):
+        self.model, self.heads, self.config, self.backend = model, heads, config, backend
+        self.plain = make_backend(model, backend, None)
+
+    def prefill(self, context: torch.Tensor, reserve: int) -> DecodeState:
+        """`context` `[B, n]` with room for `reserve` more tokens."""
+        return self.plain.prefill(context.to(self.model.device), None, reserve=reserve)
+
+    def steps(self, context: torch.Tensor, prefix: DecodeState) -> dict[str, Step]:
+        """vanilla on a clone of `prefix`, DySCO on `prefix` itself, its relevance uniform over
+        the context as if warmed up."""
+        vanilla = prefix.clone()
+        stepper = Stepper(make_backend(self.model, self.backend, self.heads), self.config, PromptBatch.from_ids(context))
+        batch, n_context = context.shape
+        stepper.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
+        return {"vanilla": lambda tok: self.plain.step(vanilla, tok), "dysco": lambda tok: stepper.step(prefix, tok)}
+
+
+# ---------------------------------------------------------------------------- one context length
+
+
+def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, n_context: int,
+                  n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1) -> dict:
+    """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory."""
+    device = model.device
+    gen = torch.Generator().manual_seed(n_context)
+    ids = torch.randint(10, min(len(model.tokenizer), 30000), (batch, n_context + n_steps + n_warmup + 1), generator=gen)
+    decoder = BenchDecoder(model, heads, config, backend)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+    t0 = time.perf_counter()
+    prefix = decoder.prefill(ids[:, :n_context], reserve=n_steps + n_warmup + 1)
+    sync(device)
+    prefill_s = time.perf_counter() - t0
+    prefill_peak = torch.cuda.max_memory_allocated(device) - before if device.type == "cuda" else None
+    steps = decoder.steps(ids[:, :n_context], prefix)
+    times: dict[str, list[float]] = {m: [] for m in steps}
+    peaks = {m: 0 for m in steps}
+    kept = {m: 0 for m in steps}
+    for i in range(n_warmup + n_steps):
+        tok = ids[:, n_context + i].to(device)
+        for method, fn in steps.items():
+            if device.type == "cuda" and i == 0:  # one more untimed step, measuring what it keeps
+                kept[method] = memory_kept_by(fn, tok)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+                base = torch.cuda.memory_allocated(device)
+            sync(device)
+            t0 = time.perf_counter()
+            fn(tok)
+            sync(device)
+            if i >= n_warmup:
+                times[method].append(time.perf_counter() - t0)
+                if device.type == "cuda":
+                    peaks[method] = max(peaks[method], torch.cuda.max_memory_allocated(device) - base)
+    if profile_dir:
+        step = n_warmup + n_steps
+        for method, fn in steps.items():
+            profile_step(fn, ids[:, n_context + step].to(device), f"{profile_dir}/{n_context}_{method}.txt")
+    v, d = statistics.median(times["vanilla"]), statistics.median(times["dysco"])
+    row = {
+        "context": n_context,
+        "batch_size": batch,
+        "steps": n_steps,
+        "prefill_s": round(prefill_s, 3),
+        "vanilla_step_ms": round(v * 1e3, 3),
+        "dysco_step_ms": round(d * 1e3, 3),
+        "vanilla_tok_per_s": round(batch / v, 3),  # tokens of all rows together
+        "dysco_tok_per_s": round(batch / d, 3),
+        "ratio": round(d / v, 4),
+        "vanilla_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["vanilla"], n=4)[::2]],
+        "dysco_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["dysco"], n=4)[::2]],
+    }
+    if device.type == "cuda":
+        row.update({
+            "kv_cache_gib": round(batch * kv_bytes(model, n_context) / 2**30, 3),
+            "kv_allocated_gib": round(allocated_kv_bytes(prefix.cache) / 2**30, 3),
+            "prefill_peak_gib": round((prefill_peak + weight_bytes(model)) / 2**30, 3),
+            "allocated_gib": round(torch.cuda.memory_allocated(device) / 2**30, 3),
+            "vanilla_first_step_kept_gib": round(kept["vanilla"] / 2**30, 3),
+            "dysco_first_step_kept_gib": round(kept["dysco"] / 2**30, 3),
+            "vanilla_step_extra_peak_gib": round(peaks["vanilla"] / 2**30, 3),
+            "dysco_step_extra_peak_gib": round(peaks["dysco"] / 2**30, 3),
+        })
+        row.update(peak_memory(row, weight_bytes(model)))
+    return row
+
+
+# ---------------------------------------------------------------------------- every context length
+
+
+def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, contexts: list[int],
+               n_steps: int, n_warmup: int, bandwidth: float | None, profile_dir: str | None = None,
+               batch: int = 1) -> Iterator[dict]:
+    """`bench_context` for each context length, with the layer floor and, given the device's
+    copy bandwidth (`copy_bandwidth`), the bandwidth floor."""
+    floor = layer_floor(model, heads, config.method)
+    n_weight_bytes = weight_bytes(model)
+    for n in contexts:
+        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch)
+        row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
+        if bandwidth:
+            step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30
+            row["bandwidth_floor_ms"] = round(step_bytes / bandwidth * 1e3, 3)
+            row["bandwidth_floor_tok_per_s"] = round(batch * bandwidth / step_bytes, 2)
+        yield row
+
+
+def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: str, config: DecodingConfig,
+                 backend: str, random_weights: bool, bandwidth: float | None, command: str, rows: list[dict]) -> dict:
+    """The benchmark's JSON document: the setting, the machine, the versions and the rows."""
+    device = model.device
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    return {
+        "benchmark": "decode-step",
+        "backend": backend,
+        "model": name,
+        "random_weights": random_weights,
+        "dtype": dtype_name(model.dtype),
+        "heads": {"source": heads_source, "n": len(heads), "deepest_layer": heads.max_layer, "labels": heads.labels()},
+        "n_layers": model.spec.n_layers,
+        "layer_floor": round(layer_floor(model, heads, config.method), 4),
+        "weights_gib": round(weight_bytes(model) / 2**30, 3),
+        "copy_bandwidth_gb_per_s": round(bandwidth / 1e9, 1) if bandwidth else None,
+        "config": {"method": config.method, "top_p": config.top_p, "top_k": config.top_k, "beta": config.beta},
+        "threads": torch.get_num_threads(),
+        "machine": {"device": device_name, "platform": platform.platform()},
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "command": command,
+        "rows": rows,
+    }

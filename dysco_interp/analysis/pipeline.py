@@ -1,0 +1,159 @@
+"""The plan of `analyses/run_all.py`: which scripts to run, with which arguments, in which
+order, and running such a plan step by step with progress lines and a status per step.
+
+Steps name scripts by their file name in `analyses/`; the caller supplies `script(name,
+argv)`, a callable that runs one (the driver imports it in-process), so this module does not
+depend on where the scripts live. Regenerating reads committed stores only and loads no
+model; the small pipeline makes data, decodes and analyses on smollm2-135m.
+"""
+
+from __future__ import annotations
+
+import glob
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dysco_interp.heads import available_shipped_heads
+from dysco_interp.models import load_tokenizer
+from dysco_interp.tasks import make_dataset, save_dataset
+from dysco_interp.tasks.lengths import parse_length
+
+SMALL_MODEL = "smollm2-135m"
+SMALL_LENGTH = "1k"
+SMALL_N = 2
+SMALL_SEEDS = {"path_traversal": 0, "mrcr": 100}  # MRCR tuning data never shares a seed with test data
+# what the committed overhead figure draws from (paths under the figures folder)
+REGENERATE_OVERHEAD_MODELS = "qwen2.5-coder-0.5b,qwen2.5-coder-1.5b"
+
+Runner = Callable[[], object]  # returns a script's exit status (or None)
+ScriptRunner = Callable[[str, list[str]], Runner]  # (script name, argv) -> a runner of it
+
+
+@dataclass
+class Step:
+    name: str
+    run: Runner
+    needs: list[str] = field(default_factory=list)  # glob patterns; none matching -> skipped
+    outputs: list[str] = field(default_factory=list)  # glob patterns of what it writes
+
+
+def _matches(patterns: list[str]) -> list[str]:
+    return sorted({p for pattern in patterns for p in glob.glob(pattern)})
+
+
+def run_steps(steps: list[Step], log: Callable[[str], None] = print) -> list[dict]:
+    """Run each step in order with progress lines; a failure is recorded, not raised."""
+    results = []
+    for i, step in enumerate(steps, 1):
+        t0 = time.perf_counter()
+        prefix = f"[run_all {i}/{len(steps)}] {step.name}"
+        missing = [p for p in step.needs if not glob.glob(p)]
+        if step.needs and len(missing) == len(step.needs):
+            reason = f"no inputs: nothing matches {', '.join(missing)}"
+            log(f"{prefix}: skipped ({reason})")
+            results.append({"step": step.name, "status": "skipped", "reason": reason, "seconds": 0.0, "outputs": []})
+            continue
+        log(f"{prefix} ...")
+        try:
+            rc = step.run()
+            status, reason = ("ok", "") if rc in (0, None) else ("failed", f"exit status {rc}")
+        except SystemExit as e:  # argparse and scripts that exit on bad input
+            status, reason = ("ok", "") if e.code in (0, None) else ("failed", f"exit: {e.code}")
+        except Exception as e:  # noqa: BLE001 -- one broken step must not hide the others' results
+            traceback.print_exc()
+            status, reason = "failed", f"{type(e).__name__}: {e}"
+        seconds = round(time.perf_counter() - t0, 1)
+        outputs = _matches(step.outputs)
+        log(f"{prefix}: {status} in {seconds}s" + (f" ({reason})" if reason else "")
+            + (f", {len(outputs)} outputs" if outputs else ""))
+        results.append({"step": step.name, "status": status, "reason": reason, "seconds": seconds,
+                        "outputs": outputs})
+    return results
+
+
+def table_steps(script: ScriptRunner, stores: Path, out: Path, overhead_argv: list[str]) -> list[Step]:
+    """Tables and figures drawn from result stores under `stores`, written under `out`."""
+    pt, mrcr = str(stores / "path_traversal" / "*.jsonl"), str(stores / "mrcr" / "*.jsonl")
+    abl, rob = str(stores / "ablations" / "*.jsonl"), str(stores / "robustness" / "*.jsonl")
+    reuse = str(stores / "reuse" / "*.jsonl")
+    return [
+        Step("Path Traversal table (UniAttnS tau chosen on MRCR)",
+             script("pt_table", ["--stores", pt, "--tau-stores", mrcr, "--out", str(out / "path_traversal/table")]),
+             needs=[pt], outputs=[str(out / "path_traversal/table.*")]),
+        Step("ablation table", script("ablation_table", ["--stores", abl, "--out", str(out / "ablations/table")]),
+             needs=[abl], outputs=[str(out / "ablations/table.*")]),
+        Step("one-pass reuse variant vs DySCO", script("ablation_table", ["--stores", reuse, "--out", str(out / "reuse/table")]),
+             needs=[reuse], outputs=[str(out / "reuse/table.*")]),
+        Step("robustness figure",
+             script("robustness", ["--stores", rob, "--out", str(out / "robustness/robustness")]),
+             needs=[rob], outputs=[str(out / "robustness/robustness.*")]),
+        Step("overhead (FLOPs estimate, measured speed and memory)",
+             script("overhead", [*overhead_argv, "--out", str(out / "overhead/overhead")]),
+             outputs=[str(out / "overhead/overhead.*")]),
+    ]
+
+
+def regenerate_steps(script: ScriptRunner, figures: Path, repo: Path) -> list[Step]:
+    """Every table and figure from the stores under `figures`. For the repository's own
+    figures/ (run from `repo`), paths are relative and the QRScore heatmaps are redrawn too."""
+    rel = figures.resolve() == (repo / "figures").resolve()
+    root = Path("figures") if rel else figures  # committed outputs name repository paths only
+    steps = table_steps(script, root, root, ["--models", REGENERATE_OVERHEAD_MODELS,
+                                     "--bench", str(root / "bench_decode*.json"), str(root / "overhead/bench*.json"),
+                                     "--stores", str(root / "path_traversal/*.jsonl")])
+    for name, store in (("motivation", "motivation.jsonl"), ("first_error", "first_error.jsonl")):
+        out = root / name
+        steps.append(Step(f"{name} figure (from its stored records)",
+                          script(name, ["--figures-only", "--out-dir", str(out)]),
+                          needs=[str(out / store)], outputs=[str(out / "*.png"), str(out / "*.html")]))
+    if rel:
+        # the heatmaps' script writes into the repository's figures/heads
+        for alias in available_shipped_heads():
+            steps.append(Step(f"QRScore heatmap {alias}",
+                              script("ship_heads", ["--model", alias, "--figures-only"]),
+                              outputs=[str(root / "heads" / f"{alias}_qrscore_heatmap.*")]))
+    return steps
+
+
+def make_small_data(data_dir: Path, model: str) -> None:
+    """Path Traversal and MRCR task files, SMALL_N instances at SMALL_LENGTH each."""
+    tokenizer = load_tokenizer(model)
+    for task, seed in SMALL_SEEDS.items():
+        data = make_dataset(task, tokenizer, parse_length(SMALL_LENGTH), n=SMALL_N, seed=seed, progress=True)
+        save_dataset(data_dir / f"{task}_{SMALL_LENGTH}.jsonl", data)
+
+
+def small_steps(script: ScriptRunner, out: Path, model: str) -> list[Step]:
+    """The whole pipeline small: data, every decoding part, the tables and figures from those
+    stores, and the motivation and first-error analyses, all under `out`."""
+    data = out / "data"
+
+    def runs(part: str) -> Runner:
+        return script("decoding_runs", ["--small", "--model", model, "--data-dir", str(data),
+                                         "--out-dir", str(out), "--parts", part])
+
+    steps = [
+        Step(f"make data: Path Traversal and MRCR, {SMALL_LENGTH}, {SMALL_N} instances",
+             lambda: make_small_data(data, model), outputs=[str(data / "*.jsonl")]),
+        Step("UniAttnS tau sweep on MRCR", runs("tau"), outputs=[str(out / "mrcr/*.jsonl")]),
+        Step("Path Traversal: vanilla, UniAttnS (chosen tau), DySCO", runs("pt"),
+             outputs=[str(out / "path_traversal/*.jsonl")]),
+        Step("ablations: DySCO, random heads, static (both tasks)", runs("ablation"),
+             outputs=[str(out / "ablations/*.jsonl")]),
+        Step("robustness: p, K, beta one at a time (both tasks)", runs("robustness"),
+             outputs=[str(out / "robustness/*.jsonl")]),
+        Step("reuse: DySCO vs its one-pass variant (both tasks)", runs("reuse"), outputs=[str(out / "reuse/*.jsonl")]),
+    ]
+    overhead = ["--models", f"qwen2.5-coder-0.5b,{model}", "--bench",
+                "--stores", str(out / "path_traversal/*.jsonl"), str(out / "ablations/*.jsonl")]
+    steps += table_steps(script, out, out, overhead)
+    for name in ("motivation", "first_error"):
+        steps.append(Step(f"{name} (small run)", script(name, ["--small", "--out-dir", str(out / name)]),
+                          outputs=[str(out / name / "*.png"), str(out / name / "*.html"),
+                                   str(out / name / "*.json")]))
+    return steps
+
+

@@ -1,0 +1,184 @@
+"""The JSON document and Markdown page of each results table and figure drawn from the
+evaluation stores: Path Traversal (UniAttnS tau chosen on MRCR), ablations and robustness.
+
+The numbers come from `result_tables`; here they are gathered with the stores they came
+from and the notes on anything missing, and rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from dysco_interp.analysis import result_tables as T
+from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, default_value
+from dysco_interp.analysis.report import fmt_ci, fmt_delta, markdown_table, store_notes, with_footer
+from dysco_interp.analysis.result_tables import DELTA_METRICS
+from dysco_interp.analysis.stores import display_path, load_deduplicated, load_records
+from dysco_interp.errors import DyscoError
+from dysco_interp.viz.panels import Panel, Series
+
+TASK_NAMES = {"path_traversal": "Path Traversal", "mrcr": "MRCR"}
+METRIC_NAMES = {"accuracy": "accuracy (exact)", "step_accuracy": "step accuracy",
+                "partial_accuracy": "partial accuracy", "score": "score"}
+# (task, metric, axis label) per robustness figure row
+FIGURE_METRICS = (
+    ("path_traversal", "accuracy", "Path Traversal accuracy"),
+    ("path_traversal", "step_accuracy", "Path Traversal step accuracy"),
+    ("mrcr", "score", "MRCR score"),
+)
+PARAM_LABELS = {"top_p": "nucleus mass p", "top_k": "cap K (tokens)", "beta": "strength beta"}
+
+
+# ---------------------------------------------------------------------------- Path Traversal
+
+
+def pt_table_result(stores: Sequence[str], tau_stores: Sequence[str], ci: T.CIOptions, command: str,
+                    root: Path) -> dict:
+    """The Path Traversal table from its stores and the MRCR tau-sweep stores (glob patterns)."""
+    records, files, unmatched = load_records(stores)
+    tau_records, tau_files, tau_unmatched = load_records(tau_stores)
+    records, dropped = T.dedupe(records)
+    if not any(r["task"] == "path_traversal" for r in records):
+        raise DyscoError(f"no Path Traversal records in {' '.join(stores)}")
+    sweep = T.tau_sweep(T.dedupe(tau_records)[0], ci=ci)
+    rows, notes = T.pt_table(records, {m: s["chosen_tau"] for m, s in sweep.items()}, ci)
+    notes = store_notes(unmatched + tau_unmatched, dropped) + notes
+    notes += [f"{m}: every tau in the MRCR sweep has the same mean score, so the data cannot choose; "
+              f"the rule falls back to the tau closest to 1 ({s['chosen_tau']:g})"
+              for m, s in sweep.items() if s["all_tied"]]
+    return {
+        "table": "path_traversal",
+        "command": command,
+        "ci": ci.description,
+        "tau_rule": "Per model, the UniAttnS tau with the best mean MRCR score over the sweep stores "
+                    "(all lengths pooled); ties go to the tau closest to 1.",
+        "stores": [display_path(f, root) for f in files],
+        "tau_stores": [display_path(f, root) for f in tau_files],
+        "tau_selection": sweep,
+        "rows": rows,
+        "notes": notes,
+    }
+
+
+def render_pt_table(result: dict) -> str:
+    body = []
+    for r in result["rows"]:
+        m, d = r["metrics"], r.get("delta") or {}
+        body.append([r["model"], r["length"], r["setting"].get("max_new_tokens"), r["method"], r["n"],
+                     fmt_ci(m.get("accuracy")), fmt_ci(m.get("step_accuracy")), fmt_ci(m.get("partial_accuracy")),
+                     fmt_delta(d.get("accuracy")), fmt_delta(d.get("step_accuracy"))])
+    parts = ["# Path Traversal: vanilla / UniAttnS / DySCO", "",
+             f"Mean over instances; {result['ci']}. Δ: paired difference to vanilla on the same instances.", "",
+             markdown_table(["model", "length", "new tokens", "method", "n", "accuracy (exact)", "step accuracy",
+                             "partial accuracy", "Δ accuracy", "Δ step accuracy"], body), "",
+             "## UniAttnS temperature, chosen on MRCR-style data", "", result["tau_rule"], ""]
+    sweep = []
+    for model, s in result["tau_selection"].items():
+        for row in s["rows"]:
+            chosen = "**chosen**" + (" (tie)" if s["tied"] else "") if row["tau"] == s["chosen_tau"] else ""
+            sweep.append([model, f"{row['tau']:g}", row["n"], ",".join(map(str, row["lengths"])),
+                          fmt_ci(row["score"]), chosen])
+    parts.append(markdown_table(["model", "tau", "n", "lengths", "MRCR score", ""], sweep) if sweep
+                 else "No MRCR tau-sweep records.")
+    return with_footer(parts, result)
+
+
+# ---------------------------------------------------------------------------- ablations
+
+
+def ablation_result(stores: Sequence[str], ci: T.CIOptions, command: str, root: Path) -> dict:
+    """The ablation table (DySCO vs its variants at equal parameters) from its stores (glob patterns)."""
+    records, files, unmatched, dropped = load_deduplicated(stores)
+    rows, notes = T.ablation_table(records, ci)
+    return {
+        "table": "ablations",
+        "command": command,
+        "ci": ci.description,
+        "stores": [display_path(f, root) for f in files],
+        "rows": rows,
+        "notes": store_notes(unmatched, dropped) + notes,
+    }
+
+
+def render_ablation_table(result: dict) -> str:
+    parts = ["# Ablations: DySCO vs random heads vs static selection vs one-pass reuse", "",
+             f"Mean over instances; {result['ci']}. Δ: paired difference to DySCO on the same instances."]
+    tasks = {r["task"] for r in result["rows"]}
+    for task in [t for t in TASK_NAMES if t in tasks] + sorted(tasks - set(TASK_NAMES)):
+        rows = [r for r in result["rows"] if r["task"] == task]
+        metrics = list(rows[0]["metrics"])
+        deltas = list(DELTA_METRICS.get(task, metrics))
+        body = [[r["model"], r["length"], r["setting"].get("max_new_tokens"), r["method"], r["n"],
+                 *(fmt_ci(r["metrics"].get(m)) for m in metrics),
+                 *(fmt_delta((r.get("delta") or {}).get(m)) for m in deltas)] for r in rows]
+        parts += ["", f"## {TASK_NAMES.get(task, task)}", "",
+                  markdown_table(["model", "length", "new tokens", "method", "n",
+                                  *(METRIC_NAMES.get(m, m) for m in metrics),
+                                  *(f"Δ {METRIC_NAMES.get(m, m)}" for m in deltas)], body)]
+    if not result["rows"]:
+        parts += ["", "No ablation records."]
+    return with_footer(parts, result)
+
+
+# ---------------------------------------------------------------------------- robustness
+
+
+def robustness_result(stores: Sequence[str], ci: T.CIOptions, command: str, root: Path) -> dict:
+    """The robustness points (one parameter moved at a time) from the stores (glob patterns)."""
+    records, files, unmatched, dropped = load_deduplicated(stores)
+    points, notes = T.robustness_points(records, ci)
+    if not points:
+        raise DyscoError(f"no DySCO runs in {' '.join(stores)}")
+    return {
+        "figure": "robustness",
+        "command": command,
+        "ci": ci.description,
+        "stores": [display_path(f, root) for f in files],
+        "points": points,
+        "notes": store_notes(unmatched, dropped) + notes,
+    }
+
+
+def _series_name(point: dict, many_models: bool, many_settings: bool) -> str:
+    name = f"{point['length']} tokens"
+    if many_models:
+        name = f"{point['model']}, {name}"
+    if many_settings:
+        name += f", {point['setting'].get('max_new_tokens')} new"
+    return name
+
+
+def robustness_panels(points: list[dict]) -> list[Panel]:
+    many_models = len({p["model"] for p in points}) > 1
+    many_settings = len({(p["model"], p["task"], p["length"], tuple(p["setting"].items())) for p in points}) > len(
+        {(p["model"], p["task"], p["length"]) for p in points})
+    rows = [(t, m, label) for t, m, label in FIGURE_METRICS if any(p["task"] == t for p in points)]
+    out = []
+    for task, metric, label in rows:
+        for param in ROBUSTNESS_PARAMS:
+            series: dict[str, list[dict]] = {}
+            for p in points:
+                if p["task"] == task and p["param"] == param and p["metrics"].get(metric):
+                    series.setdefault(_series_name(p, many_models, many_settings), []).append(p)
+            lines = [Series(name, [p["metrics"][metric]["mean"] for p in pts], [p["metrics"][metric]["lo"] for p in pts],
+                            [p["metrics"][metric]["hi"] for p in pts], x=[p["value"] for p in pts])
+                     for name, pts in series.items()]
+            out.append(Panel(f"{label} vs {PARAM_LABELS[param]}", label, lines, xlabel=PARAM_LABELS[param],
+                             log_x=param == "top_k", mark_x=default_value(param),
+                             mark_label=f"default {default_value(param):g}", note="no runs"))
+    return out
+
+
+def render_robustness(result: dict) -> str:
+    parts = ["# DySCO hyper-parameter robustness (one parameter at a time)", "",
+             f"Mean over instances; {result['ci']}. Defaults: p=0.975, K=4096, beta=2."]
+    for param in ROBUSTNESS_PARAMS:
+        pts = [p for p in result["points"] if p["param"] == param]
+        body = [[p["model"], p["task"], p["length"], p["setting"].get("max_new_tokens"),
+                 f"{p['value']:g}" + (" (default)" if p["is_default"] else ""), p["n"],
+                 "; ".join(f"{m} {fmt_ci(e)}" for m, e in p["metrics"].items())] for p in pts]
+        parts += ["", f"## {PARAM_LABELS[param]}", "",
+                  markdown_table(["model", "task", "length", "new tokens", "value", "n", "metrics"], body)
+                  if body else "No runs."]
+    return with_footer(parts, result)

@@ -1,0 +1,72 @@
+"""The `dysco-interp` parser, built from one module per command, and `main`, which runs one
+command and turns what goes wrong on purpose into one line on stderr and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from dysco_interp.cli import args as cli_args
+from dysco_interp.cli.demo import add_demo_parser
+from dysco_interp.cli.detect_heads import add_detect_parser
+from dysco_interp.cli.evaluate import add_evaluate_parser
+from dysco_interp.cli.generate import add_generate_parser
+from dysco_interp.cli.install_model import add_install_model_parser
+from dysco_interp.cli.make_data import add_make_data_parser
+from dysco_interp.cli.models import add_models_parser
+from dysco_interp.errors import DyscoError
+
+DESCRIPTION = "The `dysco-interp` command line."
+# the order `dysco-interp --help` lists the commands in
+COMMANDS = (add_models_parser, add_install_model_parser, add_generate_parser, add_evaluate_parser,
+            add_make_data_parser, add_detect_parser, add_demo_parser)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from dysco_interp import __version__
+
+    parser = cli_args.ArgumentParser(prog="dysco-interp", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"dysco-interp {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add_parser in COMMANDS:
+        add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one command; what goes wrong on purpose ends in one line on stderr, never a traceback.
+
+    Exit codes: 0 done; 2 bad input (a DyscoError, an argparse usage error, a command that
+    exits with a message); 1 a file-system error or a closed output pipe; 130 Ctrl-C. Returns
+    the code in every case (`--help` included), so callers in Python never catch SystemExit.
+    """
+    args = None
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as e:  # argparse printed its one line (or the help) already
+            sys.stdout.flush()
+            return e.code if isinstance(e.code, int) else 0
+        code = args.func(args)
+        sys.stdout.flush()  # a reader that went away (`| head`) shows up here, inside the handler
+        return code
+    except DyscoError as e:
+        print(f"dysco-interp: error: {cli_args.one_line(e)}", file=sys.stderr)
+        return 2
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(f"dysco-interp: error: {cli_args.one_line(e.code)}", file=sys.stderr)
+            return 2
+        return 0 if e.code is None else e.code
+    except KeyboardInterrupt:
+        resume = getattr(args, "on_interrupt", None)
+        print(f"dysco-interp: interrupted{'; ' + resume if resume else ''}", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        cli_args.stdout_to_devnull()
+        return 1
+    except OSError as e:
+        # disk full, permission denied, a path that vanished: the machine's answer, not a bug
+        where = f": {e.filename}" if getattr(e, "filename", None) else ""
+        print(f"dysco-interp: error: {cli_args.one_line(e.strerror or e)}{where}", file=sys.stderr)
+        return 1

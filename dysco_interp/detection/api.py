@@ -1,0 +1,263 @@
+"""The detection API: `detect`, `qrscore`, `copy_paste_score` and `detect_qr_heads`.
+
+Resumable runs: with `store=DIR`, each finished example is appended (flushed, fsynced)
+as one JSON line to DIR/<family>.jsonl, an `experiments.store.ResultStore` whose header
+holds the model, its weights, the scored heads and the method's parameters; a re-run skips
+examples whose content is already there (never matched on ids alone); a truncated last
+line (a killed run) is dropped. Nothing is pickled.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dysco_interp.detection import passes
+from dysco_interp.detection.examples import check_examples, describe_examples
+from dysco_interp.detection.methods import (
+    COPY_PASTE,
+    DEFAULT_MAX_NEW_TOKENS,
+    DEFAULT_TOP_K,
+    FILTER_SIGMAS,
+    NDCG_K,
+    QRSCORE,
+    QRSCORE_NDCG,
+    resolve_method,
+)
+from dysco_interp.detection.passes import HooksArg
+from dysco_interp.detection.result import DetectionResult, matrix_from_json, matrix_to_json
+from dysco_interp.detection.scores import mean_over_examples
+from dysco_interp.detection.selection import HeadsArg, qrscore_heads, requested_heads
+from dysco_interp.errors import ConfigError
+from dysco_interp.experiments.store import ResultStore, content_hash
+from dysco_interp.heads import HeadSet
+from dysco_interp.hooks import sliding_layers
+from dysco_interp.models import dtype_name
+
+_EXTRA_QR = {
+    "query_span": "late instruction + question + assistant header (to the prompt end)",
+    "calibration": 'minus the same attention with the null query "N/A"',
+    "doc_filter": "per document and head: tokens below mean - 2 std zeroed, rest summed",
+    "aggregate": "mean over examples",
+}
+
+
+def _family(method: str) -> str:
+    return COPY_PASTE if method == COPY_PASTE else QRSCORE
+
+
+def _run(
+    model,
+    examples: Sequence[Any],
+    method: str,
+    mask: torch.Tensor,
+    compute: Callable[[Any], dict[str, Any]],
+    params: dict[str, Any],
+    progress: bool,
+    store: str | os.PathLike | None,
+) -> tuple[list[torch.Tensor], list[dict[str, Any]]]:
+    """Per-example score matrices for `method`, resuming from and appending to the store."""
+    from tqdm.auto import tqdm
+
+    spec = model.spec
+    key = "copy" if method == COPY_PASTE else ("ndcg" if method == QRSCORE_NDCG else "mass")
+    db = None
+    if store is not None:
+        family = _family(method)
+        settings = {
+            "family": family, "model": spec.name, "weights": model.weights_id,
+            "dtype": dtype_name(model.dtype), "n_layers": spec.n_layers, "n_heads": spec.n_heads,
+            "scored_heads": [list(h) for h in torch.nonzero(mask).tolist()], "params": params,
+        }
+        db = ResultStore(Path(store) / f"{family}.jsonl", key_fields=("example",), settings=settings, purpose="detect")
+    # an example is known by its content, so data made with other options never reuses a score
+    keys = {ex.id: {"example": content_hash(ex.to_dict())} for ex in examples}
+    todo = sum(1 for ex in examples if db is None or keys[ex.id] not in db)
+    bar = tqdm(total=len(examples), initial=len(examples) - todo, desc=f"{method} {spec.name}",
+               unit="ex", disable=not progress)
+    per, records = [], []
+    try:
+        for ex in examples:
+            if db is not None and keys[ex.id] in db:
+                rec = db.get(keys[ex.id])
+            else:
+                out = compute(ex)
+                rec = {**keys[ex.id], "id": ex.id, "n_tokens": ex.n_tokens}
+                for k, v in out.items():
+                    rec[k] = matrix_to_json(v, mask) if isinstance(v, torch.Tensor) else v
+                if db is not None:
+                    db.append(rec)
+                bar.update(1)
+            per.append(matrix_from_json(rec[key]))
+            records.append(rec)
+    finally:
+        bar.close()
+        if db is not None:
+            db.close()
+    return per, records
+
+
+def qrscore(
+    model,
+    examples: Iterable[Any],
+    *,
+    method: str = QRSCORE,
+    heads: HeadsArg = None,
+    progress: bool = True,
+    store: str | os.PathLike | None = None,
+    hooks: HooksArg = None,
+    chunk_size: int | None = None,
+    seed: int | None = None,
+    data: str | None = None,
+) -> DetectionResult:
+    """QRScore of every (requested, full-attention) head, mean over examples.
+
+    method: "qrscore" (calibrated, filtered attention mass on the gold document) or
+    "qrscore-ndcg" (NDCG@10 of the gold document). heads: restrict scoring (TL style).
+    store: a directory for a resumable JSONL record per finished example (both methods
+    share it). hooks: extra TransformerLens hooks for the query passes (a list, or a
+    callable example -> list; the null-query example has `is_null_query=True`); the
+    context prefill runs on the SDPA twin and sees no hooks.
+    """
+    method = resolve_method(method)
+    if method == COPY_PASTE:
+        raise ConfigError("qrscore() computes qrscore or qrscore-ndcg; use copy_paste_score() for copy-paste")
+    examples = check_examples(examples)
+    mask = qrscore_heads(model.spec, heads)
+    per, _ = _run(
+        model, examples, method, mask,
+        lambda ex: passes.qrscore_one(model, ex, mask, hooks, chunk_size),
+        {"ndcg_k": NDCG_K, "filter_sigmas": FILTER_SIGMAS}, progress, store,
+    )
+    extra: dict[str, Any] = dict(_EXTRA_QR)
+    if sliding_layers(model.spec):
+        extra["unscored_sliding_layers"] = sliding_layers(model.spec)
+    return _result(model, examples, method, mask, per, data, seed, extra)
+
+
+def copy_paste_score(
+    model,
+    examples: Iterable[Any],
+    *,
+    heads: HeadsArg = None,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    progress: bool = True,
+    store: str | os.PathLike | None = None,
+    hooks: HooksArg = None,
+    chunk_size: int | None = None,
+    seed: int | None = None,
+    data: str | None = None,
+) -> DetectionResult:
+    """Wu et al.'s retrieval score (needle = gold document), mean over examples."""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+        raise ConfigError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
+    examples = check_examples(examples)
+    mask = requested_heads(model.spec, heads)
+    per, records = _run(
+        model, examples, COPY_PASTE, mask,
+        lambda ex: passes.copy_paste_one(model, ex, mask, max_new_tokens, hooks, chunk_size),
+        {"max_new_tokens": max_new_tokens, "needle": "gold document"}, progress, store,
+    )
+    extra = {
+        "needle": "gold document token span",
+        "decoding": f"greedy, up to {max_new_tokens} tokens",
+        "aggregate": "mean over examples",
+        "generated": {r["id"]: model.tokenizer.decode(r["generated"]) for r in records},
+    }
+    return _result(model, examples, COPY_PASTE, mask, per, data, seed, extra)
+
+
+def _result(model, examples, method, mask, per, data, seed, extra) -> DetectionResult:
+    spec = model.spec
+    if seed is None:
+        seeds = {ex.seed for ex in examples}
+        seed = seeds.pop() if len(seeds) == 1 else None
+    return DetectionResult(
+        scores=mean_over_examples(per, mask),
+        scored=mask.clone(),
+        per_example=per,
+        example_ids=[ex.id for ex in examples],
+        method=method,
+        model=spec.name,
+        n_layers=spec.n_layers,
+        n_heads=spec.n_heads,
+        n_kv_heads=spec.n_kv_heads,
+        data=data or describe_examples(examples),
+        seed=seed,
+        extra=extra,
+    )
+
+
+def make_detection_data(model, n: int, length: int, seed: int = 0, progress: bool = False) -> list:
+    """n needle-QA examples of about `length` tokens for the model's tokenizer."""
+    from dysco_interp.tasks import make_dataset
+
+    return make_dataset("needle_qa", model.tokenizer, target_tokens=length, n=n, seed=seed, progress=progress)
+
+
+def detect(
+    model,
+    examples: Iterable[Any] | None = None,
+    *,
+    n: int | None = None,
+    length: int | None = None,
+    seed: int = 0,
+    method: str = QRSCORE,
+    heads: HeadsArg = None,
+    progress: bool = True,
+    store: str | os.PathLike | None = None,
+    hooks: HooksArg = None,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+    chunk_size: int | None = None,
+) -> DetectionResult:
+    """Any method on given examples, or on n generated needle-QA examples of `length` tokens."""
+    method = resolve_method(method)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"seed must be a non-negative integer, got {seed!r}")
+    if examples is None:
+        if n is None or length is None:
+            raise ConfigError("pass examples, or n and length to generate needle-QA detection data")
+        examples = make_detection_data(model, n, length, seed, progress)
+    if method == COPY_PASTE:
+        return copy_paste_score(
+            model, examples, heads=heads, max_new_tokens=max_new_tokens, progress=progress, store=store,
+            hooks=hooks, chunk_size=chunk_size, seed=seed,
+        )
+    return qrscore(
+        model, examples, method=method, heads=heads, progress=progress, store=store, hooks=hooks,
+        chunk_size=chunk_size, seed=seed,
+    )
+
+
+def detect_qr_heads(
+    model,
+    examples: Iterable[Any] | None = None,
+    *,
+    n: int | None = None,
+    length: int | None = None,
+    seed: int = 0,
+    top_k: int = DEFAULT_TOP_K,
+    method: str = QRSCORE,
+    command: str | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, HeadSet]:
+    """Find query-focused retrieval heads (QRHeads) with QRScore.
+
+    Args:
+        model: the loaded model.
+        examples: detection examples (None: synthetic needle-QA examples made from n, length, seed).
+        n, length, seed: the synthetic examples to make when `examples` is None.
+        top_k: how many heads the returned set keeps.
+        method: "qrscore", "qrscore-ndcg" or "copy-paste" (the copy-paste retrieval score).
+        command: the command line recorded in the head set's provenance.
+        **kwargs: passed to `detect` (heads, resume_dir, progress, ...).
+
+    Returns:
+        (scores `[n_layers, n_heads]` with -1 for heads not scored, the HeadSet of the top_k).
+    """
+    result = detect(model, examples, n=n, length=length, seed=seed, method=method, **kwargs)
+    return result.scores, result.headset(top_k, command=command)

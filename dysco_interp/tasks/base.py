@@ -1,0 +1,223 @@
+"""What every task generator shares: seeds, checks, stored spans and fitting to a token length.
+
+Every generator builds a chat, encodes it with `dysco_interp.chat.encode_chat` and records
+character spans of the rendered text plus the token spans they cover, so analyses can sum
+attention over exactly the tokens the model saw. The prompt grows by whole units (an edge
+line, a document, a chat turn) until its token count is within a tolerance of the target.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from importlib import resources
+from typing import ClassVar, Self, TypeVar
+
+from dysco_interp.chat import Span
+from dysco_interp.errors import ConfigError
+
+T = TypeVar("T")
+
+DEFAULT_TOLERANCE = 0.05
+
+
+def package_words(package: str) -> dict:
+    """The word lists a task package ships as data, in its `words.json`."""
+    return json.loads(resources.files(package).joinpath("words.json").read_text(encoding="utf-8"))
+
+
+def instance_rng(task: str, seed: int, *parts: object) -> random.Random:
+    """A generator seeded by the task, the user's seed and the instance's coordinates.
+
+    String seeds hash with SHA-512 in `random.Random`, so they are stable across runs
+    and platforms (unlike `hash()`).
+    """
+    return random.Random(":".join(str(p) for p in (task, seed, *parts)))
+
+
+def instance_id(task: str, seed: int, index: int, target_tokens: int | None, count: int | None, unit: str) -> str:
+    """'task-s0-3-4096t' for a target length, 'task-s0-3-12x' (unit letter) for a fixed size."""
+    return f"{task}-s{seed}-{index}" + (f"-{target_tokens}t" if target_tokens else f"-{count}{unit}")
+
+
+def check_positive(name: str, value: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def check_tolerance(tolerance: float) -> float:
+    if not 0 < tolerance < 1:
+        raise ConfigError(f"tolerance must be a fraction in (0, 1), got {tolerance!r}")
+    return tolerance
+
+
+def tokenizer_name(tokenizer) -> str | None:
+    """The name a tokenizer was loaded under, for provenance in stored instances."""
+    name = getattr(tokenizer, "name_or_path", None) or getattr(tokenizer, "init_kwargs", {}).get("name_or_path")
+    return str(name) if name else None
+
+
+def check_same_tokenizer(instance, n_ids: int) -> None:
+    """ConfigError unless a tokenizer gives the instance's prompt the length recorded with it."""
+    if n_ids != instance.n_tokens:
+        raise ConfigError(
+            f"instance {instance.id!r} was made for another tokenizer ({instance.tokenizer}): its prompt "
+            f"has {instance.n_tokens} tokens, this tokenizer gives {n_ids}; regenerate the data for this model"
+        )
+
+
+def token_spans(encoded, char_spans: Iterable[Span]) -> list[Span]:
+    """Token span covering each character span of an `EncodedPrompt`."""
+    return [tuple(encoded.token_span(a, b)) for a, b in char_spans]
+
+
+def as_spans(values) -> list[Span]:
+    """JSON lists back to span tuples."""
+    return [tuple(v) for v in values]
+
+
+class SpanRecord:
+    """`to_dict` / `from_dict` for a task's instance dataclass, one JSON object per instance.
+
+    Spans are tuples in memory and lists in JSON; a subclass names its fields holding one
+    span (`SPAN_FIELDS`) and those holding a list of spans (`SPAN_LIST_FIELDS`).
+    """
+
+    SPAN_FIELDS: ClassVar[tuple[str, ...]] = ()
+    SPAN_LIST_FIELDS: ClassVar[tuple[str, ...]] = ()
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        for k in self.SPAN_LIST_FIELDS:
+            d[k] = [list(s) for s in d[k]]
+        for k in self.SPAN_FIELDS:
+            d[k] = list(d[k])
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Self:
+        d = dict(d)
+        for k in cls.SPAN_LIST_FIELDS:
+            d[k] = as_spans(d[k])
+        for k in cls.SPAN_FIELDS:
+            d[k] = tuple(d[k])
+        return cls(**d)
+
+
+def _missed(target: int, tolerance: float, got: int) -> ConfigError:
+    return ConfigError(
+        f"could not reach {target} tokens within {tolerance:.0%} (closest: {got} tokens); "
+        "use a larger tolerance or another target length"
+    )
+
+
+def fit_count(
+    build: Callable[[int], T],
+    n_tokens: Callable[[T], int],
+    target: int,
+    tolerance: float,
+    first_guess: int,
+    tokens_per_unit: float,
+    min_count: int,
+    max_count: int,
+    too_short: Callable[[int], str],
+    too_long: Callable[[int], str],
+    max_builds: int = 8,
+    strict: bool = True,
+) -> T:
+    """The built object whose token count is closest to `target`, searching over a unit count.
+
+    `build(count)` must be deterministic. The search starts from an estimate and moves by
+    secant steps, so a long prompt is tokenized a handful of times, not once per unit.
+    A target below what min_count gives, or above what max_count gives, is a ConfigError;
+    so is missing the tolerance, unless `strict` is False (the caller refines further).
+    """
+    if min_count > max_count:
+        raise ConfigError(too_long(min_count))
+    cache: dict[int, tuple[T, int]] = {}
+
+    def measure(count: int) -> int:
+        if count not in cache:
+            obj = build(count)
+            cache[count] = (obj, n_tokens(obj))
+        return cache[count][1]
+
+    count = min(max(first_guess, min_count), max_count)
+    slope = max(tokens_per_unit, 1e-6)
+    # Within half a unit, or well inside the tolerance: each further build costs a full encode.
+    close_enough = max(slope / 2, tolerance * target / 5)
+    for _ in range(max_builds):
+        got = measure(count)
+        error = target - got
+        if abs(error) <= close_enough:
+            break
+        nxt = min(max(count + (round(error / slope) or (1 if error > 0 else -1)), min_count), max_count)
+        if nxt in cache:  # at a bound, or about to oscillate between two counts
+            break
+        secant = (measure(nxt) - got) / (nxt - count)
+        if secant > 0:
+            slope = secant
+        count = nxt
+    best_count = min(cache, key=lambda c: (abs(cache[c][1] - target), c))
+    best, got = cache[best_count]
+    if abs(got - target) > tolerance * target:
+        if got > target and best_count == min_count:
+            raise ConfigError(too_short(got))
+        if got < target and best_count == max_count:
+            raise ConfigError(too_long(got))
+        if not strict:
+            return best
+        raise _missed(target, tolerance, got)
+    return best
+
+
+def fit_count_and_variant(
+    n_tokens: Callable[[int, int], int],
+    target: int,
+    tolerance: float,
+    *,
+    first_guess: int,
+    tokens_per_unit: float,
+    min_count: int,
+    max_count: int,
+    too_short: Callable[[int], str],
+    n_variants: int = 8,
+) -> tuple[int, int]:
+    """(count, variant) whose prompt is closest to `target`, for tasks with coarse units.
+
+    `n_tokens(count, variant)` is the prompt length with `count` units, the last one redrawn
+    as `variant` (0: not redrawn). A unit (a document, a chat turn) is large next to the
+    tolerance, so after `fit_count` over the count, variants 1..n_variants of the last unit
+    are tried at count, count - 1 and count + 1 (above min_count, so a last unit exists to
+    redraw) until one is well inside the tolerance. ConfigError when none is within it.
+    """
+
+    def measure(count: int, variant: int = 0) -> tuple[tuple[int, int], int]:
+        return (count, variant), n_tokens(count, variant)
+
+    best = fit_count(
+        measure,
+        lambda trial: trial[1],
+        target,
+        tolerance,
+        first_guess=first_guess,
+        tokens_per_unit=tokens_per_unit,
+        min_count=min_count,
+        max_count=max_count,
+        too_short=too_short,
+        too_long=lambda got: f"target length {target} tokens is beyond what this generator supports",
+        strict=False,
+    )
+    good = tolerance * target / 2
+    count = best[0][0]
+    trials = ((c, v) for c in (count, count - 1, count + 1) if c > min_count for v in range(1, n_variants + 1))
+    for c, v in trials:
+        if abs(best[1] - target) <= good:
+            break
+        best = min(best, measure(c, v), key=lambda t: abs(t[1] - target))
+    if abs(best[1] - target) > tolerance * target:
+        raise _missed(target, tolerance, best[1])
+    return best[0]

@@ -1,0 +1,64 @@
+"""The decode-step benchmark on a tiny model: both methods step, rows hold what the JSON reports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dysco_interp.analysis import bench
+from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.heads import HeadSet
+from dysco_interp.models.tiny import tiny_model
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model("llama")
+
+
+def tiny_heads(model) -> HeadSet:
+    spec = model.spec
+    return HeadSet([(1, 0), (2, 1)], model=spec.name, n_layers=spec.n_layers, n_heads=spec.n_heads,
+                   n_kv_heads=spec.n_kv_heads)
+
+
+@pytest.mark.parametrize("method", ["dysco", "dysco-reuse"])
+def test_rows_time_both_methods(model, method):
+    heads = tiny_heads(model)
+    config = DecodingConfig(method=method)
+    rows = list(bench.bench_rows(model, heads, config, "sdpa", [48, 64], 3, 1, bench.copy_bandwidth(model.device),
+                                 batch=2))
+    assert [r["context"] for r in rows] == [48, 64]
+    for r in rows:
+        assert r["batch_size"] == 2 and r["steps"] == 3
+        assert r["vanilla_step_ms"] > 0 and r["dysco_step_ms"] > 0
+        assert r["ratio"] == pytest.approx(r["dysco_step_ms"] / r["vanilla_step_ms"], rel=1e-2)
+        assert r["ratio_over_layer_floor"] == pytest.approx(r["ratio"] / bench.layer_floor(model, heads, method), rel=1e-3)
+    assert bench.layer_floor(model, heads, "dysco") == 1 + 3 / model.spec.n_layers
+    assert bench.layer_floor(model, heads, "dysco-reuse") == 1.0
+    doc = bench.bench_result(model, "tiny", heads, "test", config, "sdpa", False, None, "cmd", rows)
+    assert doc["heads"]["deepest_layer"] == 2 and doc["rows"] == rows and doc["copy_bandwidth_gb_per_s"] is None
+
+
+def test_each_method_steps_on_its_own_copy_of_the_prefix(model):
+    import torch
+
+    context = torch.randint(10, 100, (1, 40))
+    decoder = bench.BenchDecoder(model, tiny_heads(model), DecodingConfig(), "sdpa")
+    prefix = decoder.prefill(context, reserve=4)
+    assert prefix.n_keys == 40
+    for fn in decoder.steps(context, prefix).values():
+        fn(torch.tensor([5]))
+    assert prefix.n_keys == 41  # DySCO steps on the prefix itself, vanilla on a clone
+
+
+def test_the_scripts_are_clis():
+    for name in ("bench_decode", "bench_prefill"):
+        proc = subprocess.run([sys.executable, str(REPO / "analyses" / f"{name}.py"), "--help"],
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0 and "--out" in proc.stdout, proc.stderr[-2000:]
