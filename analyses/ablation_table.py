@@ -2,7 +2,8 @@
 Path Traversal and MRCR, per length.
 
 Variants are compared at equal DySCO parameters (read from each record's config); each
-variant also gets its paired difference to DySCO on the same instances, with 95% bootstrap CIs. Writes STEM.md and STEM.json.
+variant also gets its paired difference to DySCO on the same instances, with 95% bootstrap CIs.
+Writes STEM.md and STEM.json.
 
     python analyses/ablation_table.py --stores 'figures/ablations/*.jsonl' --out figures/ablations/table
 """

@@ -66,9 +66,11 @@ def main(argv=None) -> int:
                                 args.steps, args.warmup, bandwidth, args.profile, args.batch_size):
         rows.append(row)
         print(
-            f"context {row['context']:>7}: vanilla {row['vanilla_step_ms']:9.2f} ms ({row['vanilla_tok_per_s']:.1f} tok/s)  "
+            f"context {row['context']:>7}: "
+            f"vanilla {row['vanilla_step_ms']:9.2f} ms ({row['vanilla_tok_per_s']:.1f} tok/s)  "
             f"dysco {row['dysco_step_ms']:9.2f} ms ({row['dysco_tok_per_s']:.1f} tok/s)  ratio {row['ratio']:.3f} "
-            f"(layer floor {floor:.3f})" + (f"  bandwidth floor {row['bandwidth_floor_ms']:.2f} ms" if bandwidth else ""),
+            f"(layer floor {floor:.3f})"
+            + (f"  bandwidth floor {row['bandwidth_floor_ms']:.2f} ms" if bandwidth else ""),
             flush=True,
         )
     command = "python analyses/bench_decode.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -36,7 +36,8 @@ def main(argv=None) -> int:
     rows = []
     for length in [int(x) for x in args.lengths.split(",")]:
         for method in args.methods.split(","):
-            cmd = [sys.executable, __file__, "--model", args.model, "--chunk", str(args.chunk), "--child", method, str(length)]
+            cmd = [sys.executable, __file__, "--model", args.model, "--chunk", str(args.chunk),
+                   "--child", method, str(length)]
             proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
             if proc.returncode != 0:
                 print(proc.stderr[-2000:], file=sys.stderr)
@@ -44,7 +45,8 @@ def main(argv=None) -> int:
             else:
                 rows.append(json.loads(proc.stdout.strip().splitlines()[-1]))
             r = rows[-1]
-            print(f"{length:>6} {method:24} {r.get('seconds', '-'):>9}s  peak +{r.get('peak_extra_mib', '-')} MiB", flush=True)
+            print(f"{length:>6} {method:24} {r.get('seconds', '-'):>9}s  peak +{r.get('peak_extra_mib', '-')} MiB",
+                  flush=True)
     command = "python analyses/bench_prefill.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_json(args.out, prefill_result(args.model, args.chunk, command, rows))
     print(f"wrote {args.out}")

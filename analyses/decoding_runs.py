@@ -18,8 +18,16 @@ import argparse
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis.decoding_runs import (GRID, PARTS, SMALL_GRID, SMALL_TAUS, MissingRunInput, RunSettings,
-                                                 check_parts, run_parts)
+from dysco_interp.analysis.decoding_runs import (
+    GRID,
+    PARTS,
+    SMALL_GRID,
+    SMALL_TAUS,
+    MissingRunInput,
+    RunSettings,
+    check_parts,
+    run_parts,
+)
 from dysco_interp.errors import ConfigError
 
 
@@ -61,11 +69,11 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from dysco_interp.heads import load_heads, shipped_heads
+    from dysco_interp.heads import resolve_heads
     from dysco_interp.models import load_model
 
     model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
-    heads = shipped_heads(args.model, spec=model.spec) if args.heads == "shipped" else load_heads(args.heads, spec=model.spec)
+    heads = resolve_heads(model, args.heads)
     lengths = lambda text: [x for x in text.split(",") if x]  # noqa: E731
     settings = RunSettings(
         args.model, Path(args.data_dir), Path(args.out_dir), parts, args.backend, args.batch_size, args.n,

@@ -27,8 +27,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from dysco_interp.analysis.stores import read_records
-    from dysco_interp.tasks import load_dataset
     from dysco_interp.models import load_tokenizer
+    from dysco_interp.tasks import load_dataset
 
     inst = next(x for x in load_dataset(args.data) if x.index == args.index)
     recs = {r["method"]: r for r in read_records(args.results) if r["index"] == args.index}
@@ -39,13 +39,16 @@ def main(argv=None) -> int:
     for s in [s for s in dysco["trace"]["steps"] if s["phase"] == "decode"][: args.steps]:
         tops = [(name, mass, gold.get(name)) for name, mass in (s["top_spans"] or [])]
         rows.append({"token": tok.decode([s["token"]]), "n_selected": s["n_selected"], "mass": s["nucleus_mass"],
-                     "top_edges": [{"edge": inst.edge_lines[int(n[4:])], "mass": m, "gold_step": g} for n, m, g in tops]})
+                     "top_edges": [{"edge": inst.edge_lines[int(n[4:])], "mass": m, "gold_step": g}
+                                   for n, m, g in tops]})
     out = {"instance": inst.id, "question": inst.question_nl, "gold": inst.answer_nl,
            "vanilla": recs.get("vanilla", {}).get("output"), "dysco": dysco["output"], "steps": rows}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"question: {inst.question_nl}\ngold:\n{inst.answer_nl}\nvanilla:\n{out['vanilla']}\ndysco:\n{dysco['output']}\n")
+    print(f"question: {inst.question_nl}\ngold:\n{inst.answer_nl}\n"
+          f"vanilla:\n{out['vanilla']}\ndysco:\n{dysco['output']}\n")
     for i, r in enumerate(rows):
-        top = "; ".join(f"{'*' if e['gold_step'] is not None else ''}{e['edge'][:60]} ({e['mass']:.3f})" for e in r["top_edges"])
+        top = "; ".join(f"{'*' if e['gold_step'] is not None else ''}{e['edge'][:60]} ({e['mass']:.3f})"
+                        for e in r["top_edges"])
         print(f"{i:>3} {r['token']!r:>14} sel={r['n_selected']:<5} mass={r['mass']:.2f}  {top}")
     return 0
 

@@ -46,7 +46,8 @@ def parse_args(argv):
     p.add_argument("--dtype", default=None)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out-dir", default=None, help="default figures/first_error")
-    p.add_argument("--small", action="store_true", help="generate vanilla + DySCO for smollm2-135m at 1K (2 instances) first")
+    p.add_argument("--small", action="store_true",
+                   help="generate vanilla + DySCO for smollm2-135m at 1K (2 instances) first")
     p.add_argument("--figures-only", action="store_true", help="draw every stored record; loads no model")
     p.add_argument("--no-figures", action="store_true", help="write the record JSON only")
     args = p.parse_args(argv)
@@ -66,7 +67,8 @@ def main(argv=None) -> int:
     out_dir = Path(args.out_dir)
     if args.figures_only:
         recs = [r for r in stored_records(out_dir / STORE_NAME)
-                if (args.model is None or r["model"] == args.model) and (args.index is None or r["index"] == args.index)]
+                if (args.model is None or r["model"] == args.model)
+                and (args.index is None or r["index"] == args.index)]
         for r in recs if args.index is not None or args.all else featured(recs):
             for path in draw(r, out_dir, r.get("command", command)):
                 print(f"wrote {path}")
@@ -97,7 +99,8 @@ def main(argv=None) -> int:
     if args.all:
         path, summary = write_overview(records, out_dir, args.model, length, command)
         m = summary["means"]
-        print(f"{summary['n']} failures: gold edge rank at the wrong city, QRHeads {m['qrheads']['gold_rank']} vs all heads "
+        print(f"{summary['n']} failures: gold edge rank at the wrong city, "
+              f"QRHeads {m['qrheads']['gold_rank']} vs all heads "
               f"{m['all_heads']['gold_rank']}; in top 5%: {m['qrheads']['gold_in_top5pct']} vs "
               f"{m['all_heads']['gold_in_top5pct']}\nwrote {path}")
     return 0

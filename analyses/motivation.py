@@ -26,8 +26,15 @@ import argparse
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis.motivation_summary import (KEY, STORE_NAME, draw, print_summary, read_store,
-                                                      store_header, summarise)
+from dysco_interp.analysis.motivation_summary import (
+    KEY,
+    STORE_NAME,
+    draw,
+    print_summary,
+    read_store,
+    store_header,
+    summarise,
+)
 
 SMALL = {"model": "smollm2-135m", "lengths": "1k,2k", "n": 2, "out_dir": "results/motivation_small"}
 FULL = {"model": "qwen2.5-coder-0.5b", "lengths": "1k,2k,4k,8k", "n": 50, "out_dir": "figures/motivation"}

@@ -39,6 +39,7 @@ def load_script(name: str):
     if not path.is_file():
         raise FileNotFoundError(f"analyses/{name}.py is missing")
     spec = importlib.util.spec_from_file_location(f"analyses_{name}", path)
+    assert spec is not None and spec.loader is not None  # a .py file always has a source loader
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

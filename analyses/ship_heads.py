@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,6 +43,7 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from dysco_interp import detection as D
+    from dysco_interp.detection.shipping import detect_and_check
     from dysco_interp.models import load_model
     from dysco_interp.tasks.lengths import parse_length
 
@@ -55,9 +55,6 @@ def main(argv=None) -> int:
 
     length = parse_length(args.length)
     model = load_model(args.model, progress=False)
-    spec = model.spec
-    work = Path(args.work) / args.model
-    t0 = time.perf_counter()
     if args.data_dir:
         from dysco_interp.tasks import load_dataset
 
@@ -66,53 +63,18 @@ def main(argv=None) -> int:
     else:
         data = D.make_detection_data(model, args.n, length, seed=args.seed)
         heldout = D.make_detection_data(model, args.heldout, length, seed=args.seed + 1000)
-    qr = D.qrscore(model, data, store=work / "detect", seed=args.seed)
-    heads = qr.headset(args.top_k, command=command)
-    copy = D.copy_paste_score(model, data, store=work / "detect", seed=args.seed)
-    copy_heads = copy.headset(args.top_k)
-    halves = D.split_half(qr, args.top_k, seed=args.seed)
-    detect_s = time.perf_counter() - t0
-
-    per_head = D.gold_mass_per_head(model, heldout, progress=True)
-    idx = torch.tensor(list(heads), dtype=torch.long)
-    qr_mass = float(per_head[idx[:, 0], idx[:, 1]].double().mean())
-    draws = []
-    for rand in D.random_head_sets(model, len(heads), n_draws=5, seed=args.seed):
-        r = torch.tensor(list(rand), dtype=torch.long)
-        draws.append(float(per_head[r[:, 0], r[:, 1]].double().mean()))
-    random_mass = sum(draws) / len(draws)
-
+    heads, checks = detect_and_check(model, data, heldout, top_k=args.top_k, seed=args.seed,
+                                     store=Path(args.work) / args.model / "detect", command=command, length=length)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     heads.to_json(out_file)
     fig_dir.mkdir(parents=True, exist_ok=True)
     if not args.no_figures:
         _draw(out_file, fig_dir, args.model)
-    layers = [layer for layer, _ in heads]
     report = {
         "model": args.model,
-        "geometry": [spec.n_layers, spec.n_heads, spec.n_kv_heads],
-        "detection": {"n": len(data), "length": length, "seed": args.seed, "seconds": round(detect_s, 1),
-                      "tokens": [min(x.n_tokens for x in data), max(x.n_tokens for x in data)]},
-        "heads": heads.labels(),
-        "scores": [round(s, 5) for s in heads.scores],
-        "heldout": {
-            "n": len(heldout), "seed": heldout[0].seed,
-            "qrheads_gold_mass": round(qr_mass, 5),
-            "random_gold_mass_mean_of_5": round(random_mass, 5),
-            "random_draws": [round(x, 5) for x in draws],
-            "ratio": round(qr_mass / random_mass, 3) if random_mass > 0 else None,
-            "best_single_head_gold_mass": round(float(per_head.max()), 5),
-        },
-        "split_half": halves.as_dict(),
-        "copy_paste": {"heads": copy_heads.labels(), "overlap_with_qrscore": D.head_overlap(heads, copy_heads).count,
-                       "n_heads_with_hits": int((copy.scores > 0).sum())},
-        "layers": {
-            "histogram": {str(layer): layers.count(layer) for layer in sorted(set(layers))},
-            "relative_depth_mean": round(sum((layer + 0.5) / spec.n_layers for layer in layers) / len(layers), 3),
-            "relative_depth_range": [round((min(layers) + 0.5) / spec.n_layers, 3),
-                                     round((max(layers) + 0.5) / spec.n_layers, 3)],
-        },
-        "files": {"heads": str(out_file.relative_to(REPO)), "heatmap": f"figures/heads/{args.model}_qrscore_heatmap.png"},
+        **checks,
+        "files": {"heads": str(out_file.relative_to(REPO)),
+                  "heatmap": f"figures/heads/{args.model}_qrscore_heatmap.png"},
         "command": command,
     }
     (fig_dir / f"{args.model}_report.json").write_text(json.dumps(report, indent=2) + "\n")
@@ -122,15 +84,12 @@ def main(argv=None) -> int:
 
 def _draw(head_file: Path, fig_dir: Path, name: str) -> None:
     """The QRScore heatmap from the score matrix the head file carries."""
-    import torch
-
+    from dysco_interp.detection.shipping import score_matrix
     from dysco_interp.heads import HeadSet
     from dysco_interp.viz.heatmap import save_head_heatmaps
 
     heads = HeadSet.from_json(head_file)
-    rows = heads.extra["score_matrix"]
-    scores = torch.tensor([[-1.0 if v is None else v for v in row] for row in rows])
-    scored = torch.tensor([[v is not None for v in row] for row in rows])
+    scores, scored = score_matrix(heads)
     save_head_heatmaps(scores, fig_dir / f"{name}_qrscore.json", model=name, method=heads.method,
                        scored=scored, highlight=list(heads), n_examples=heads.n_examples)
 

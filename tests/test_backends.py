@@ -154,3 +154,25 @@ def test_replayed_graphs_give_the_eager_tokens_and_selections(style):
         for ours, ref, other in zip(replayed[name], eager[name], sdpa[name]):
             assert ours.tokens == ref.tokens == other.tokens, name
             assert selections(ours) == selections(ref) == selections(other), name
+
+
+def test_every_backend_has_one_interface_and_refuses_the_same_things(tiny_llama):
+    heads = heads_for(tiny_llama)
+    ids = torch.randint(20, 500, (1, 12), generator=torch.Generator().manual_seed(5))
+    for name in backends.BACKENDS:
+        b = backends.make_backend(tiny_llama, name, heads)
+        assert isinstance(b, backends.Backend) and b.name == name
+        state = b.prefill(ids[:, :-1], None)
+        bias = torch.zeros(1, 1, 1, state.n_keys + 1)
+        with pytest.raises(ConfigError, match="unbiased passes only"):
+            b.step(state, ids[:, -1], bias=bias, read=True)
+        out = b.step(state, ids[:, -1], read=True)
+        assert isinstance(out, backends.StepOutput) and out.logits is not None and out.attention is not None
+        with pytest.raises(ConfigError, match="without QRHeads"):
+            backends.make_backend(tiny_llama, name, None).partial(state, ids[:, -1])
+    for name in ("bridge", "sdpa"):
+        with pytest.raises(ConfigError, match="CUDA graphs"):
+            backends.make_backend(tiny_llama, name, heads, graphs=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="CUDA device"):
+            backends.make_backend(tiny_llama, "static", heads, graphs=True)

@@ -514,3 +514,22 @@ def test_cli_reads_a_saved_dataset_and_runs_copy_paste(tmp_path):
     with pytest.raises(NoSignalError, match="every copy-paste score is zero on 2 example"):
         _cli(argv)
     assert not out.exists()
+
+
+def test_the_shipping_check_reports_what_the_head_file_needs(tiny_llama, tmp_path):
+    from dysco_interp.detection.shipping import detect_and_check, layer_placement, score_matrix
+
+    data = D.make_detection_data(tiny_llama, 3, 400, seed=0)
+    heldout = D.make_detection_data(tiny_llama, 2, 400, seed=1000)
+    heads, report = detect_and_check(tiny_llama, data, heldout, top_k=4, seed=0, store=tmp_path, command="cmd",
+                                     length=400)
+    assert len(heads) == 4 and report["heads"] == heads.labels()
+    assert report["detection"]["n"] == 3 and report["heldout"]["seed"] == 1000
+    assert len(report["heldout"]["random_draws"]) == 5
+    assert sum(report["layers"]["histogram"].values()) == 4
+    # the heatmap reads back the score matrix the head file carries, -1 where nothing was scored
+    path = heads.to_json(tmp_path / "h.json")
+    scores, scored = score_matrix(HeadSet.from_json(path))
+    assert scores.shape == (4, 4) and bool(scored.all())
+    assert layer_placement([(0, 0), (3, 1)], 4) == {"histogram": {"0": 1, "3": 1}, "relative_depth_mean": 0.5,
+                                                   "relative_depth_range": [0.125, 0.875]}

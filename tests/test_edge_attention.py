@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from dysco_interp.analysis.edge_attention import EdgeAttention, span_sums, teacher_forced_edge_attention
+from dysco_interp.models.tiny import tiny_model
 from dysco_interp.ranking import in_top_fraction
 from dysco_interp.tasks import make_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs
-from dysco_interp.models.tiny import tiny_model
 
 
 def test_span_sums_by_hand():

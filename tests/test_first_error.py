@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from dysco_interp.analysis import first_error as analysis
+from dysco_interp.analysis.first_error_figures import draw
 from dysco_interp.analysis.route_lines import compare_route, first_error, route_lines
 from dysco_interp.chat import encode_text
 from dysco_interp.errors import ConfigError
-from dysco_interp.heads import HeadSet
 from dysco_interp.experiments.store import ResultStore
-from dysco_interp.tasks import make_dataset, save_dataset
+from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
-from dysco_interp.analysis import first_error as analysis
-from dysco_interp.analysis.first_error_figures import draw
+from dysco_interp.tasks import make_dataset, save_dataset
 
 LENGTH = 1980  # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens
 REPO = Path(__file__).resolve().parents[1]
@@ -112,7 +112,8 @@ def test_generated_tokens_and_character_positions(model):
     ids, _ = encode_text(tok, text)
     record = {"output": text}
     assert analysis.generated_ids(record, tok) == (ids, "re-encoded output")
-    trace = {"steps": [{"phase": "intervention-warmup", "token": 1}] + [{"phase": "decode", "token": t} for t in ids[:-1]]}
+    trace = {"steps": [{"phase": "intervention-warmup", "token": 1}]
+             + [{"phase": "decode", "token": t} for t in ids[:-1]]}
     assert analysis.generated_ids({**record, "trace": trace}, tok) == (ids[:-1], "trace")
     at = text.index("London")
     k = analysis.token_at_char(ids, tok, at)
@@ -207,8 +208,8 @@ def test_analysis_of_stored_records_resumes_and_draws(model, instances, tmp_path
     monkeypatch.setattr(analysis, "analyse_instance", lambda *a: pytest.fail("recomputed"))
     analyse_and_draw(model, heads, eval_path, out, data_dir)
     stem.with_suffix(".png").unlink()
-    proc = subprocess.run([sys.executable, str(REPO / "analyses/first_error.py"), "--figures-only", "--out-dir", str(out)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([sys.executable, str(REPO / "analyses/first_error.py"), "--figures-only",
+                           "--out-dir", str(out)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert stem.with_suffix(".png").exists()
     analyse_and_draw(model, heads, eval_path, out, data_dir, every=True)  # one failure, already stored

@@ -13,16 +13,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from dysco_interp.analysis import edge_attention, motivation, motivation_summary
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.teacher_forced import answer_argmax, path_traversal_step_accuracy
-from dysco_interp.errors import ConfigError
 from dysco_interp.detection import random_head_sets
-from dysco_interp.heads import HeadSet
+from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.store import ResultStore
+from dysco_interp.heads import HeadSet
+from dysco_interp.models.tiny import tiny_model
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs
-from dysco_interp.models.tiny import tiny_model
 
 REPO = Path(__file__).resolve().parents[1]
 # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens: room for the prompt and the answer
@@ -118,7 +119,8 @@ def test_step_scores_line_up_with_the_answer_tokens(model, data, monkeypatch):
     monkeypatch.setattr(edge_attention, "span_attention_by_layer", perfect)
     assert edge_attention.teacher_forced_edge_attention(model, inst, score_steps=True).correct == (True,) * 4
     monkeypatch.setattr(edge_attention, "span_attention_by_layer", lambda *a, **k: perfect(*a, **k, corrupt=True))
-    assert edge_attention.teacher_forced_edge_attention(model, inst, score_steps=True).correct == (True, False, True, True)
+    scored = edge_attention.teacher_forced_edge_attention(model, inst, score_steps=True)
+    assert scored.correct == (True, False, True, True)
 
 
 # ---------------------------------------------------------------------------- records and resuming
@@ -225,16 +227,18 @@ def test_a_data_dir_is_read_and_checked(model, data, tmp_path):
 def fake_records() -> list[dict]:
     """Two lengths x three instances with known numbers."""
     recs = []
-    for length, acc2, top, mass in ((1024, [1, 1, 0], [1, 1, 1], [0.3, 0.2, 0.1]), (2048, [0, 0, 1], [1, 0, 0], [0.1, 0.1, 0.1])):
+    for length, acc2, top, mass in ((1024, [1, 1, 0], [1, 1, 1], [0.3, 0.2, 0.1]),
+                                    (2048, [0, 0, 1], [1, 0, 0], [0.1, 0.1, 0.1])):
         for i in range(3):
             recs.append({
                 "model": "m-test", "task": "path_traversal", "length": length, "seed": 0, "index": i, "id": f"x{i}",
                 "n_tokens": length + i, "n_edges": 40, "hops": 4, "dtype": "float32", "device": "cpu",
                 "correct": [False, bool(acc2[i]), True, True],
-                "qrheads": {"gold_in_top": [0, top[i], 1, 1], "gold_mass": [0.0, mass[i], 0.5, 0.5], "gold_rank": [9, 1, 1, 1],
-                            "heads": ["L1H0"]},
+                "qrheads": {"gold_in_top": [0, top[i], 1, 1], "gold_mass": [0.0, mass[i], 0.5, 0.5],
+                            "gold_rank": [9, 1, 1, 1], "heads": ["L1H0"]},
                 "random": {"gold_in_top": [0.0, 0.2, 0.0, 0.0], "gold_mass": [0.01, 0.02, 0.01, 0.01]},
-                "all_heads": {"gold_in_top": [0, 0, 0, 0], "gold_mass": [0.01, 0.03, 0.01, 0.01], "gold_rank": [9, 5, 5, 5]},
+                "all_heads": {"gold_in_top": [0, 0, 0, 0], "gold_mass": [0.01, 0.03, 0.01, 0.01],
+                              "gold_rank": [9, 5, 5, 5]},
             })
     return recs
 
@@ -262,7 +266,8 @@ def test_figures_only_draws_png_and_self_contained_html_from_the_records(tmp_pat
     summary = json.loads((tmp_path / "m-test_summary.json").read_text())
     row1, row2 = summary["rows"]
     s1, s2 = row1["step_2"], row2["step_2"]
-    assert s1["accuracy"]["mean"] == pytest.approx(2 / 3, abs=1e-5) and s2["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
+    assert s1["accuracy"]["mean"] == pytest.approx(2 / 3, abs=1e-5)
+    assert s2["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
     assert s1["top_qrheads"]["mean"] == 1.0 and s1["top_qrheads"]["lo"] == s1["top_qrheads"]["hi"] == 1.0
     assert s1["mass_qrheads"]["mean"] == pytest.approx(0.2) and s2["mass_qrheads"]["lo"] == pytest.approx(0.1)
     assert s1["top_random"]["mean"] == pytest.approx(0.2)
@@ -338,7 +343,8 @@ dysco_interp.models.load_model = lambda *a, **k: tiny_model('llama', max_positio
     proc = _run_python(code, tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "not drawing" in proc.stderr
-    assert (tmp_path / "out" / "tiny-llama_summary.json").exists() and not (tmp_path / "out" / "tiny-llama.png").exists()
+    assert (tmp_path / "out" / "tiny-llama_summary.json").exists()
+    assert not (tmp_path / "out" / "tiny-llama.png").exists()
 
 
 # ---------------------------------------------------------------------------- figure helpers
@@ -356,8 +362,8 @@ def test_figure_helpers_check_their_input_and_write_both_formats(tmp_path):
         figures.save_ci_lines([panels.Panel("p", "y", [panels.Series("a", [1.0])])], ["1K", "2K"], tmp_path / "x",
                             title="t", xlabel="x")
     with pytest.raises(ValueError, match="both lo and hi"):
-        render_png.ci_lines_png([panels.Panel("p", "y", [panels.Series("a", [1.0], lo=[0.5])])], ["1K"], tmp_path / "x.png",
-                           title="t", xlabel="x")
+        render_png.ci_lines_png([panels.Panel("p", "y", [panels.Series("a", [1.0], lo=[0.5])])], ["1K"],
+                                tmp_path / "x.png", title="t", xlabel="x")
     bars = [panels.BarPanel("q", "mass", [0.1, 0.3, 0.2], threshold=0.25)]
     png, html = figures.save_bars(bars, ["a-b", "c-d", "e-f"], tmp_path / "bars", title="t", marks={1: "gold"})
     assert png.exists() and "c-d" in html.read_text()

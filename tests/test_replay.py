@@ -20,8 +20,8 @@ from dysco_interp.decoding.loop import compare_methods, dysco_generate
 from dysco_interp.decoding.results import StepRecord, Trace
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
-from dysco_interp.tasks.path_traversal import generate_instance
 from dysco_interp.models.tiny import tiny_model
+from dysco_interp.tasks.path_traversal import generate_instance
 
 PROMPT = "Rome is quiet. You can travel from Paris to Berlin by train. Oslo is cold. " * 4 + "Where does the train go?"
 

@@ -269,8 +269,10 @@ def test_record_speed_rows_take_medians_of_default_runs():
 
 
 def test_record_speed_rows_count_a_batch_as_one_run_with_all_its_tokens():
-    records = ([rec("vanilla", index=i, timings={"n_new": n, "decode_s": 2.0, "batch_size": 2}) for i, n in enumerate([11, 21])]
-               + [rec("dysco", index=i, timings={"n_new": n, "decode_s": 5.0, "batch_size": 2}) for i, n in enumerate([11, 21])])
+    records = ([rec("vanilla", index=i, timings={"n_new": n, "decode_s": 2.0, "batch_size": 2})
+                for i, n in enumerate([11, 21])]
+               + [rec("dysco", index=i, timings={"n_new": n, "decode_s": 5.0, "batch_size": 2})
+                  for i, n in enumerate([11, 21])])
     (row,) = record_speed_rows(records, "store")
     assert (row["vanilla_tok_per_s"], row["dysco_tok_per_s"]) == pytest.approx((15.0, 6.0))
     assert row["batch"] == 2 and row["n_runs"] == {"vanilla": 1, "dysco": 1} and "batch of 2" in row["label"]

@@ -1,6 +1,7 @@
 """MRCR-style multi-round co-reference: structure, spans, length, determinism, published grader."""
 
 import difflib
+import functools
 import json
 
 import pytest
@@ -10,13 +11,8 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.models.tiny import STYLES, tiny_tokenizer
 from dysco_interp.tasks import load_dataset, make_dataset, mrcr, save_dataset
 
-_TOKENIZERS: dict = {}
-
-
-def tok(style: str = "llama"):
-    if style not in _TOKENIZERS:
-        _TOKENIZERS[style] = tiny_tokenizer(style)
-    return _TOKENIZERS[style]
+# One tokenizer per style for the module: building one takes a moment.
+tok = functools.cache(tiny_tokenizer)
 
 
 @pytest.fixture(scope="module")

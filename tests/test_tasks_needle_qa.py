@@ -1,5 +1,6 @@
 """Needle QA (retrieval-head detection data): spans, null query, length, determinism, scorer."""
 
+import functools
 import json
 
 import pytest
@@ -10,13 +11,8 @@ from dysco_interp.models.tiny import STYLES, tiny_tokenizer
 from dysco_interp.tasks import load_dataset, make_dataset, save_dataset
 from dysco_interp.tasks import needle_qa as nq
 
-_TOKENIZERS: dict = {}
-
-
-def tok(style: str = "llama"):
-    if style not in _TOKENIZERS:
-        _TOKENIZERS[style] = tiny_tokenizer(style)
-    return _TOKENIZERS[style]
+# One tokenizer per style for the module: building one takes a moment.
+tok = functools.cache(tiny_tokenizer)
 
 
 @pytest.fixture(scope="module")

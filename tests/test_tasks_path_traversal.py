@@ -1,6 +1,7 @@
 """Path Traversal generator, spans, scorers, LongProc compatibility, registry and make-data CLI."""
 
 import argparse
+import functools
 import gzip
 import json
 from pathlib import Path
@@ -21,13 +22,8 @@ DATA = Path(__file__).parent / "data" / "longproc_excerpt.json"
 # The graphs of all 200 LongProc instances (tests/data/README.md says what was kept and why).
 GRAPHS = Path(__file__).parent / "data" / "longproc_path_traversal_0.5k_graphs.json.gz"
 
-_TOKENIZERS: dict = {}
-
-
-def tok(style: str = "llama"):
-    if style not in _TOKENIZERS:
-        _TOKENIZERS[style] = tiny_tokenizer(style)
-    return _TOKENIZERS[style]
+# One tokenizer per style for the module: building one takes a moment.
+tok = functools.cache(tiny_tokenizer)
 
 
 @pytest.fixture(scope="module")

@@ -3,9 +3,9 @@
 import torch
 
 from dysco_interp.analysis.teacher_forced import answer_argmax, path_traversal_step_accuracy
+from dysco_interp.models.tiny import tiny_model
 from dysco_interp.tasks import make_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs
-from dysco_interp.models.tiny import tiny_model
 
 
 def test_matches_a_full_forward_and_scores_steps():

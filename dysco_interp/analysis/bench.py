@@ -19,6 +19,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 import transformers
@@ -35,7 +36,7 @@ from dysco_interp.models import LoadedModel, dtype_name, from_hf
 from dysco_interp.models.tiny import tiny_config, tiny_tokenizer
 
 # Qwen3-8B's shape (config.json of Qwen/Qwen3-8B); weights are random, speed does not depend on them.
-GEOMETRIES = {
+GEOMETRIES: dict[str, dict[str, Any]] = {
     "qwen3-8b": dict(style="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288,
                      num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                      max_position_embeddings=131072, rope_theta=1000000.0, tie_word_embeddings=False,
@@ -116,7 +117,8 @@ def peak_memory(row: dict, n_weight_bytes: int) -> dict:
     pools) + its decoding step's transient peak (both methods' caches live together in the
     benchmark, so the allocator's total is not it)."""
     base = n_weight_bytes / 2**30 + row["kv_allocated_gib"]
-    return {f"{m}_peak_mem_gib": round(base + row.get(f"{m}_first_step_kept_gib", 0) + row[f"{m}_step_extra_peak_gib"], 3)
+    return {f"{m}_peak_mem_gib":
+            round(base + row.get(f"{m}_first_step_kept_gib", 0) + row[f"{m}_step_extra_peak_gib"], 3)
             for m in METHODS}
 
 
@@ -167,7 +169,8 @@ class BenchDecoder:
         """vanilla on a clone of `prefix`, DySCO on `prefix` itself, its relevance uniform over
         the context as if warmed up."""
         vanilla = prefix.clone()
-        stepper = Stepper(make_backend(self.model, self.backend, self.heads), self.config, PromptBatch.from_ids(context))
+        dysco_backend = make_backend(self.model, self.backend, self.heads)
+        stepper = Stepper(dysco_backend, self.config, PromptBatch.from_ids(context))
         batch, n_context = context.shape
         stepper.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
         return {"vanilla": lambda tok: self.plain.step(vanilla, tok), "dysco": lambda tok: stepper.step(prefix, tok)}
@@ -181,7 +184,8 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
     """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory."""
     device = model.device
     gen = torch.Generator().manual_seed(n_context)
-    ids = torch.randint(10, min(len(model.tokenizer), 30000), (batch, n_context + n_steps + n_warmup + 1), generator=gen)
+    ids = torch.randint(10, min(len(model.tokenizer), 30000), (batch, n_context + n_steps + n_warmup + 1),
+                        generator=gen)
     decoder = BenchDecoder(model, heads, config, backend)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -190,7 +194,7 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
     prefix = decoder.prefill(ids[:, :n_context], reserve=n_steps + n_warmup + 1)
     sync(device)
     prefill_s = time.perf_counter() - t0
-    prefill_peak = torch.cuda.max_memory_allocated(device) - before if device.type == "cuda" else None
+    prefill_peak = torch.cuda.max_memory_allocated(device) - before if device.type == "cuda" else 0  # CUDA only
     steps = decoder.steps(ids[:, :n_context], prefix)
     times: dict[str, list[float]] = {m: [] for m in steps}
     peaks = {m: 0 for m in steps}

@@ -14,10 +14,9 @@ Memory fields are any key with "peak" and "mem" in it; the unit comes from its s
 from __future__ import annotations
 
 import re
-
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 METHODS = ("vanilla", "dysco")
@@ -81,7 +80,7 @@ def _method_fields(row: Mapping, method: str) -> tuple[float | None, float | Non
     return _tok_per_s(row, method + "_"), _peak_gib(row, method + "_")
 
 
-def _join_per_method_rows(rows: list[Mapping]) -> list[dict]:
+def _join_per_method_rows(rows: Iterable[Mapping]) -> list[dict]:
     """Rows that each hold one method (row["method"]) become one row per configuration."""
     joined: dict[tuple, dict] = {}
     for r in rows:
@@ -95,7 +94,8 @@ def _join_per_method_rows(rows: list[Mapping]) -> list[dict]:
     return list(joined.values())
 
 
-_SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+# looked up with whatever a benchmark recorded as its dtype
+_SHORT_DTYPES: dict[object, str] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
 def _short_device(name) -> str | None:
@@ -122,7 +122,7 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
         meta["device"] = machine["device"]
     variant = ((doc.get("config") or {}) if isinstance(doc, Mapping) else {}).get("method")
     variant = variant if isinstance(variant, str) else None  # a benchmark may time a DySCO variant
-    rows = _rows_of(doc)
+    rows: Sequence[Mapping] = _rows_of(doc)
     if any("method" in r for r in rows):
         rows = _join_per_method_rows(rows)
     out, notes = [], []
@@ -138,7 +138,8 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
                           if x)
         if variant not in (None, "dysco"):
             label = f"{label}, {variant}"
-        row = {"source": source, "label": label or source, "variant": variant, "context": context, "batch": batch, **info}
+        row = {"source": source, "label": label or source, "variant": variant, "context": context, "batch": batch,
+               **info}
         for m, (tok, mem) in values.items():
             row[f"{m}_tok_per_s"] = tok
             row[f"{m}_peak_gib"] = mem

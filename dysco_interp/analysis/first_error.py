@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -22,7 +23,6 @@ from dysco_interp.analysis.edge_attention import span_attention_by_layer
 from dysco_interp.analysis.route_lines import compare_route, first_error, route_lines
 from dysco_interp.analysis.stores import read_records
 from dysco_interp.chat import encode_text
-from dysco_interp.cli.make_data import length_label
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
@@ -31,6 +31,7 @@ from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.ranking import gold_rank_of, top_fraction_size
 from dysco_interp.tasks import load_dataset, make_dataset
+from dysco_interp.tasks.lengths import length_label
 from dysco_interp.tasks.path_traversal import PathTraversalInstance, generate_instance, teacher_forced_inputs
 
 TASK = "path_traversal"
@@ -40,7 +41,8 @@ HEADER = {"analysis": "first_error", "task": TASK,
           "query": "position predicting the first token of the wrongly written city (vanilla prefix)",
           "heads": "QRHeads mean vs mean of all heads"}
 TOP_FRACTION = 0.05
-SMALL = {"model": "smollm2-135m", "length": "1k", "n": 2, "out_dir": "results/first_error_small", "max_new_tokens": 64}
+SMALL: dict[str, Any] = {"model": "smollm2-135m", "length": "1k", "n": 2, "out_dir": "results/first_error_small",
+                         "max_new_tokens": 64}
 
 # (instance, vanilla record, DySCO record or None)
 Failure = tuple[PathTraversalInstance, dict, dict | None]
@@ -219,7 +221,8 @@ def featured(records: list[dict]) -> list[dict]:
 # ---------------------------------------------------------------------------- running and reading the store
 
 
-def generate_small(model: LoadedModel, model_name: str, heads: HeadSet, out_dir: Path, length: int, seed: int) -> str:
+def generate_small(model: LoadedModel, model_name: str, heads: HeadSet, out_dir: Path, length: int | None,
+                   seed: int) -> str:
     """Vanilla and DySCO records for SMALL['n'] instances (resumable), for the smoke run."""
     path = out_dir / "evaluation.jsonl"
     data = make_dataset(TASK, model.tokenizer, length, n=SMALL["n"], seed=seed)
@@ -275,8 +278,8 @@ def overview(records: list[dict]) -> dict:
         for heads in ("qrheads", "all_heads"):
             s = q["summary"][heads]
             followed = max((q[heads][i] for i in r["followed_edges"]), default=None)
-            row[heads] = {"gold_rank": s["gold_rank"], "gold_mass": s["gold_mass"], "gold_in_top5pct": s["gold_in_top5pct"],
-                          "followed_edge_mass": followed}
+            row[heads] = {"gold_rank": s["gold_rank"], "gold_mass": s["gold_mass"],
+                          "gold_in_top5pct": s["gold_in_top5pct"], "followed_edge_mass": followed}
         rows.append(row)
 
     def mean(values):

@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from dysco_interp.cli.make_data import length_label
+from dysco_interp.tasks.lengths import length_label
 from dysco_interp.viz.figures import save_bars
 from dysco_interp.viz.panels import BarPanel
 from dysco_interp.viz.tables import table_html, table_markdown
@@ -63,7 +63,7 @@ def route_table(record: dict) -> tuple[list[str], list[list[str]], list[list[str
         gold = record["gold_route"][i] if i < len(record["gold_route"]) else ""
         cells = [_cell(lines[m][i] if i < len(lines[m]) else None) for m in methods]
         rows.append([str(i + 1), gold] + [c[0] for c in cells])
-        classes.append([None, None] + [c[1] for c in cells])
+        classes.append([None, None, *(c[1] for c in cells)])
     return headers, rows, classes
 
 
@@ -71,7 +71,8 @@ def draw_routes(record: dict, out_dir: Path) -> list[Path]:
     headers, rows, classes = route_table(record)
     stem = out_dir / f"{stem_of(record)}_routes"
     title = f"{record['model']}, {record['n_tokens']} tokens, instance {record['index']}: {record['question']}"
-    note = "✓ equals the gold line, ✗ differs (with whether the written step is an edge of the context), + past the gold route."
+    note = ("✓ equals the gold line, ✗ differs (with whether the written step is an edge of the context), "
+            "+ past the gold route.")
     md = stem.with_name(stem.name + ".md")
     md.write_text(f"**{title}**\n\n" + table_markdown(headers, rows) + f"\n{note}\n", encoding="utf-8")
     html = table_html(headers, rows, stem.with_name(stem.name + ".html"), title=title, classes=classes, notes=[note])
@@ -104,6 +105,7 @@ def describe(record: dict) -> str:
         s = q["summary"]
         lines.append(f"  at the {name} token {q['wrote']!r} (reproduced: {q['reproduced']}): gold edge rank "
                      f"QRHeads {s['qrheads']['gold_rank']}/{record['n_edges']} (mass {s['qrheads']['gold_mass']:.4f}), "
-                     f"all heads {s['all_heads']['gold_rank']}/{record['n_edges']} (mass {s['all_heads']['gold_mass']:.4f}); "
+                     f"all heads {s['all_heads']['gold_rank']}/{record['n_edges']} "
+                     f"(mass {s['all_heads']['gold_mass']:.4f}); "
                      f"QRHeads' top edge: {edge_label(record['edges'][s['qrheads']['top_edge']])}")
     return "\n".join(lines)

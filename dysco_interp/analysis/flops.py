@@ -23,7 +23,7 @@ Warm-up steps (T_w context tokens and the generation-prompt tokens) are not coun
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -64,7 +64,8 @@ class ModelShape:
     @classmethod
     def from_hf_config(cls, config: Any, name: str = "") -> ModelShape:
         """From a transformers config object or its config.json dict (Llama/Qwen/Gemma style)."""
-        get = config.get if isinstance(config, Mapping) else lambda k, d=None: getattr(config, k, d)
+        get: Callable[..., Any] = (config.get if isinstance(config, Mapping)
+                                   else lambda k, d=None: getattr(config, k, d))
         try:
             n_heads = get("num_attention_heads")
             d_model = get("hidden_size")

@@ -58,7 +58,7 @@ class MethodKey:
     params: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def from_config(cls, config: Mapping) -> MethodKey:
+    def from_config(cls, config: object) -> MethodKey:
         if not isinstance(config, Mapping) or "method" not in config:
             raise ConfigError("the record has no config with a 'method'; tables need what ran, not only its label")
         method = config["method"]

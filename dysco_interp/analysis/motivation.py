@@ -16,7 +16,6 @@ from tqdm.auto import tqdm
 
 from dysco_interp.analysis.edge_attention import EdgeAttention, teacher_forced_edge_attention
 from dysco_interp.analysis.motivation_summary import HOPS, TASK
-from dysco_interp.cli.make_data import length_label
 from dysco_interp.detection import random_head_sets
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.store import ResultStore
@@ -25,7 +24,9 @@ from dysco_interp.hooks import Head
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.ranking import gold_rank
 from dysco_interp.tasks import load_dataset, make_dataset
+from dysco_interp.tasks.lengths import length_label
 from dysco_interp.tasks.path_traversal import PathTraversalInstance
+
 
 def head_metrics(att: EdgeAttention, heads: Iterable[Head], fraction: float) -> dict:
     """Per step: gold edge in the heads' top fraction, its mass, its rank (1 = most attended;
@@ -40,6 +41,7 @@ def instance_record(model: LoadedModel, model_name: str, inst: PathTraversalInst
                     randoms: list[HeadSet], fraction: float) -> dict:
     """One pass for one instance: step accuracy and gold-edge attention of every head set."""
     att = teacher_forced_edge_attention(model, inst, score_steps=True)
+    assert att.correct is not None  # score_steps=True scores every step
     spec = model.spec
     draws = [head_metrics(att, r, fraction) for r in randoms]
     n_steps = len(att.gold)

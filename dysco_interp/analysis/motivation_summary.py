@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.errors import ConfigError
@@ -46,10 +47,10 @@ def read_store(path: Path):
 
 def _step_values(record: dict, field: tuple[str, ...], step: int | None) -> float:
     """One instance's value: the given 1-based step, or the mean over its steps (None)."""
-    vals = record
+    node: Any = record
     for key in field:
-        vals = vals[key]
-    vals = [float(v) for v in vals]
+        node = node[key]
+    vals = [float(v) for v in node]
     return sum(vals) / len(vals) if step is None else vals[step - 1]
 
 
@@ -79,7 +80,8 @@ def summarise(records: list[dict], model: str, step: int, n_boot: int = 2000, se
         row = {"length": length, "n": len(recs), "dtype": sorted({r["dtype"] for r in recs}),
                "n_tokens": [min(r["n_tokens"] for r in recs), max(r["n_tokens"] for r in recs)]}
         for label, which in ((f"step_{step}", step), ("all_steps", None)):
-            row[label] = {name: bootstrap_ci([_step_values(r, f, which) for r in recs], n_boot=n_boot, seed=seed).as_dict()
+            row[label] = {name: bootstrap_ci([_step_values(r, f, which) for r in recs],
+                                             n_boot=n_boot, seed=seed).as_dict()
                           for name, f in METRICS.items()}
         row["mean_by_step"] = {name: [round(sum(_step_values(r, f, k) for r in recs) / len(recs), 5)
                                       for k in range(1, min(hops) + 1)] for name, f in METRICS.items()}
@@ -143,7 +145,8 @@ def print_summary(summary: dict) -> None:
     print(f"{summary['model']} (step {summary['figure_step']}; all steps in brackets)")
     for r in summary["rows"]:
         s, a = r[key], r["all_steps"]
-        print(f"  {r['length']:>6} tokens, n={r['n']}: accuracy {s['accuracy']['mean']:.2f} [{a['accuracy']['mean']:.2f}]  "
+        print(f"  {r['length']:>6} tokens, n={r['n']}: "
+              f"accuracy {s['accuracy']['mean']:.2f} [{a['accuracy']['mean']:.2f}]  "
               f"top-5% QRHeads {s['top_qrheads']['mean']:.2f} [{a['top_qrheads']['mean']:.2f}] vs random "
               f"{s['top_random']['mean']:.2f} [{a['top_random']['mean']:.2f}]  gold mass QRHeads "
               f"{s['mass_qrheads']['mean']:.4f} [{a['mass_qrheads']['mean']:.4f}] vs random "

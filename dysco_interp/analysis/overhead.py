@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from dysco_interp.analysis import flops
 from dysco_interp.analysis.bench_results import decode_rows, record_speed_rows
 from dysco_interp.analysis.flops import ModelShape, decode_token_flops, dysco_extra_token, overhead
-from dysco_interp.analysis.report import markdown_table, with_footer
+from dysco_interp.analysis.report import with_footer
 from dysco_interp.analysis.result_tables import dedupe
 from dysco_interp.analysis.stores import display_path, expand, read_records
 from dysco_interp.errors import ConfigError
-from dysco_interp.heads import shipped_heads
+from dysco_interp.heads import resolve_heads
 from dysco_interp.models import packaged as packaged_models
 from dysco_interp.viz.panels import Panel, Series
+from dysco_interp.viz.tables import table_markdown
 
 # The paper's setting (Qwen3-8B config; deepest of its 16 shipped QRHeads is layer 24).
-PAPER = {"name": "Qwen3-8B",
-         "shape": {"n_layers": 36, "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_head": 128, "d_mlp": 12288,
-                   "vocab": 151936},
-         "deepest_layer": 24, "n_qr_heads": 16, "inputs": [100_000], "outputs": [4096, 8192]}
+PAPER: dict[str, Any] = {
+    "name": "Qwen3-8B",
+    "shape": {"n_layers": 36, "d_model": 4096, "n_heads": 32, "n_kv_heads": 8, "d_head": 128, "d_mlp": 12288,
+              "vocab": 151936},
+    "deepest_layer": 24, "n_qr_heads": 16, "inputs": [100_000], "outputs": [4096, 8192]}
 # The paper's own measurement (eager attention, H100, Qwen3-8B, 100K in, 4K out).
 PAPER_MEASURED = {"source": "paper (reported)", "label": "paper: Qwen3-8B, H100, eager, 100K", "model": "Qwen3-8B",
                   "context": 100_000, "batch": 1, "vanilla_tok_per_s": 6.1, "dysco_tok_per_s": 3.6,
@@ -48,7 +51,7 @@ def model_setting(alias: str) -> dict:
     """Shape (from the converted model's config.json, else the recorded one) and shipped heads."""
     model = packaged_models.REGISTRY.get(alias)
     config = packaged_models.converted_folder(model) / "config.json" if model else None
-    if config is not None and packaged_models.is_converted(model) and config.is_file():
+    if model is not None and config is not None and packaged_models.is_converted(model) and config.is_file():
         shape = ModelShape.from_hf_config(json.loads(config.read_text()), alias)
         source = "HF config.json of the converted model"
     elif alias in RECORDED_SHAPES:
@@ -57,7 +60,7 @@ def model_setting(alias: str) -> dict:
     else:
         raise ConfigError(f"no shape for model {alias!r}: convert it (dysco-interp install-model) or add it to "
                           "RECORDED_SHAPES")
-    heads = shipped_heads(alias)
+    heads = resolve_heads(alias)  # the alias's shipped heads, read without a model
     if heads.n_layers is not None and (heads.n_layers, heads.n_heads) != (shape.n_layers, shape.n_heads):
         raise ConfigError(f"{alias}: head file is for {heads.n_layers}x{heads.n_heads} heads, the config has "
                           f"{shape.n_layers}x{shape.n_heads}")
@@ -152,7 +155,7 @@ def render(result: dict) -> str:
              f"{100 * r['extra_share_of_total']:.2f}%"] for r in result["flops"]]
     parts = ["# DySCO overhead: analytic FLOPs and measured speed and memory", "",
              "## FLOPs estimate (forward pass, 2 FLOPs per multiply-add)", "", result["flops_convention"], "",
-             markdown_table(["setting", "model", "partial layers", "input", "output", "prefill TFLOPs",
+             table_markdown(["setting", "model", "partial layers", "input", "output", "prefill TFLOPs",
                              "decode TFLOPs", "DySCO extra TFLOPs", "extra GFLOPs/token",
                              "DySCO/vanilla per token", "extra share of prefill+decode"], body), ""]
     for m in result["models"]:
@@ -165,7 +168,7 @@ def render(result: dict) -> str:
              num(r["slowdown"], ".3f"), num(r.get("flops_ratio"), ".3f"), num(r["vanilla_peak_gib"], ".3f"),
              num(r["dysco_peak_gib"], ".3f"), num(r["memory_ratio"], ".3f")] for r in result["measured"]]
     parts += ["", "## Measured decode speed and peak memory (vanilla vs DySCO, same backend)", "",
-              markdown_table(["configuration", "source", "vanilla tok/s", "DySCO tok/s", "slowdown",
+              table_markdown(["configuration", "source", "vanilla tok/s", "DySCO tok/s", "slowdown",
                               "FLOPs ratio", "vanilla peak GiB", "DySCO peak GiB", "memory ratio"], meas)]
     return with_footer(parts, result)
 

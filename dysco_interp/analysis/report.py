@@ -23,15 +23,6 @@ def fmt_delta(est: Mapping | None, digits: int = 3) -> str:
     return f"{est['mean']:+.{digits}f} [{est['lo']:+.{digits}f}, {est['hi']:+.{digits}f}]"
 
 
-def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    def cell(v):
-        return str(v).replace("|", "\\|").replace("\n", " ")
-
-    lines = ["| " + " | ".join(cell(h) for h in headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def store_notes(unmatched: Sequence[str], dropped: int) -> list[str]:
     """What a reader should know about the stores a table was built from."""
     notes = [f"no store matches {p}" for p in unmatched]
@@ -48,10 +39,14 @@ def write_report(out: str, result: Mapping, text: str) -> None:
 
 
 def with_footer(parts: list[str], result: Mapping) -> str:
-    """A report's markdown: its parts, then its notes and the command that made it."""
+    """A report's markdown: its parts, then its notes and the command that made it.
+
+    A part is a line or a block of lines; the newline that ends a block (as every table from
+    `viz.tables.table_markdown` does) is the one the join puts after it.
+    """
     if result.get("notes"):
         parts = parts + ["", "Notes:", ""] + [f"- {n}" for n in result["notes"]]
-    return "\n".join(parts + ["", f"`{result['command']}`"])
+    return "\n".join(p.removesuffix("\n") for p in parts + ["", f"`{result['command']}`"])
 
 
 def write_text(path: str | Path, text: str) -> Path:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.method_key import (
@@ -27,6 +27,8 @@ from dysco_interp.analysis.method_key import (
     setting_of,
 )
 from dysco_interp.errors import ConfigError
+
+RecordT = TypeVar("RecordT", bound=Mapping)
 
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "path_traversal": ("accuracy", "step_accuracy", "partial_accuracy"),
@@ -69,7 +71,7 @@ def instance_of(record: Mapping) -> tuple:
     return (record.get("seed"), record.get("index"), record.get("id"))
 
 
-def dedupe(records: Iterable[Mapping]) -> tuple[list[Mapping], int]:
+def dedupe(records: Iterable[RecordT]) -> tuple[list[RecordT], int]:
     """Drop repeated (cell, method, instance) records (a run stored twice); keep the first."""
     seen, kept, dropped = set(), [], 0
     for r in records:
@@ -251,7 +253,8 @@ def robustness_points(records: Iterable[Mapping], ci: CIOptions = CIOptions()) -
     """
     points, notes = [], []
     for cell, by_key in group(r for r in records if method_key(r).method == "dysco").items():
-        default, varied = None, defaultdict(dict)
+        default: tuple[MethodKey, list[Mapping]] | None = None
+        varied: defaultdict[str, dict[Any, tuple[MethodKey, list[Mapping]]]] = defaultdict(dict)
         for k, recs in by_key.items():
             dev = k.deviations()
             others = [d for d in dev if d not in ROBUSTNESS_PARAMS]

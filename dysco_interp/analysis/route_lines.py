@@ -97,7 +97,8 @@ class FirstError:
         return self.line.dst
 
     def to_dict(self) -> dict:
-        return {"step": self.step, "gold_line": self.gold_line, "line": asdict(self.line), "diverge_at": self.diverge_at}
+        return {"step": self.step, "gold_line": self.gold_line, "line": asdict(self.line),
+                "diverge_at": self.diverge_at}
 
 
 def first_error(instance: PathTraversalInstance, output: str) -> FirstError | None:

@@ -19,7 +19,8 @@ REQUIRED_FIELDS = ("model", "task", "method", "index", "config")
 def expand(patterns: Iterable[str]) -> tuple[list[Path], list[str]]:
     """Files matched by glob patterns (or named outright), sorted and unique; and the patterns
     that matched nothing."""
-    files, unmatched = [], []
+    files: list[Path] = []
+    unmatched: list[str] = []
     for pattern in patterns:
         hits = sorted(glob.glob(str(pattern))) if glob.has_magic(str(pattern)) else (
             [str(pattern)] if Path(pattern).is_file() else [])

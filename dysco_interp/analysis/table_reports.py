@@ -12,11 +12,12 @@ from pathlib import Path
 
 from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, default_value
-from dysco_interp.analysis.report import fmt_ci, fmt_delta, markdown_table, store_notes, with_footer
+from dysco_interp.analysis.report import fmt_ci, fmt_delta, store_notes, with_footer
 from dysco_interp.analysis.result_tables import DELTA_METRICS
 from dysco_interp.analysis.stores import display_path, load_deduplicated, load_records
 from dysco_interp.errors import DyscoError
 from dysco_interp.viz.panels import Panel, Series
+from dysco_interp.viz.tables import table_markdown
 
 TASK_NAMES = {"path_traversal": "Path Traversal", "mrcr": "MRCR"}
 METRIC_NAMES = {"accuracy": "accuracy (exact)", "step_accuracy": "step accuracy",
@@ -70,7 +71,7 @@ def render_pt_table(result: dict) -> str:
                      fmt_delta(d.get("accuracy")), fmt_delta(d.get("step_accuracy"))])
     parts = ["# Path Traversal: vanilla / UniAttnS / DySCO", "",
              f"Mean over instances; {result['ci']}. Δ: paired difference to vanilla on the same instances.", "",
-             markdown_table(["model", "length", "new tokens", "method", "n", "accuracy (exact)", "step accuracy",
+             table_markdown(["model", "length", "new tokens", "method", "n", "accuracy (exact)", "step accuracy",
                              "partial accuracy", "Δ accuracy", "Δ step accuracy"], body), "",
              "## UniAttnS temperature, chosen on MRCR-style data", "", result["tau_rule"], ""]
     sweep = []
@@ -79,7 +80,7 @@ def render_pt_table(result: dict) -> str:
             chosen = "**chosen**" + (" (tie)" if s["tied"] else "") if row["tau"] == s["chosen_tau"] else ""
             sweep.append([model, f"{row['tau']:g}", row["n"], ",".join(map(str, row["lengths"])),
                           fmt_ci(row["score"]), chosen])
-    parts.append(markdown_table(["model", "tau", "n", "lengths", "MRCR score", ""], sweep) if sweep
+    parts.append(table_markdown(["model", "tau", "n", "lengths", "MRCR score", ""], sweep) if sweep
                  else "No MRCR tau-sweep records.")
     return with_footer(parts, result)
 
@@ -113,7 +114,7 @@ def render_ablation_table(result: dict) -> str:
                  *(fmt_ci(r["metrics"].get(m)) for m in metrics),
                  *(fmt_delta((r.get("delta") or {}).get(m)) for m in deltas)] for r in rows]
         parts += ["", f"## {TASK_NAMES.get(task, task)}", "",
-                  markdown_table(["model", "length", "new tokens", "method", "n",
+                  table_markdown(["model", "length", "new tokens", "method", "n",
                                   *(METRIC_NAMES.get(m, m) for m in metrics),
                                   *(f"Δ {METRIC_NAMES.get(m, m)}" for m in deltas)], body)]
     if not result["rows"]:
@@ -161,7 +162,8 @@ def robustness_panels(points: list[dict]) -> list[Panel]:
             for p in points:
                 if p["task"] == task and p["param"] == param and p["metrics"].get(metric):
                     series.setdefault(_series_name(p, many_models, many_settings), []).append(p)
-            lines = [Series(name, [p["metrics"][metric]["mean"] for p in pts], [p["metrics"][metric]["lo"] for p in pts],
+            lines = [Series(name, [p["metrics"][metric]["mean"] for p in pts],
+                            [p["metrics"][metric]["lo"] for p in pts],
                             [p["metrics"][metric]["hi"] for p in pts], x=[p["value"] for p in pts])
                      for name, pts in series.items()]
             out.append(Panel(f"{label} vs {PARAM_LABELS[param]}", label, lines, xlabel=PARAM_LABELS[param],
@@ -179,6 +181,6 @@ def render_robustness(result: dict) -> str:
                  f"{p['value']:g}" + (" (default)" if p["is_default"] else ""), p["n"],
                  "; ".join(f"{m} {fmt_ci(e)}" for m, e in p["metrics"].items())] for p in pts]
         parts += ["", f"## {PARAM_LABELS[param]}", "",
-                  markdown_table(["model", "task", "length", "new tokens", "value", "n", "metrics"], body)
+                  table_markdown(["model", "task", "length", "new tokens", "value", "n", "metrics"], body)
                   if body else "No runs."]
     return with_footer(parts, result)

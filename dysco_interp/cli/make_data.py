@@ -16,7 +16,7 @@ from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import flags
 from dysco_interp.errors import ConfigError
 from dysco_interp.tasks import TASKS, get_task, make_dataset, save_dataset
-from dysco_interp.tasks.lengths import parse_lengths
+from dysco_interp.tasks.lengths import length_label, parse_lengths
 
 
 def add_make_data_parser(subparsers) -> argparse.ArgumentParser:
@@ -76,10 +76,6 @@ def parse_hops(text: str) -> int | list[int]:
         return int(text)
     except ValueError:
         raise ConfigError(f"invalid --hops {text!r}: use N, a list such as 24,29,34,39, or a range 24-39") from None
-
-
-def length_label(tokens: int) -> str:
-    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
 
 
 def _options(spec_name: str, args) -> dict:

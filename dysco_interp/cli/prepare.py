@@ -15,12 +15,13 @@ from dysco_interp.errors import ConfigError
 def decoding_config(args, method: str):
     """The DecodingConfig of `method` from --preset, its overrides, --tau and the sampling flags."""
     from dysco_interp.decoding.config import preset
+    from dysco_interp.decoding.methods import REGISTRY
     from dysco_interp.decoding.sampling import SamplingConfig
 
-    if method == "uniattns" and args.tau is None:
+    if "tau" in REGISTRY[method].fields and args.tau is None:
         # the old default, tau 1, leaves every attention score as it is: uniattns would be vanilla
         raise ConfigError(
-            "uniattns needs --tau, its attention temperature: tau 1 leaves attention unchanged, which is "
+            f"{method} needs --tau, its attention temperature: tau 1 leaves attention unchanged, which is "
             "vanilla decoding; the paper picks tau per model on MRCR (see the README)"
         )
     changes = {

@@ -21,22 +21,25 @@ import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dysco_interp.checks import brief
 from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.jsonl import iter_jsonl, write_jsonl
 from dysco_interp.tasks import mrcr, needle_qa, path_traversal
-from dysco_interp.tasks.base import check_positive
+from dysco_interp.tasks.base import SpanRecord, check_positive
 
 
 @dataclass(frozen=True)
 class TaskSpec:
     name: str
     description: str
-    generate: Callable  # (tokenizer, target_tokens, *, seed, index, **options) -> instance
-    instance_type: type
+    generate: Callable[..., SpanRecord]  # (tokenizer, target_tokens, *, seed, index, **options) -> instance
+    instance_type: type[SpanRecord]
     options: tuple[str, ...]  # keyword options `generate` accepts besides seed and index
-    summary: Callable[[object], dict]  # what the make-data table shows for one instance
+    # What the make-data table shows for one instance; it takes `instance_type`, which a
+    # Callable type cannot say without making TaskSpec generic in it.
+    summary: Callable[[Any], dict[str, int]]
 
 
 TASKS: dict[str, TaskSpec] = {

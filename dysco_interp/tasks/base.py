@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from importlib import resources
-from typing import ClassVar, Self, TypeVar
+from typing import Any, ClassVar, Self, TypedDict, TypeVar
 
-from dysco_interp.chat import Span
+from dysco_interp.chat import EncodedPrompt, Span
 from dysco_interp.errors import ConfigError
 
 T = TypeVar("T")
@@ -37,12 +37,24 @@ def instance_rng(task: str, seed: int, *parts: object) -> random.Random:
     return random.Random(":".join(str(p) for p in (task, seed, *parts)))
 
 
-def instance_id(task: str, seed: int, index: int, target_tokens: int | None, count: int | None, unit: str) -> str:
-    """'task-s0-3-4096t' for a target length, 'task-s0-3-12x' (unit letter) for a fixed size."""
-    return f"{task}-s{seed}-{index}" + (f"-{target_tokens}t" if target_tokens else f"-{count}{unit}")
+class Provenance(TypedDict):
+    """A generated instance's id and the coordinates that fix it, stored in its fields of the same names."""
+
+    id: str
+    seed: int
+    index: int
+    target_tokens: int | None
 
 
-def check_positive(name: str, value: int) -> int:
+def provenance(task: str, seed: int, index: int, target_tokens: int | None, count: int | None, unit: str) -> Provenance:
+    """What an instance records of its origin; its id reads 'task-s0-3-4096t' for a target length and
+    'task-s0-3-12x' (`unit` letter after `count`) for a fixed size."""
+    size = f"{target_tokens}t" if target_tokens else f"{count}{unit}"
+    return Provenance(id=f"{task}-s{seed}-{index}-{size}", seed=seed, index=index, target_tokens=target_tokens)
+
+
+def check_positive(name: str, value: object) -> int:
+    """`value` when it is an int of at least 1 (not a bool); ConfigError naming `name` otherwise."""
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise ConfigError(f"{name} must be a positive integer, got {value!r}")
     return value
@@ -69,9 +81,30 @@ def check_same_tokenizer(instance, n_ids: int) -> None:
         )
 
 
-def token_spans(encoded, char_spans: Iterable[Span]) -> list[Span]:
-    """Token span covering each character span of an `EncodedPrompt`."""
-    return [tuple(encoded.token_span(a, b)) for a, b in char_spans]
+class PromptFields(TypedDict):
+    """What every instance stores about its rendered prompt, in its fields of the same names."""
+
+    prompt_text: str
+    n_tokens: int
+    n_generation_prompt: int
+    tokenizer: str | None
+    enable_thinking: bool | None
+
+
+def prompt_fields(encoded: EncodedPrompt, tokenizer, enable_thinking: bool | None) -> PromptFields:
+    """The rendered text, its token counts and the tokenizer's name, for an instance's constructor."""
+    return PromptFields(
+        prompt_text=encoded.text,
+        n_tokens=len(encoded),
+        n_generation_prompt=encoded.n_generation_prompt,
+        tokenizer=tokenizer_name(tokenizer),
+        enable_thinking=enable_thinking,
+    )
+
+
+def token_spans(encoded: EncodedPrompt, char_spans: Iterable[Span]) -> list[Span]:
+    """Token span covering each character span of an encoded prompt."""
+    return [encoded.token_span(a, b) for a, b in char_spans]
 
 
 def as_spans(values) -> list[Span]:
@@ -88,6 +121,8 @@ class SpanRecord:
 
     SPAN_FIELDS: ClassVar[tuple[str, ...]] = ()
     SPAN_LIST_FIELDS: ClassVar[tuple[str, ...]] = ()
+    # Declared (not set) so type checkers see a dataclass: every subclass is one.
+    __dataclass_fields__: ClassVar[dict[str, Any]]
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -107,36 +142,60 @@ class SpanRecord:
         return cls(**d)
 
 
-def _missed(target: int, tolerance: float, got: int) -> ConfigError:
-    return ConfigError(
-        f"could not reach {target} tokens within {tolerance:.0%} (closest: {got} tokens); "
-        "use a larger tolerance or another target length"
-    )
+@dataclass(frozen=True)
+class LengthSearch:
+    """A unit count to find: the prompt with it has `target` tokens, within tolerance × target.
+
+    Each unit (an edge line, a document, a chat turn) adds about `tokens_per_unit` tokens to
+    the `overhead` of a prompt with none; the search starts from the count that estimate gives
+    and stays in [min_count, max_count]. A target below what min_count gives is a ConfigError
+    worded by `too_short(got)`, one above what max_count gives by `too_long(got)`.
+    """
+
+    target: int
+    tolerance: float
+    overhead: float
+    tokens_per_unit: float
+    min_count: int
+    max_count: int
+    too_short: Callable[[int], str]
+    too_long: Callable[[int], str] | None = None  # None: a generic message
+
+    @property
+    def first_guess(self) -> int:
+        return round((self.target - self.overhead) / self.tokens_per_unit)
+
+    def too_long_message(self, got: int) -> str:
+        if self.too_long is not None:
+            return self.too_long(got)
+        return f"target length {self.target} tokens is beyond what this generator supports"
+
+    def missed(self, got: int) -> ConfigError:
+        return ConfigError(
+            f"could not reach {self.target} tokens within {self.tolerance:.0%} (closest: {got} tokens); "
+            "use a larger tolerance or another target length"
+        )
 
 
 def fit_count(
     build: Callable[[int], T],
     n_tokens: Callable[[T], int],
-    target: int,
-    tolerance: float,
-    first_guess: int,
-    tokens_per_unit: float,
-    min_count: int,
-    max_count: int,
-    too_short: Callable[[int], str],
-    too_long: Callable[[int], str],
+    search: LengthSearch,
+    *,
     max_builds: int = 8,
     strict: bool = True,
 ) -> T:
-    """The built object whose token count is closest to `target`, searching over a unit count.
+    """The built object whose token count is closest to `search.target`, over a unit count.
 
     `build(count)` must be deterministic. The search starts from an estimate and moves by
     secant steps, so a long prompt is tokenized a handful of times, not once per unit.
     A target below what min_count gives, or above what max_count gives, is a ConfigError;
     so is missing the tolerance, unless `strict` is False (the caller refines further).
     """
+    target, tolerance = search.target, search.tolerance
+    min_count, max_count = search.min_count, search.max_count
     if min_count > max_count:
-        raise ConfigError(too_long(min_count))
+        raise ConfigError(search.too_long_message(min_count))
     cache: dict[int, tuple[T, int]] = {}
 
     def measure(count: int) -> int:
@@ -145,8 +204,8 @@ def fit_count(
             cache[count] = (obj, n_tokens(obj))
         return cache[count][1]
 
-    count = min(max(first_guess, min_count), max_count)
-    slope = max(tokens_per_unit, 1e-6)
+    count = min(max(search.first_guess, min_count), max_count)
+    slope = max(search.tokens_per_unit, 1e-6)
     # Within half a unit, or well inside the tolerance: each further build costs a full encode.
     close_enough = max(slope / 2, tolerance * target / 5)
     for _ in range(max_builds):
@@ -165,28 +224,19 @@ def fit_count(
     best, got = cache[best_count]
     if abs(got - target) > tolerance * target:
         if got > target and best_count == min_count:
-            raise ConfigError(too_short(got))
+            raise ConfigError(search.too_short(got))
         if got < target and best_count == max_count:
-            raise ConfigError(too_long(got))
+            raise ConfigError(search.too_long_message(got))
         if not strict:
             return best
-        raise _missed(target, tolerance, got)
+        raise search.missed(got)
     return best
 
 
 def fit_count_and_variant(
-    n_tokens: Callable[[int, int], int],
-    target: int,
-    tolerance: float,
-    *,
-    first_guess: int,
-    tokens_per_unit: float,
-    min_count: int,
-    max_count: int,
-    too_short: Callable[[int], str],
-    n_variants: int = 8,
+    n_tokens: Callable[[int, int], int], search: LengthSearch, *, n_variants: int = 8
 ) -> tuple[int, int]:
-    """(count, variant) whose prompt is closest to `target`, for tasks with coarse units.
+    """(count, variant) whose prompt is closest to `search.target`, for tasks with coarse units.
 
     `n_tokens(count, variant)` is the prompt length with `count` units, the last one redrawn
     as `variant` (0: not redrawn). A unit (a document, a chat turn) is large next to the
@@ -194,30 +244,19 @@ def fit_count_and_variant(
     are tried at count, count - 1 and count + 1 (above min_count, so a last unit exists to
     redraw) until one is well inside the tolerance. ConfigError when none is within it.
     """
+    target = search.target
 
     def measure(count: int, variant: int = 0) -> tuple[tuple[int, int], int]:
         return (count, variant), n_tokens(count, variant)
 
-    best = fit_count(
-        measure,
-        lambda trial: trial[1],
-        target,
-        tolerance,
-        first_guess=first_guess,
-        tokens_per_unit=tokens_per_unit,
-        min_count=min_count,
-        max_count=max_count,
-        too_short=too_short,
-        too_long=lambda got: f"target length {target} tokens is beyond what this generator supports",
-        strict=False,
-    )
-    good = tolerance * target / 2
+    best = fit_count(measure, lambda trial: trial[1], search, strict=False)
+    good = search.tolerance * target / 2
     count = best[0][0]
-    trials = ((c, v) for c in (count, count - 1, count + 1) if c > min_count for v in range(1, n_variants + 1))
+    trials = ((c, v) for c in (count, count - 1, count + 1) if c > search.min_count for v in range(1, n_variants + 1))
     for c, v in trials:
         if abs(best[1] - target) <= good:
             break
         best = min(best, measure(c, v), key=lambda t: abs(t[1] - target))
-    if abs(best[1] - target) > tolerance * target:
-        raise _missed(target, tolerance, best[1])
+    if abs(best[1] - target) > search.tolerance * target:
+        raise search.missed(best[1])
     return best[0]

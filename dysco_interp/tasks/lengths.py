@@ -25,6 +25,11 @@ def parse_length(text: str | int) -> int:
     return int(round(value))
 
 
+def length_label(tokens: int) -> str:
+    """The inverse of `parse_length` for file names: 8192 -> '8k', 1500 -> '1500'."""
+    return f"{tokens // 1024}k" if tokens % 1024 == 0 else str(tokens)
+
+
 def parse_lengths(text: str) -> list[int]:
     """A comma-separated list of lengths: '1k,2k,4k' -> [1024, 2048, 4096]."""
     parts = [p for p in str(text).split(",") if p.strip()]

@@ -6,11 +6,12 @@ from dysco_interp.chat import count_chat_tokens
 from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.base import (
     DEFAULT_TOLERANCE,
+    LengthSearch,
     check_positive,
     check_tolerance,
     fit_count_and_variant,
-    instance_id,
     instance_rng,
+    provenance,
 )
 from dysco_interp.tasks.mrcr.answers import FORMS, TOPICS, final_question, random_prefix, write_answer
 from dysco_interp.tasks.mrcr.instance import TASK, MRCRExample, build_example, chat_messages
@@ -91,8 +92,7 @@ def generate_example(
         raise ConfigError(f"k must be between 1 and n_needles={n_needles}, got {k!r}")
     prefix = random_prefix(rng)
     position_draws = [rng.random() for _ in range(n_needles)]
-    iid = instance_id(TASK, seed, index, target_tokens, n_turns, "x")
-    meta = dict(seed=seed, index=index, target_tokens=target_tokens)
+    meta = provenance(TASK, seed, index, target_tokens, n_turns, "x")
 
     def arrange(n_fillers: int, variant: int = 0):
         needles, fillers = _turns(seed, index, n_fillers, n_needles, form, topic, variant)
@@ -108,7 +108,6 @@ def generate_example(
             k,
             prefix,
             tokenizer,
-            id=iid,
             enable_thinking=enable_thinking,
             extra={"last_filler_variant": variant} if variant else {},
             **meta,
@@ -119,7 +118,7 @@ def generate_example(
         if n_turns < n_needles:
             raise ConfigError(f"n_turns={n_turns} cannot hold {n_needles} needle turns")
         return build(n_turns - n_needles)
-    check_positive("target_tokens", target_tokens)
+    target = check_positive("target_tokens", target_tokens)
 
     def n_tokens(n_fillers: int, variant: int) -> int:
         turns, _ = arrange(n_fillers, variant)
@@ -128,17 +127,16 @@ def generate_example(
 
     zero = n_tokens(0, 0)
     per_turn = max(1.0, (n_tokens(8, 0) - zero) / 8)
-    count, variant = fit_count_and_variant(
-        n_tokens,
-        target_tokens,
+    search = LengthSearch(
+        target,
         tolerance,
-        first_guess=round((target_tokens - zero) / per_turn),
+        overhead=zero,
         tokens_per_unit=per_turn,
         min_count=0,
         max_count=200_000,
         too_short=lambda got: (
-            f"target length {target_tokens} tokens is too short for {n_needles} needle turns: the chat "
+            f"target length {target} tokens is too short for {n_needles} needle turns: the chat "
             f"with no filler turns already has {got} tokens; ask for at least {got} tokens or fewer needles"
         ),
     )
-    return build(count, variant)
+    return build(*fit_count_and_variant(n_tokens, search))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dysco_interp.chat import Messages, Span, content_spans, encode_chat
-from dysco_interp.tasks.base import SpanRecord, token_spans, tokenizer_name
+from dysco_interp.tasks.base import SpanRecord, prompt_fields, token_spans
 from dysco_interp.tasks.mrcr.answers import final_question
 
 TASK = "mrcr"
@@ -105,12 +105,8 @@ def build_example(
         gold_message_index=gold,
         needle_request_indices=[2 * t for t in needle_turns],
         needle_answer_indices=answer_indices,
-        prompt_text=enc.text,
-        n_tokens=len(enc),
-        n_generation_prompt=enc.n_generation_prompt,
         message_char_spans=char_spans,
         message_token_spans=token_spans(enc, char_spans),
-        tokenizer=tokenizer_name(tokenizer),
-        enable_thinking=enable_thinking,
+        **prompt_fields(enc, tokenizer, enable_thinking),
         **meta,
     )

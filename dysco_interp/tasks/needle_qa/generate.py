@@ -8,11 +8,12 @@ from dysco_interp.chat import count_chat_tokens
 from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.base import (
     DEFAULT_TOLERANCE,
+    LengthSearch,
     check_positive,
     check_tolerance,
     fit_count_and_variant,
-    instance_id,
     instance_rng,
+    provenance,
 )
 from dysco_interp.tasks.names import InventedNames
 from dysco_interp.tasks.needle_qa.documents import KINDS, Fact
@@ -73,8 +74,7 @@ def generate_example(
         raise ConfigError(f"gold_position must be in [0, 1], got {gold_position}")
     attribute_draw = instance_rng(TASK, seed, index, "question").random()
     position_draw = instance_rng(TASK, seed, index, "position").random()
-    iid = instance_id(TASK, seed, index, target_tokens, n_docs, "d")
-    meta = dict(seed=seed, index=index, target_tokens=target_tokens)
+    meta = provenance(TASK, seed, index, target_tokens, n_docs, "d")
 
     def arrange(count: int, variant: int = 0):
         facts = _documents(seed, index, count, kinds, variant)
@@ -91,7 +91,6 @@ def generate_example(
 
     def build(count: int, variant: int = 0) -> NeedleQAExample:
         docs, gold_index, attribute, question, answers = arrange(count, variant)
-        extra = {"last_doc_variant": variant} if variant else {}
         return build_example(
             docs,
             gold_index,
@@ -99,39 +98,39 @@ def generate_example(
             answers,
             attribute,
             tokenizer,
-            id=iid,
             enable_thinking=enable_thinking,
-            extra=extra,
+            extra={"last_doc_variant": variant} if variant else {},
             **meta,
         )
 
     if n_docs is not None:
         return build(check_positive("n_docs", n_docs))
-    check_positive("target_tokens", target_tokens)
+    target = check_positive("target_tokens", target_tokens)
 
     def n_tokens(count: int, variant: int) -> int:
         docs, _, _, question, _ = arrange(count, variant)
         return count_chat_tokens(tokenizer, format_prompt(docs, question)[0], enable_thinking)
 
     overhead, per_doc = _length_model(tokenizer, seed, index, kinds, enable_thinking)
-    count, variant = fit_count_and_variant(
-        n_tokens,
-        target_tokens,
+    search = LengthSearch(
+        target,
         tolerance,
-        first_guess=round((target_tokens - overhead) / per_doc),
+        overhead=overhead,
         tokens_per_unit=per_doc,
         min_count=1,
         max_count=100_000,
         too_short=lambda got: (
-            f"target length {target_tokens} tokens is too short: one document with the instructions "
+            f"target length {target} tokens is too short: one document with the instructions "
             f"already takes {got} tokens"
         ),
-        n_variants=len(_VARIANT_SHAPES),
     )
-    return build(count, variant)
+    return build(*fit_count_and_variant(n_tokens, search, n_variants=len(_VARIANT_SHAPES)))
 
 
-def _length_model(tokenizer, seed, index, kinds, enable_thinking) -> tuple[int, float]:
+def _length_model(
+    tokenizer, seed: int, index: int, kinds: Sequence[str], enable_thinking: bool | None
+) -> tuple[float, float]:
+    """Prompt tokens with no documents (extrapolated from 1 and 16), and mean tokens per document."""
     facts = _documents(seed, index, 16, kinds)
     docs = [f.document for f in facts]
     overhead = count_chat_tokens(tokenizer, format_prompt(docs[:1], "What is it?")[0], enable_thinking)

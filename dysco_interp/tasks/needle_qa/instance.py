@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from dysco_interp.chat import Span, content_spans, encode_chat
-from dysco_interp.tasks.base import SpanRecord, token_spans, tokenizer_name
+from dysco_interp.tasks.base import SpanRecord, prompt_fields, token_spans
 from dysco_interp.tasks.needle_qa.documents import Document
 
 TASK = "needle_qa"
@@ -128,18 +128,14 @@ def build_example(
         documents=[d.to_dict() for d in documents],
         gold_index=gold_index,
         prompt=prompt,
-        prompt_text=enc.text,
-        n_tokens=len(enc),
-        n_generation_prompt=enc.n_generation_prompt,
         doc_char_spans=doc_chars,
         doc_token_spans=token_spans(enc, doc_chars),
         question_char_span=q_chars,
-        question_token_span=tuple(enc.token_span(*q_chars)),
+        question_token_span=enc.token_span(*q_chars),
         query_char_span=query_chars,
-        query_token_span=tuple(enc.token_span(*query_chars)),
+        query_token_span=enc.token_span(*query_chars),
         is_null_query=is_null_query,
-        tokenizer=tokenizer_name(tokenizer),
-        enable_thinking=enable_thinking,
+        **prompt_fields(enc, tokenizer, enable_thinking),
         **meta,
     )
 
@@ -147,7 +143,6 @@ def build_example(
 def null_query(example: NeedleQAExample, tokenizer) -> NeedleQAExample:
     """The same example with the question replaced by "N/A"; document spans stay identical."""
     docs = [Document(**d) for d in example.documents]
-    meta = dict(seed=example.seed, index=example.index, target_tokens=example.target_tokens, extra=dict(example.extra))
     null = build_example(
         docs,
         example.gold_index,
@@ -158,7 +153,10 @@ def null_query(example: NeedleQAExample, tokenizer) -> NeedleQAExample:
         id=f"{example.id}-null",
         enable_thinking=example.enable_thinking,
         is_null_query=True,
-        **meta,
+        seed=example.seed,
+        index=example.index,
+        target_tokens=example.target_tokens,
+        extra=dict(example.extra),
     )
     if null.doc_token_spans != example.doc_token_spans or null.doc_char_spans != example.doc_char_spans:
         raise ValueError(

@@ -9,11 +9,12 @@ from dysco_interp.chat import count_chat_tokens, encode_text
 from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.base import (
     DEFAULT_TOLERANCE,
+    LengthSearch,
     check_positive,
     check_tolerance,
     fit_count,
-    instance_id,
     instance_rng,
+    provenance,
 )
 from dysco_interp.tasks.names import city_names
 from dysco_interp.tasks.path_traversal.graph import TOPOLOGIES, RouteGraph, sample_graph
@@ -33,7 +34,8 @@ NAME_POOL = 5000  # most populous names used at every length, so route names are
 
 def _sample_cities(rng, pool: Sequence[str], exclude: set[str], n: int) -> list[str]:
     # Sampling indices (not a filtered copy of the pool) keeps a 32K instance fast.
-    chosen, seen = [], set(exclude)
+    chosen: list[str] = []
+    seen = set(exclude)
     while len(chosen) < n:
         name = pool[rng.randrange(len(pool))]
         if name not in seen:
@@ -44,7 +46,7 @@ def _sample_cities(rng, pool: Sequence[str], exclude: set[str], n: int) -> list[
 
 def resolve_hops(hops: int | Sequence[int], seed: int = 0, index: int = 0) -> int:
     """The route length of instance `index`: `hops` itself, or a seeded draw from a list."""
-    if isinstance(hops, int) and not isinstance(hops, bool):
+    if isinstance(hops, int):
         return check_positive("hops", hops)
     choices = list(hops)
     if not choices:
@@ -106,14 +108,13 @@ def generate_instance(
         raise ConfigError("give exactly one of target_tokens and n_edges")
     check_tolerance(tolerance)
     n_hops = resolve_hops(hops, seed, index)
-    meta = dict(seed=seed, index=index, target_tokens=target_tokens, topology=topology)
-    iid = instance_id(TASK, seed, index, target_tokens, n_edges, "e")
+    meta = provenance(TASK, seed, index, target_tokens, n_edges, "e")
 
     def graph_for(count: int) -> RouteGraph:
         return generate_graph(count, seed=seed, index=index, hops=n_hops, topology=topology)
 
     def build(graph: RouteGraph) -> PathTraversalInstance:
-        return build_instance(graph, tokenizer, id=iid, enable_thinking=enable_thinking, **meta)
+        return build_instance(graph, tokenizer, enable_thinking=enable_thinking, topology=topology, **meta)
 
     def measured(count: int) -> tuple[RouteGraph, int]:
         # One plain encode per trial; spans are computed once, for the chosen graph.
@@ -125,40 +126,36 @@ def generate_instance(
         return build(graph_for(n_edges))
     if topology not in TOPOLOGIES:
         raise ConfigError(f"unknown topology {topology!r}; choose one of {', '.join(TOPOLOGIES)}")
-    check_positive("target_tokens", target_tokens)
+    target = check_positive("target_tokens", target_tokens)
     names = city_names()
-    base_pool = names[:NAME_POOL]
-    max_count = len(names) - 1
-    overhead, per_line = _length_model(tokenizer, base_pool, enable_thinking)
-    estimate = round((target_tokens - overhead) / per_line)
-    if estimate > 1.2 * max_count:  # fail before building a graph of every name
-        raise ConfigError(
-            f"target length {target_tokens} tokens needs about {estimate} edges, more than the "
-            f"{len(names)} distinct city names available allow; ask for a shorter prompt"
-        )
-    graph, _ = fit_count(
-        measured,
-        lambda trial: trial[1],
-        target_tokens,
+    overhead, per_line = _length_model(tokenizer, names[:NAME_POOL], enable_thinking)
+    search = LengthSearch(
+        target,
         tolerance,
-        first_guess=estimate,
+        overhead=overhead,
         tokens_per_unit=per_line,
         min_count=n_hops,
-        max_count=max_count,
+        max_count=len(names) - 1,
         too_short=lambda got: (
-            f"target length {target_tokens} tokens is too short for a {n_hops}-hop route: with no "
+            f"target length {target} tokens is too short for a {n_hops}-hop route: with no "
             f"distractor edges the prompt already has {got} tokens; ask for at least {got} tokens "
             "or fewer hops"
         ),
         too_long=lambda got: (
-            f"target length {target_tokens} tokens needs more cities than the {len(names)} distinct "
+            f"target length {target} tokens needs more cities than the {len(names)} distinct "
             f"names available (reached {got} tokens with all of them); ask for a shorter prompt"
         ),
     )
+    if search.first_guess > 1.2 * search.max_count:  # fail before building a graph of every name
+        raise ConfigError(
+            f"target length {target} tokens needs about {search.first_guess} edges, more than the "
+            f"{len(names)} distinct city names available allow; ask for a shorter prompt"
+        )
+    graph, _ = fit_count(measured, lambda trial: trial[1], search)
     return build(graph)
 
 
-def _length_model(tokenizer, pool: Sequence[str], enable_thinking) -> tuple[int, float]:
+def _length_model(tokenizer, pool: Sequence[str], enable_thinking: bool | None) -> tuple[int, float]:
     """Prompt tokens without edges, and mean tokens per edge line, from a small sample."""
     rng = random.Random(0)
     overhead = count_chat_tokens(tokenizer, format_prompt(PROBLEM_DESCRIPTION, pool[0], pool[1]), enable_thinking)

@@ -102,12 +102,13 @@ def sample_graph(rng, cities: Sequence[str], n_hops: int, topology: str = "merge
 
 def follow_route(edges: Sequence[Edge], start: str, dest: str) -> list[int]:
     """Indices of the edges from start to dest (raises if the graph has no such unique route)."""
-    out = {}
+    out: dict[str, int] = {}
     for i, e in enumerate(edges):
         if e.src in out:
             raise ValueError(f"city {e.src!r} has more than one outgoing edge")
         out[e.src] = i
-    route, city = [], start
+    route: list[int] = []
+    city = start
     while city != dest:
         if city not in out or len(route) > len(edges):
             raise ValueError(f"no route from {start!r} to {dest!r}")
@@ -151,7 +152,8 @@ def graph_statistics(records: Iterable[dict]) -> dict[str, float]:
         distractors = [e for e in edges if e.src not in on_route]
         depths = []
         for e in distractors:
-            city, k = e.src, 0
+            city: str | None = e.src
+            k = 0
             while city is not None and city not in on_route and k <= len(edges):
                 city, k = nxt.get(city), k + 1
             depths.append(k if city in on_route else -1)

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from dysco_interp.chat import EncodedPrompt, Span, content_spans, encode_chat, encode_text
-from dysco_interp.tasks.base import SpanRecord, token_spans, tokenizer_name
+from dysco_interp.tasks.base import SpanRecord, prompt_fields, token_spans
 from dysco_interp.tasks.path_traversal.graph import RouteGraph, follow_route
 from dysco_interp.tasks.path_traversal.longproc import (
     CONTEXT_OFFSET,
@@ -118,9 +118,6 @@ def build_instance(
         id=id,
         **record,
         prompt=prompt,
-        prompt_text=enc.text,
-        n_tokens=len(enc),
-        n_generation_prompt=enc.n_generation_prompt,
         edge_char_spans=char_spans,
         edge_token_spans=token_spans(enc, char_spans),
         gold_edge_indices=list(graph.route),
@@ -128,8 +125,7 @@ def build_instance(
         completion_n_tokens=n_comp,
         step_char_spans=step_chars,
         step_token_spans=[(a + len(enc), b + len(enc)) for a, b in comp_spans],
-        tokenizer=tokenizer_name(tokenizer),
-        enable_thinking=enable_thinking,
+        **prompt_fields(enc, tokenizer, enable_thinking),
         **meta,
     )
 

@@ -23,19 +23,27 @@ STEP_TEMPLATE = "From {src}, take a {transit} to {dst}."
 QUESTION_TEMPLATE = "Please give a route from {src} to {dst}."
 ROUTE_OPEN, ROUTE_CLOSE = "<Route>", "</Route>"
 
-# LongProc's USER_PROMPT (data/path_traversal/prompts.yaml, Apache-2.0), verbatim.
+# LongProc's USER_PROMPT (data/path_traversal/prompts.yaml, Apache-2.0), verbatim. A backslash at a line's
+# end is not in the text: it joins the line to the next, splitting LongProc's long lines to fit 120 columns.
 USER_PROMPT = """[TASK]
-In a completely hypothetical world, there are a number of cities. Each city has a one-way connection to only one other city via a specific transit method (bus, train, plane, or ferry). Your task is to provide a route from a city to another city. You should follow the specific instruction provided later and output the route following the format provided in the instruction.
+In a completely hypothetical world, there are a number of cities. Each city has a one-way connection to only one \
+other city via a specific transit method (bus, train, plane, or ferry). Your task is to provide a route from a city \
+to another city. You should follow the specific instruction provided later and output the route following the format \
+provided in the instruction.
 
 
 [IMPORTANT NOTES]
-- All connections are one-way. If city A is connected to city B, you can travel from A to B, but not the other way around.
-- Because each city is connected to only one other city, so there's only one possible route. To find the route, you can simply start from the starting city, identify the next city it's connected to, and repeat the process until you reach the destination city.
+- All connections are one-way. If city A is connected to city B, you can travel from A to B, but not the other way \
+around.
+- Because each city is connected to only one other city, so there's only one possible route. To find the route, you \
+can simply start from the starting city, identify the next city it's connected to, and repeat the process until you \
+reach the destination city.
 - Please follow the exact format specified below when outputting the route.
 
 
 [OUTPUT FORMAT]
-Please mark the route with <Route> and </Route> tags. The route should be in the following format, where one line is one step of the route:
+Please mark the route with <Route> and </Route> tags. The route should be in the following format, where one line is \
+one step of the route:
 <Route>
 From <CITY_NAME>, take a <TRANSIT_METHOD> to <CITY_NAME>.
 ...
@@ -44,7 +52,8 @@ From <CITY_NAME>, take a <TRANSIT_METHOD> to <CITY_NAME>.
 
 
 [EXAMPLE]
-In a hypothetical world, there are a number of cities. Each city has a one-way connection to only one other city via a specific transit method. The details of the cities are as follows:
+In a hypothetical world, there are a number of cities. Each city has a one-way connection to only one other city via \
+a specific transit method. The details of the cities are as follows:
 Fort Worth is a lively city. You can travel from Fort Worth to Manchester by ferry.
 Leeds is a lively city. You can travel from Leeds to London by bus.
 Manchester is a lively city. You can travel from Manchester to Indianapolis by plane.
@@ -70,7 +79,8 @@ From San Antonio, take a train to Kitchener.
 {city_context}
 
 Now find the route from {src_city} to {dst_city} based on the information above. Some reminders:
-- All connections are one-way. You can solve the problem by iteratively finding the next city to travel to until you reach the destination city.
+- All connections are one-way. You can solve the problem by iteratively finding the next city to travel to until you \
+reach the destination city.
 - Follow the specific format for the route output. Mark the route with <Route> and </Route> tags."""
 
 

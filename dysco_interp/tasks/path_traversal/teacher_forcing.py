@@ -45,7 +45,7 @@ def teacher_forced_inputs(instance: PathTraversalInstance, tokenizer) -> Teacher
     check_same_tokenizer(instance, len(prompt_ids))
     comp_ids, _ = encode_text(tokenizer, instance.completion)
     return TeacherForcedInputs(
-        tuple(prompt_ids) + tuple(comp_ids), len(prompt_ids), tuple(tuple(s) for s in instance.step_token_spans)
+        tuple(prompt_ids) + tuple(comp_ids), len(prompt_ids), tuple((a, b) for a, b in instance.step_token_spans)
     )
 
 
