@@ -10,13 +10,11 @@ Writes STEM.md and STEM.json.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.report import command_line, write_report
-from dysco_interp.analysis.table_reports import ablation_result, render_ablation_table
+from dysco_interp.analysis.table_reports import ablation_result, ci_options, render_ablation_table, table_arguments
 from dysco_interp.errors import DyscoError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -24,12 +22,9 @@ SCRIPT = "analyses/ablation_table.py"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--stores", nargs="+", default=[str(REPO / "figures/ablations/*.jsonl")],
-                   help="result stores (glob patterns; quote them)")
-    p.add_argument("--out", default=str(REPO / "figures/ablations/table"), help="writes OUT.md and OUT.json")
-    p.add_argument("--n-boot", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p = table_arguments(__doc__.splitlines()[0], stores=[str(REPO / "figures/ablations/*.jsonl")],
+                        stores_help="result stores (glob patterns; quote them)",
+                        out=str(REPO / "figures/ablations/table"), out_help="writes OUT.md and OUT.json")
     return p.parse_args(argv)
 
 
@@ -37,7 +32,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     command = command_line(SCRIPT, argv if argv is not None else sys.argv[1:])
     try:
-        result = ablation_result(args.stores, T.CIOptions(args.n_boot, args.seed), command, REPO)
+        result = ablation_result(args.stores, ci_options(args), command, REPO)
     except DyscoError as e:
         print(f"ablation_table: {e}", file=sys.stderr)
         return 2

@@ -11,13 +11,11 @@ STEM.json (rows, the tau sweep, notes on anything missing).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.report import command_line, write_report
-from dysco_interp.analysis.table_reports import pt_table_result, render_pt_table
+from dysco_interp.analysis.table_reports import ci_options, pt_table_result, render_pt_table, table_arguments
 from dysco_interp.errors import DyscoError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,14 +23,11 @@ SCRIPT = "analyses/pt_table.py"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--stores", nargs="+", default=[str(REPO / "figures/path_traversal/*.jsonl")],
-                   help="Path Traversal result stores (glob patterns; quote them)")
+    p = table_arguments(__doc__.splitlines()[0], stores=[str(REPO / "figures/path_traversal/*.jsonl")],
+                        stores_help="Path Traversal result stores (glob patterns; quote them)",
+                        out=str(REPO / "figures/path_traversal/table"), out_help="writes OUT.md and OUT.json")
     p.add_argument("--tau-stores", nargs="+", default=[str(REPO / "figures/mrcr/*.jsonl")],
                    help="MRCR UniAttnS tau-sweep stores (glob patterns)")
-    p.add_argument("--out", default=str(REPO / "figures/path_traversal/table"), help="writes OUT.md and OUT.json")
-    p.add_argument("--n-boot", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     return p.parse_args(argv)
 
 
@@ -40,7 +35,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     command = command_line(SCRIPT, argv if argv is not None else sys.argv[1:])
     try:
-        result = pt_table_result(args.stores, args.tau_stores, T.CIOptions(args.n_boot, args.seed), command, REPO)
+        result = pt_table_result(args.stores, args.tau_stores, ci_options(args), command, REPO)
     except DyscoError as e:
         print(f"pt_table: {e}", file=sys.stderr)
         return 2

@@ -11,13 +11,17 @@ from another store, e.g. the ablation store). Writes STEM.{png,html,json,md}.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.report import command_line, write_report
-from dysco_interp.analysis.table_reports import render_robustness, robustness_panels, robustness_result
+from dysco_interp.analysis.table_reports import (
+    ci_options,
+    render_robustness,
+    robustness_panels,
+    robustness_result,
+    table_arguments,
+)
 from dysco_interp.errors import DyscoError
 from dysco_interp.viz.figures import save_panels
 
@@ -26,14 +30,11 @@ SCRIPT = "analyses/robustness.py"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--stores", nargs="+",
-                   default=[str(REPO / "figures/robustness/*.jsonl"), str(REPO / "figures/ablations/*.jsonl")],
-                   help="result stores (glob patterns; quote them)")
-    p.add_argument("--out", default=str(REPO / "figures/robustness/robustness"),
-                   help="writes OUT.png, OUT.html, OUT.json, OUT.md")
-    p.add_argument("--n-boot", type=int, default=2000)
-    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p = table_arguments(__doc__.splitlines()[0],
+                        stores=[str(REPO / "figures/robustness/*.jsonl"), str(REPO / "figures/ablations/*.jsonl")],
+                        stores_help="result stores (glob patterns; quote them)",
+                        out=str(REPO / "figures/robustness/robustness"),
+                        out_help="writes OUT.png, OUT.html, OUT.json, OUT.md")
     return p.parse_args(argv)
 
 
@@ -41,7 +42,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     command = command_line(SCRIPT, argv if argv is not None else sys.argv[1:])
     try:
-        result = robustness_result(args.stores, T.CIOptions(args.n_boot, args.seed), command, REPO)
+        result = robustness_result(args.stores, ci_options(args), command, REPO)
     except DyscoError as e:
         print(f"robustness: {e}", file=sys.stderr)
         return 2

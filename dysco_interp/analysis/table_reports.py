@@ -7,6 +7,7 @@ from and the notes on anything missing, and rendered.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,6 +33,21 @@ PARAM_LABELS = {"top_p": "nucleus mass p", "top_k": "cap K (tokens)", "beta": "s
 
 
 # ---------------------------------------------------------------------------- Path Traversal
+
+
+def table_arguments(description: str, *, stores: Sequence[str], stores_help: str, out: str,
+                    out_help: str) -> argparse.ArgumentParser:
+    """The flags every table script takes: --stores, --out, and the bootstrap's --n-boot and --seed."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--stores", nargs="+", default=list(stores), help=stores_help)
+    p.add_argument("--out", default=out, help=out_help)
+    p.add_argument("--n-boot", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    return p
+
+
+def ci_options(args: argparse.Namespace) -> T.CIOptions:
+    return T.CIOptions(args.n_boot, args.seed)
 
 
 def pt_table_result(stores: Sequence[str], tau_stores: Sequence[str], ci: T.CIOptions, command: str,
