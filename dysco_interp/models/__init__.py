@@ -13,7 +13,7 @@ Modules: `loading` (the entry points), `sources` (where models come from), `load
 
 from dysco_interp.models.devices import dtype_name, resolve_device, resolve_dtype
 from dysco_interp.models.loaded import LoadedModel, from_hf, share_weights_twin
-from dysco_interp.models.loading import load_model, load_tokenizer
+from dysco_interp.models.loading import context_length, load_model, load_tokenizer
 from dysco_interp.models.packaged.registry import DEFAULT_MODEL
 from dysco_interp.models.spec import ModelSpec
 from dysco_interp.models.yarn import with_yarn
@@ -22,6 +22,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "LoadedModel",
     "ModelSpec",
+    "context_length",
     "dtype_name",
     "from_hf",
     "load_model",

@@ -89,3 +89,10 @@ def load_tokenizer(
     """
     name = _model_name(name_or_path)
     return source_for(name).load_tokenizer(name, progress=progress)
+
+
+def context_length(name_or_path: str | os.PathLike) -> int | None:
+    """A model's context window read from its config alone (no weights loaded or converted);
+    None when it cannot be read."""
+    name = _model_name(name_or_path)
+    return source_for(name).context_length(name)

@@ -15,8 +15,10 @@ read, what a failed read means, and the weights id.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
+import sys
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -29,10 +31,11 @@ from dysco_interp.errors import DyscoError, ModelIntegrityError, ModelNotFoundEr
 from dysco_interp.models.hub import hub_kwargs, hub_snapshot
 from dysco_interp.models.identity import WeightsId, folder_weights_id, gguf_weights_id
 from dysco_interp.models.loaded import LoadedModel, from_hf
+from dysco_interp.models.packaged.cache import converted_folder
 from dysco_interp.models.packaged.conversion import ensure_converted, locate_chunks, repair
 from dysco_interp.models.packaged.manifest import is_converted, record_manifest
 from dysco_interp.models.packaged.registry import REGISTRY, known_aliases
-from dysco_interp.models.tiny import TINY_PREFIX, tiny_model, tiny_tokenizer
+from dysco_interp.models.tiny import TINY_PREFIX, tiny_config, tiny_model, tiny_tokenizer
 from dysco_interp.models.yarn import with_yarn, yarn_suffix
 
 if TYPE_CHECKING:
@@ -58,6 +61,10 @@ class ModelSource(ABC):
     def load_tokenizer(self, name: str, *, progress: bool) -> PreTrainedTokenizerBase:
         """Only the tokenizer; no weights are loaded or converted when avoidable."""
 
+    @abstractmethod
+    def context_length(self, name: str) -> int | None:
+        """The model's context window from its config alone (no weights); None when it cannot be read."""
+
 
 class TinySource(ModelSource):
     """``tiny-<style>``: a random model built in memory; its weights id hashes the model."""
@@ -72,6 +79,10 @@ class TinySource(ModelSource):
 
     def load_tokenizer(self, name: str, *, progress: bool) -> PreTrainedTokenizerBase:
         return tiny_tokenizer(name.removeprefix(TINY_PREFIX))
+
+    def context_length(self, name: str) -> int | None:
+        style = name.removeprefix(TINY_PREFIX)
+        return tiny_config(style, vocab_size=len(tiny_tokenizer(style))).max_position_embeddings
 
 
 @dataclass(frozen=True)
@@ -114,6 +125,23 @@ class PretrainedSource(ModelSource):
 
     def after_read(self, name: str, progress: bool) -> None:
         """Bookkeeping once the weights have been read without error; nothing by default."""
+
+    def config_location(self, name: str) -> Location | None:
+        """Where the config can be read without converting weights (None: nowhere yet)."""
+        return self.locate(name, progress=False)
+
+    def context_length(self, name: str) -> int | None:
+        from transformers import AutoConfig
+
+        try:
+            location = self.config_location(name)
+            if location is None:
+                return None
+            with contextlib.redirect_stdout(sys.stderr):  # GGUF readers print to stdout
+                config = AutoConfig.from_pretrained(location.path, **location.kwargs)
+            return int(config.max_position_embeddings)
+        except Exception:  # noqa: BLE001 - any failure only means the length is unknown
+            return None
 
     def load(
         self, name: str, *, device: torch.device, dtype: torch.dtype, progress: bool, yarn_factor: float | None
@@ -227,6 +255,15 @@ class PackagedSource(PretrainedSource):
     def after_read(self, name: str, progress: bool) -> None:
         record_manifest(REGISTRY[name], progress)
 
+    def config_location(self, name: str) -> Location | None:
+        packaged = REGISTRY[name]
+        if is_converted(packaged):
+            return Location(str(converted_folder(packaged)))
+        if len(packaged.chunks) == 1:  # a single GGUF carries its config
+            gguf = locate_chunks(packaged)[0]
+            return Location(str(gguf.parent), {"gguf_file": gguf.name})
+        return None
+
     def load_tokenizer(self, name: str, *, progress: bool) -> PreTrainedTokenizerBase:
         packaged = REGISTRY[name]
         gguf = None
@@ -266,6 +303,9 @@ class HubSource(PretrainedSource):
             f"cannot load model {name!r}: it is not a registry alias ({known_aliases()}), not a local "
             f"folder, and could not be fetched from a model hub ({error.__class__.__name__})"
         )
+
+    def config_location(self, name: str) -> Location | None:
+        return Location(name)
 
     def weights_id(self, name: str, location: Location, yarn_factor: float | None) -> WeightsId:
         snapshot = hub_snapshot(name)
