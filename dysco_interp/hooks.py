@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 Head = tuple[int, int]
 HookFn = Callable[..., Any]
 Hook = tuple[str, HookFn]  # (hook point name, fn(tensor, hook)), as `run_with_hooks` takes them
@@ -63,11 +61,3 @@ def sliding_layers(spec: Any) -> list[int]:
 def head_out_of_range(head: Head, n_layers: int, n_heads: int) -> bool:
     layer, index = head
     return not (0 <= layer < n_layers and 0 <= index < n_heads)
-
-
-def score_grid(n_layers: int, n_heads: int, scores: dict[Head, float] | None = None) -> torch.Tensor:
-    """A `[n_layers, n_heads]` float tensor, NOT_SCORED except at the given heads."""
-    grid = torch.full((n_layers, n_heads), NOT_SCORED)
-    for (layer, head), value in (scores or {}).items():
-        grid[layer, head] = value
-    return grid

@@ -149,13 +149,9 @@ def profile_step(fn: Step, token: torch.Tensor, path: str) -> None:
 
 
 class BenchDecoder:
-    """THE ONE PLACE HERE THAT DRIVES DECODING: a plain prefill, then a vanilla step and a
-    DySCO step (`config.method`) that each advance their own copy of the prefilled context.
-
-    Public decoding API used: `backends.make_backend` with its backends' `prefill` and `step`,
-    `DecodeState.clone`, `prompts.PromptBatch.from_ids` (raw ids, no chat template) and
-    `loop.Stepper` (its `relevance` setter and `step`).
-    """
+    """A plain prefill, then a vanilla step and a DySCO step (`config.method`) that each advance
+    their own copy of the prefilled context; the only code of the benchmark that drives decoding,
+    through the public backend, `PromptBatch.from_ids` and `Stepper` API."""
 
     def __init__(self, model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str):
         self.model, self.heads, self.config, self.backend = model, heads, config, backend

@@ -219,6 +219,13 @@ class SdpaBackend(Backend):
         self.needs_heads()
         ctl = AttentionControl(tau=self.tau, read=self.read, bias_after=self.max_layer)
         n_keys = state.n_keys + 1
-        ctl.then_bias = lambda: select_bias(self.attention(ctl.rows, n_keys))
+        attention: torch.Tensor | None = None
+
+        def then_bias() -> torch.Tensor:
+            nonlocal attention
+            attention = self.attention(ctl.rows, n_keys)  # read once, after layer L*
+            return select_bias(attention)
+
+        ctl.then_bias = then_bias
         logits = self._decode(state, tokens, ctl)
-        return StepOutput(logits, self.attention(ctl.rows, n_keys))
+        return StepOutput(logits, attention)

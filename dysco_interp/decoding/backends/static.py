@@ -263,9 +263,6 @@ def layers_from(decoder: torch.nn.Module, start: int) -> Iterator[None]:
         decoder.layers = layers
 
 
-PASSES = ("plain", "read", "head", "biased", "tail")
-
-
 class StaticBackend(Backend):
     """SDPA prefill into fixed buffers; decoding passes captured as CUDA graphs on a GPU.
 
@@ -298,7 +295,7 @@ class StaticBackend(Backend):
         return state
 
     def _pass(self, state: StaticState, kind: str, hidden: torch.Tensor | None = None):
-        """Run (or replay) one decoding pass of PASSES: "plain", "read" (the QRHeads read),
+        """Run (or replay) one decoding pass: "plain", "read" (the QRHeads read),
         "head" (layers 0..L*, unbiased, read; returns L*'s output instead of logits), "biased",
         and "tail" (layers L*+1.. on `hidden`, biased)."""
         def run():
