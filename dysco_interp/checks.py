@@ -125,4 +125,12 @@ def check_bool(name: str, value: Any, allow_none: bool = False) -> bool | None:
     return value
 
 
-__all__ = ["MAX_SEED", "brief", "typed", "check_bool", "check_int", "check_number", "check_seed", "is_int"]
+def check_choice(name: str, value: Any, choices: tuple[str, ...], then: str = "") -> str:
+    """`value` if it is one of the string `choices`, else a ConfigError naming them."""
+    if not isinstance(value, str) or value not in choices:
+        raise ConfigError(f"{name} must be one of {', '.join(repr(c) for c in choices)}, got {typed(value)}{then}")
+    return value
+
+
+__all__ = ["MAX_SEED", "brief", "typed", "check_bool", "check_choice", "check_int", "check_number", "check_seed",
+           "is_int"]

@@ -69,9 +69,9 @@ def test_selection_invariants_along_a_run(tiny):
     heads = heads_for(tiny)
     prepared = prepare_prompt(tiny, PROMPT)
     res = dysco_generate(tiny, PROMPT, heads, cfg(top_k=5, top_p=0.99, record_positions=True), prepared=prepared)
-    template = prepared.template
+    template = prepared.template()
     steps = [s for s in res.trace.steps if s.n_selected is not None]
-    assert steps and len(steps) == len(res.trace.steps) - 8  # all but the context warm-up
+    assert steps and len(steps) == len(res.trace.steps) - 7  # all but the T_w - 1 context warm-up tokens
     for s in steps:
         assert 0 < s.n_selected <= 5 and len(s.selected) == s.n_selected
         assert not any(template[p] for p in s.selected if p < len(template))
@@ -164,8 +164,8 @@ def test_hand_computed_step_on_a_two_layer_model():
 
     # ours: prefill, then one full DySCO step from that relevance
     cache, _ = runtime.prefill(model, ids[:, :-1])
-    config = cfg(beta=beta, decay=decay, top_p=top_p, top_k=top_k, record_positions=True, template_masking=False)
-    prepared = SimpleNamespace(ids=tuple(ids[0].tolist()), template=torch.zeros(n, dtype=torch.bool),
+    config = cfg(beta=beta, decay=decay, top_p=top_p, top_k=top_k, record_positions=True, template_masking="off")
+    prepared = SimpleNamespace(ids=tuple(ids[0].tolist()), template=lambda mode: torch.zeros(n, dtype=torch.bool),
                                encoded=SimpleNamespace(n_generation_prompt=0))
     stepper = stepper_for(model, config, heads, prepared)
     stepper.relevance = torch.tensor(r_prev, dtype=torch.float32)[None]

@@ -22,8 +22,8 @@ def rec(method="vanilla", label=None, *, task="path_traversal", model="m", lengt
     """A stored record; `fields` holds config overrides (tau, top_p, ...) and metric values."""
     metric_names = {"accuracy", "step_accuracy", "partial_accuracy", "score"}
     config = {"method": method, "beta": 2.0, "top_p": 0.975, "top_k": 4096, "decay": 0.75, "warmup": 8,
-              "template_masking": True, "tau": 1.0, "head_seed": 0, "max_new_tokens": new_tokens,
-              "enable_thinking": None}
+              "top_k_fraction": None, "schedule": "reference", "template_masking": "reference", "tau": 1.0,
+              "head_seed": 0, "max_new_tokens": new_tokens, "enable_thinking": None}
     config.update({k: v for k, v in fields.items() if k not in metric_names})
     out = {"model": model, "task": task, "length": length, "method": label or method, "seed": seed,
            "index": index, "id": f"{task}-{index}", "config": config,
@@ -51,6 +51,20 @@ def test_method_key_reads_the_config_not_the_label():
     assert method_key(rec("dysco", beta=2)) == method_key(rec("dysco", beta=2.0))
     # vanilla ignores DySCO fields it does not use
     assert method_key(rec("vanilla", top_p=0.5)) == MethodKey("vanilla")
+
+
+def test_records_from_before_a_field_existed_read_as_what_ran_then():
+    legacy = rec("dysco", template_masking=True)
+    for field in ("schedule", "top_k_fraction"):
+        del legacy["config"][field]
+    key = method_key(legacy)
+    assert key.value("schedule") == "paper" and key.value("template_masking") == "skeleton"
+    assert key.value("top_k_fraction") == 0.0  # no cap by share
+    assert key != method_key(rec("dysco")) and key.is_default  # the protocol differs, the parameters do not
+    assert key.label == "DySCO (schedule=paper, template masking=skeleton)"
+    off = rec("dysco", template_masking=False)
+    assert method_key(off).value("template_masking") == "off"
+    assert method_key(rec("dysco", top_k_fraction=0.05)).label == "DySCO (K/n=0.05)"
 
 
 def test_method_key_errors_are_clear():

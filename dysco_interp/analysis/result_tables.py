@@ -256,7 +256,7 @@ def robustness_points(records: Iterable[Mapping], ci: CIOptions = CIOptions()) -
         default: tuple[MethodKey, list[Mapping]] | None = None
         varied: defaultdict[str, dict[Any, tuple[MethodKey, list[Mapping]]]] = defaultdict(dict)
         for k, recs in by_key.items():
-            dev = k.deviations()
+            dev = k.deviations(protocol=False)
             others = [d for d in dev if d not in ROBUSTNESS_PARAMS]
             moved = [d for d in dev if d in ROBUSTNESS_PARAMS]
             if others or len(moved) > 1:

@@ -21,6 +21,10 @@ def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
                    "other settings are refused")
     p.add_argument("--limit", type=cli_args.positive_int, default=None, help="instances per file (default: all)")
     p.add_argument("--keep-trace", action="store_true", help="store each run's per-step trace")
+    p.add_argument("--teacher-forced", action="store_true",
+                   help="feed each instance's gold answer through every method's steps and score the predictions "
+                        "(argmax agreement, gold log-probability; Path Traversal: step accuracy) instead of decoding "
+                        "freely; at most --max-new-tokens gold tokens")
     p.add_argument("--batch-size", type=cli_args.positive_int, default=1,
                    help="instances decoded together (backends sdpa and static)")
     p.add_argument("--if-settings-differ", choices=["error", "new"], default="error",
@@ -73,13 +77,16 @@ def run_evaluate(args) -> int:
         check_head_file(args.heads, args.model)
     if args.if_settings_differ == "error":
         device = resolve_device(args.device)
-        known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device)
+        known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device,
+                               teacher_forced=args.teacher_forced)
         precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()})
     model = load_model_from_flags(args)
     heads = resolve_heads(model, args.heads) if needs_heads else None
     run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
-                   backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ)
-    metrics = ADAPTERS[task].metrics
+                   backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
+                   teacher_forced=args.teacher_forced)
+    adapter = ADAPTERS[task]
+    metrics = adapter.forced_metrics if args.teacher_forced else adapter.metrics
     summary = summarise(run.records, metrics)
     if args.json:
         rows = [{"length": length, "method": method, **row} for (length, method), row in summary.items()]

@@ -48,6 +48,8 @@ def add_heads_flag(parser: argparse.ArgumentParser) -> None:
 def add_dysco_flags(parser: argparse.ArgumentParser) -> None:
     """--preset and the overrides of its strength and key selection (--beta, --p, --k)."""
     from dysco_interp.decoding.config import PRESETS
+    from dysco_interp.decoding.prompts import SCHEDULES
+    from dysco_interp.decoding.template import MASKING_MODES
 
     parser.add_argument("--preset", default="paper", choices=list(PRESETS), help="DySCO parameters (default: paper)")
     parser.add_argument("--beta", type=cli_args.positive_float, default=None, help="override the preset's strength")
@@ -55,6 +57,14 @@ def add_dysco_flags(parser: argparse.ArgumentParser) -> None:
                         help="override the preset's top_p")
     parser.add_argument("--k", dest="nucleus_k", type=cli_args.positive_int, default=None,
                         help="override the preset's top_k")
+    parser.add_argument("--k-fraction", dest="top_k_fraction", type=cli_args.probability, default=None,
+                        help="also cap the selection at this share of each prompt's tokens")
+    parser.add_argument("--schedule", choices=list(SCHEDULES), default=None,
+                        help="reference: T_w - 1 unbiased warm-up tokens, then n_gen + 1 biased prompt steps, as "
+                             "the official code (default); paper: T_w unbiased, the generation prompt biased")
+    parser.add_argument("--template-masking", choices=list(MASKING_MODES), default=None,
+                        help="tokens never selected: the official code's template sequences (reference, "
+                             "default), every token outside the messages (skeleton), or none (off)")
 
 
 def add_method_flags(parser: argparse.ArgumentParser, *, multi: bool) -> None:

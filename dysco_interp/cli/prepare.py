@@ -37,8 +37,10 @@ def decoding_config(args, method: str):
 
 
 def dysco_overrides(args) -> dict:
-    """The preset fields that --beta, --p and --k override, where given."""
-    given = (("beta", args.beta), ("top_p", args.nucleus_p), ("top_k", args.nucleus_k))
+    """The preset fields that --beta, --p, --k and the selection flags override, where given."""
+    given = (("beta", args.beta), ("top_p", args.nucleus_p), ("top_k", args.nucleus_k),
+             ("top_k_fraction", args.top_k_fraction), ("schedule", args.schedule),
+             ("template_masking", args.template_masking))
     return {field: value for field, value in given if value is not None}
 
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from dysco_interp.checks import brief, check_bool, check_int, check_number, check_seed, check_type
+from dysco_interp.checks import brief, check_bool, check_choice, check_int, check_number, check_seed, check_type
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Method, MethodName
+from dysco_interp.decoding.prompts import SCHEDULES, Schedule
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
+from dysco_interp.decoding.template import TemplateMasking, check_masking_mode
 from dysco_interp.errors import ConfigError
 
 
@@ -25,8 +27,14 @@ class DecodingConfig:
     top_p: float = 0.975  # nucleus mass of the selection
     top_k: int = 4096  # cap on the number of selected keys
     decay: float = 0.75  # momentum d; history weight gamma = d / (1 + d)
-    warmup: int = 8  # context warm-up tokens T_w (relevance only, no bias)
-    template_masking: bool = True  # never select chat-template tokens of the prompt
+    warmup: int = 8  # T_w: the prefill stops T_w + n_gen tokens before the prompt's end
+    # "reference": T_w - 1 unbiased warm-up tokens, then n_gen + 1 biased prompt steps (the
+    # official code); "paper": T_w unbiased, then the n_gen generation-prompt tokens biased
+    schedule: Schedule = "reference"
+    # chat-template tokens never selected: the official code's sequences ("reference"), every
+    # token outside the messages' contents ("skeleton"), or none ("off")
+    template_masking: TemplateMasking = "reference"
+    top_k_fraction: float | None = None  # also cap the selection at this share of each prompt
     tau: float = 1.0  # UniAttnS temperature
     head_seed: int = 0  # seed of the random heads (dysco-random)
     max_new_tokens: int = 256
@@ -41,7 +49,9 @@ class DecodingConfig:
         relevance.check_selection_params(self.top_p, self.top_k)
         relevance.check_decay(self.decay)
         check_int("warmup", self.warmup, minimum=0)
-        check_bool("template_masking", self.template_masking)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_masking_mode(self.template_masking)
+        relevance.check_top_k_fraction(self.top_k_fraction)
         check_number("tau", self.tau, above=0)
         check_seed("head_seed", self.head_seed)
         check_int("max_new_tokens", self.max_new_tokens, minimum=1)

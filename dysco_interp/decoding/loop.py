@@ -14,22 +14,30 @@ What a full step does is the method's (`methods.py`); where its passes run is th
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from dysco_interp.chat import Messages
-from dysco_interp.checks import check_type, typed
+from dysco_interp.chat import Messages, encode_text
+from dysco_interp.checks import brief, check_type, is_int, typed
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends import Backend, BackendName, DecodeState, check_backend, make_backend
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.methods import Method, Selector, method_for
-from dysco_interp.decoding.prompts import PreparedPrompt, PromptBatch, check_prompt, pad_id, prepare_prompt
-from dysco_interp.decoding.relevance import Selection
+from dysco_interp.decoding.prompts import (
+    PreparedPrompt,
+    PromptBatch,
+    biased_prompt_steps,
+    check_prompt,
+    pad_id,
+    prepare_prompt,
+)
+from dysco_interp.decoding.relevance import Selection, row_caps
 from dysco_interp.decoding.results import (
     CONTEXT_WARMUP,
     DECODE,
     INTERVENTION_WARMUP,
+    ForcedScores,
     GenerationResult,
     Phase,
     StepRecord,
@@ -38,7 +46,7 @@ from dysco_interp.decoding.results import (
 )
 from dysco_interp.decoding.sampling import Sampler
 from dysco_interp.decoding.span_mass import SpanMass, Spans
-from dysco_interp.decoding.template import extend_mask
+from dysco_interp.decoding.template import extend_mask, warn_fallback
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
@@ -65,10 +73,15 @@ class Stepper:
         self.method: Method = method_for(config)
         self.selector: Selector | None = None
         if self.method.uses_heads:
+            if config.template_masking == "reference" and any(p.reference_fallback for p in batch.prepared or ()):
+                warn_fallback(backend.model.tokenizer)
             # on the device once, with room for every generated key (never excluded): each step slices it
             never = batch.never_selected(config.template_masking)
             excluded = extend_mask(never, batch.width + config.max_new_tokens + 1).to(backend.model.device)
-            self.selector = Selector(config, excluded)
+            caps = None
+            if config.top_k_fraction is not None:
+                caps = row_caps(batch.lengths, config.top_k, config.top_k_fraction)
+            self.selector = Selector(config, excluded, caps)
         self.span_mass = span_mass
 
     @property
@@ -147,10 +160,11 @@ def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfi
 
 def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig, heads: HeadSet | None,
                  prefix: Prefix, backend: BackendName | str = "bridge", spans: Sequence[Spans | None] | None = None,
-                 graphs: bool | None = None) -> list[GenerationResult]:
-    """One method on every row, from a copy of the prefix."""
+                 graphs: bool | None = None, forced: Sequence[Sequence[int]] | None = None) -> list[GenerationResult]:
+    """One method on every row, from a copy of the prefix; with `forced`, each row is fed its
+    gold tokens instead of its own (teacher forcing through the method's steps)."""
     assert batch.prepared is not None
-    n_rows, width, n_gen = len(batch.lengths), batch.width, batch.n_gen
+    n_rows, width = len(batch.lengths), batch.width
     method = method_for(config)
     heads = method.heads(model, heads)
     runner = make_backend(model, backend, heads, tau=config.temperature, graphs=graphs)
@@ -161,7 +175,6 @@ def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
         span_mass = [None if s is None else SpanMass(s, n) for s, n in zip(spans, batch.lengths)]
     stepper = Stepper(runner, config, batch, span_mass)
     traces = [Trace(config.method, n, list(heads) if heads is not None else []) for n in batch.lengths]
-    sampler = Sampler(config.sampling, model.device)
     state = prefix.state.clone()
     ids = batch.ids.to(model.device)
 
@@ -173,19 +186,48 @@ def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
     everyone = [True] * n_rows
     t0 = time.perf_counter()
     logits = None
-    for col in range(prefix.n_tokens, width - n_gen):
+    first_biased = width - biased_prompt_steps(width - prefix.n_tokens, batch.n_gen, config.schedule)
+    for col in range(prefix.n_tokens, first_biased):
         logits, records = stepper.context_warmup(state, ids[:, col])
         keep(records, everyone)
-    for col in range(max(prefix.n_tokens, width - n_gen), width):
+    for col in range(first_biased, width):
         logits, records = stepper.step(state, ids[:, col], INTERVENTION_WARMUP)
         keep(records, everyone)
     warm_s = time.perf_counter() - t0
     assert logits is not None  # at least one prompt token is fed one at a time
 
     t0 = time.perf_counter()
+    scores: list[ForcedScores] | list[None]
+    if forced is None:
+        outs, finished = _free(model, stepper, state, logits, config, keep)
+        scores = [None] * n_rows
+    else:
+        outs = [list(g)[: config.max_new_tokens] for g in forced]
+        scores = _forced(stepper, state, logits, outs, keep)
+        finished = [False] * n_rows
+    decode_s = time.perf_counter() - t0
+
+    results = []
+    for i, p in enumerate(batch.prepared):
+        timings = Timings(prefill_s=prefix.prefill_s, warmup_s=warm_s, decode_s=decode_s,
+                          n_prompt=len(p.ids), n_new=len(outs[i]), batch_size=n_rows)
+        text = model.tokenizer.decode(outs[i], skip_special_tokens=True)
+        results.append(GenerationResult(text, outs[i], list(p.ids), finished[i], timings, trace=traces[i],
+                                        method=config.method, forced=scores[i]))
+    return results
+
+
+Keep = Callable[[list[StepRecord], list[bool]], None]
+
+
+def _free(model: LoadedModel, stepper: Stepper, state: DecodeState, logits: torch.Tensor, config: DecodingConfig,
+          keep: Keep) -> tuple[list[list[int]], list[bool]]:
+    """Each row's own tokens until EOS or the budget: (tokens, finished on EOS)."""
+    n_rows = logits.shape[0]
+    sampler = Sampler(config.sampling, logits.device)
     outs: list[list[int]] = [[] for _ in range(n_rows)]
     finished = [False] * n_rows
-    active = list(everyone)
+    active = [True] * n_rows
     eos = model.eos_token_ids
     while True:
         tokens = sampler(logits)
@@ -195,19 +237,32 @@ def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
                 finished[i] = tok in eos
                 active[i] = not finished[i] and len(outs[i]) < config.max_new_tokens
         if not any(active):
-            break
+            return outs, finished
         logits, records = stepper.step(state, tokens, DECODE)  # finished rows idle along
         keep(records, active)
-    decode_s = time.perf_counter() - t0
 
-    results = []
-    for i, p in enumerate(batch.prepared):
-        timings = Timings(prefill_s=prefix.prefill_s, warmup_s=warm_s, decode_s=decode_s,
-                          n_prompt=len(p.ids), n_new=len(outs[i]), batch_size=n_rows)
-        text = model.tokenizer.decode(outs[i], skip_special_tokens=True)
-        results.append(GenerationResult(text, outs[i], list(p.ids), finished[i], timings, trace=traces[i],
-                                        method=config.method))
-    return results
+
+def _forced(stepper: Stepper, state: DecodeState, logits: torch.Tensor, golds: list[list[int]],
+            keep: Keep) -> list[ForcedScores]:
+    """Feed each row its gold tokens; score the logits that predict each one."""
+    argmax: list[list[int]] = [[] for _ in golds]
+    logprob: list[list[float]] = [[] for _ in golds]
+    j = 0
+    while True:
+        # a row past its own answer is fed its last token again; its records are dropped
+        target = torch.tensor([g[min(j, len(g) - 1)] for g in golds], device=logits.device)
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        best, gold = logp.argmax(-1).tolist(), logp.gather(-1, target[:, None])[:, 0].tolist()
+        for i, g in enumerate(golds):
+            if j < len(g):
+                argmax[i].append(int(best[i]))
+                logprob[i].append(float(gold[i]))
+        active = [j + 1 < len(g) for g in golds]
+        if not any(active):
+            return [ForcedScores(a, lp) for a, lp in zip(argmax, logprob)]
+        logits, records = stepper.step(state, target, DECODE)
+        keep(records, active)
+        j += 1
 
 
 def _prepare_all(model, prompts, configs, prepared) -> dict:
@@ -254,6 +309,7 @@ def iter_methods(
     prepared: Sequence[PreparedPrompt] | None = None,
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
+    forced: Sequence[str | Sequence[int]] | None = None,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
     check_backend(backend)
@@ -269,6 +325,7 @@ def iter_methods(
         check_prompt(prompt, "prompt" if len(prompts) == 1 else f"prompt #{i}")
     if spans is not None and len(spans) != len(prompts):
         raise ConfigError(f"{len(spans)} span sets for {len(prompts)} prompts")
+    gold = None if forced is None else forced_ids(model, forced, len(prompts))
     by_thinking = _prepare_all(model, prompts, configs, prepared)
     batches = {t: PromptBatch.of(p, pad_id(model)) for t, p in by_thinking.items()}
     for batch in batches.values():
@@ -284,7 +341,27 @@ def iter_methods(
             if key not in shared:
                 shared[key] = prefill_prefix(model, batch, config, backend, graphs=graphs)
             prefix = shared[key]
-        yield name, decode_batch(model, batch, config, heads, prefix, backend, spans, graphs)
+        yield name, decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, gold)
+
+
+def forced_ids(model: LoadedModel, forced: Sequence[str | Sequence[int]], n_prompts: int) -> list[list[int]]:
+    """Each prompt's gold continuation as token ids (text is encoded on its own, after the prompt)."""
+    if isinstance(forced, (str, Mapping)) or not isinstance(forced, Sequence):
+        raise ConfigError(f"forced must be a list with one gold answer per prompt, got {typed(forced)}")
+    if len(forced) != n_prompts:
+        raise ConfigError(f"{len(forced)} forced answers for {n_prompts} prompts")
+    out = []
+    for i, gold in enumerate(forced):
+        ids = encode_text(model.tokenizer, gold)[0] if isinstance(gold, str) else gold
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not all(is_int(t) for t in ids):
+            raise ConfigError(f"forced answer #{i} must be text or a list of token ids, got {typed(gold)}")
+        if not ids:
+            raise ConfigError(f"forced answer #{i} is empty: teacher forcing needs at least one gold token")
+        bad = [t for t in ids if not 0 <= t < model.hf_config.vocab_size]
+        if bad:
+            raise ConfigError(f"forced answer #{i} has token ids outside the vocabulary: {brief(bad)}")
+        out.append([int(t) for t in ids])
+    return out
 
 
 def generate_batch(
@@ -297,11 +374,17 @@ def generate_batch(
     prepared: Sequence[PreparedPrompt] | None = None,
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
+    forced: Sequence[str | Sequence[int]] | None = None,
 ) -> dict[str, list[GenerationResult]]:
     """Several methods on several prompts decoded together; one result per prompt per method.
 
     Methods that keep prefill attention share one prefill. Every row gets the tokens it would
     get alone, up to floating-point differences of the padded batch.
+
+    With `forced`, decoding is teacher-forced: every step of the method runs as in free
+    decoding (relevance, selection, bias, cache), but the token fed next is the gold one; each
+    result's `forced` holds the argmax and the gold token's log-probability at every gold token
+    (at most `max_new_tokens` of them; `tokens` are the gold tokens fed).
 
     Args:
         model: the loaded model.
@@ -313,12 +396,14 @@ def generate_batch(
         backend: "bridge" (TL hooks, one prompt), "sdpa" (fast; prompts of any lengths together,
             left-padded) or "static" (as sdpa, with fixed KV buffers and CUDA-graph steps on a GPU).
         graphs: CUDA graphs for the static backend (None: on CUDA devices).
+        forced: per prompt, the gold continuation (text, encoded on its own after the prompt, or
+            token ids) to teacher-force; None decodes freely.
 
     Returns:
         name -> one `GenerationResult` per prompt, in order.
     """
     return dict(iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
-                             graphs=graphs))
+                             graphs=graphs, forced=forced))
 
 
 def compare_methods(

@@ -22,15 +22,19 @@ if TYPE_CHECKING:
     from dysco_interp.decoding.config import DecodingConfig
 
 MethodName = Literal["vanilla", "uniattns", "dysco", "dysco-static", "dysco-random", "dysco-reuse"]
-SELECTION_FIELDS = frozenset({"beta", "top_p", "top_k", "decay", "template_masking"})
+SELECTION_FIELDS = frozenset({"beta", "top_p", "top_k", "top_k_fraction", "decay", "template_masking", "schedule"})
 
 
 class Selector:
-    """Each row's running relevance over key positions, and the selection made from it."""
+    """Each row's running relevance over key positions, and the selection made from it.
 
-    def __init__(self, config: DecodingConfig, excluded: torch.Tensor):
+    `caps`: long `[B]`, each row's own key cap (`top_k_fraction`), or None for `top_k`.
+    """
+
+    def __init__(self, config: DecodingConfig, excluded: torch.Tensor, caps: torch.Tensor | None = None):
         self.config = config
         self.excluded = excluded  # bool [B, capacity]: keys never selected (pads, template tokens)
+        self.top_k: int | torch.Tensor = config.top_k if caps is None else caps.to(excluded.device)
         self.relevance: torch.Tensor | None = None  # float32 [B, n_keys], rows sum to 1
         self.last: relevance.Selection | None = None  # the latest selection
 
@@ -41,8 +45,7 @@ class Selector:
         """Nucleus-then-K selection; excluded keys are never selected."""
         if self.relevance is None:
             raise RuntimeError("no relevance yet: update() with an attention read first")
-        self.last = relevance.select_keys(self.relevance, self.config.top_p, self.config.top_k,
-                                          self.excluded[:, :n_keys])
+        self.last = relevance.select_keys(self.relevance, self.config.top_p, self.top_k, self.excluded[:, :n_keys])
         return self.last
 
     def bias(self, mask: torch.Tensor) -> torch.Tensor:

@@ -5,24 +5,33 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 
 from dysco_interp.chat import EncodedPrompt, Messages, as_messages, encode_chat
 from dysco_interp.checks import typed
-from dysco_interp.decoding.template import template_positions
+from dysco_interp.decoding.template import MASKING_MODES, TemplateMasking, reference_positions, template_positions
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import LoadedModel
+
+Schedule = Literal["reference", "paper"]
+SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
 
 
 @dataclass
 class PreparedPrompt:
     encoded: EncodedPrompt
-    template: torch.Tensor  # bool [n_prompt]: chat-template tokens (never selected)
+    masks: dict[TemplateMasking, torch.Tensor]  # masking mode -> bool [n_prompt]: the tokens it never selects
+    reference_fallback: bool = False  # the template is of no family the reference lists: "reference" is "skeleton"
 
     @property
     def ids(self) -> tuple[int, ...]:
         return self.encoded.input_ids
+
+    def template(self, mode: TemplateMasking = "reference") -> torch.Tensor:
+        """Bool `[n_prompt]`: the chat-template tokens that masking `mode` never selects."""
+        return self.masks[mode]
 
 
 def prepare_prompt(
@@ -33,7 +42,13 @@ def prepare_prompt(
         raise ConfigError("pass the prompt text or messages, so template tokens can be located")
     messages = as_messages(prompt)
     encoded = encode_chat(model.tokenizer, messages, enable_thinking)
-    return PreparedPrompt(encoded, template_positions(encoded, messages, model.tokenizer, enable_thinking))
+    skeleton = template_positions(encoded, messages, model.tokenizer, enable_thinking)
+    reference = reference_positions(encoded, model.tokenizer)
+    # the fallback is announced when a method masks in "reference" mode (Stepper), not here
+    masks: dict[TemplateMasking, torch.Tensor] = {
+        "reference": skeleton if reference is None else reference, "skeleton": skeleton,
+        "off": torch.zeros_like(skeleton)}
+    return PreparedPrompt(encoded, masks, reference_fallback=reference is None)
 
 
 def check_prompt(prompt, what: str = "prompt") -> None:
@@ -60,6 +75,13 @@ def tail_length(n_prompt: int, n_gen: int, warmup: int) -> int:
     return min(warmup + n_gen, n_prompt - 1)
 
 
+def biased_prompt_steps(tail: int, n_gen: int, schedule: Schedule) -> int:
+    """How many of the `tail` prompt tokens fed one at a time get the method's full step; the
+    ones before them are unbiased context warm-up. The official code biases the last context
+    token too ("reference": n_gen + 1); the paper's text reads as the generation prompt only."""
+    return min(tail, n_gen + 1 if schedule == "reference" else n_gen)
+
+
 def pad_id(model: LoadedModel) -> int:
     tok = model.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
@@ -72,7 +94,7 @@ class PromptBatch:
 
     ids: torch.Tensor  # long [B, N]
     lengths: list[int]  # each row's prompt length (pads excluded)
-    template: torch.Tensor  # bool [B, N]: chat-template tokens (False at pads)
+    templates: dict[TemplateMasking, torch.Tensor]  # masking mode -> bool [B, N]: template tokens (False at pads)
     n_gen: int  # generation-prompt tokens, shared by every row
     prepared: list[PreparedPrompt] | None = None  # the encoded prompts, when the batch came from them
 
@@ -86,16 +108,17 @@ class PromptBatch:
         width = max(len(p.ids) for p in prepared)
         pads = [width - len(p.ids) for p in prepared]
         ids = torch.tensor([[pad_token] * k + list(p.ids) for p, k in zip(prepared, pads)], dtype=torch.long)
-        template = torch.stack([torch.nn.functional.pad(p.template.to(torch.bool), (k, 0))
-                                for p, k in zip(prepared, pads)])
-        return cls(ids, [len(p.ids) for p in prepared], template, n_gen.pop(), list(prepared))
+        templates = {mode: torch.stack([torch.nn.functional.pad(p.template(mode).to(torch.bool), (k, 0))
+                                        for p, k in zip(prepared, pads)]) for mode in MASKING_MODES}
+        return cls(ids, [len(p.ids) for p in prepared], templates, n_gen.pop(), list(prepared))
 
     @classmethod
     def from_ids(cls, ids: torch.Tensor) -> "PromptBatch":
         """Raw token ids `[B, N]` of equal length, with no chat template (benchmarks, analyses)."""
         if ids.ndim != 2 or ids.shape[1] == 0:
             raise ConfigError(f"expected token ids of shape [batch, seq], got {tuple(ids.shape)}")
-        return cls(ids.long(), [ids.shape[1]] * ids.shape[0], torch.zeros(ids.shape, dtype=torch.bool), 0)
+        none = torch.zeros(ids.shape, dtype=torch.bool)
+        return cls(ids.long(), [ids.shape[1]] * ids.shape[0], dict.fromkeys(MASKING_MODES, none), 0)
 
     @property
     def width(self) -> int:
@@ -117,8 +140,8 @@ class PromptBatch:
         equals each row's own unless a prompt is shorter than warmup + n_gen + 1 tokens."""
         return self.width - tail_length(min(self.lengths), self.n_gen, warmup)
 
-    def never_selected(self, template_masking: bool) -> torch.Tensor:
-        """Pads always; chat-template tokens with template masking."""
+    def never_selected(self, template_masking: TemplateMasking) -> torch.Tensor:
+        """Pads, and the chat-template tokens of the masking mode."""
         valid = self.valid
-        pads = torch.zeros_like(self.template) if valid is None else ~valid
-        return pads | self.template if template_masking else pads
+        template = self.templates[template_masking]
+        return template if valid is None else template | ~valid

@@ -126,8 +126,26 @@ def check_selection_params(top_p: float, top_k: int) -> None:
         raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
 
 
+def check_top_k_fraction(fraction: float | None) -> None:
+    if fraction is None:
+        return
+    if isinstance(fraction, bool) or not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
+        raise ConfigError(f"top_k_fraction must be in (0, 1] or None, got {fraction!r}")
+
+
+def row_caps(n_context: Sequence[int], top_k: int, fraction: float) -> torch.Tensor:
+    """Each row's key cap when it scales with the prompt: min(top_k, ceil(fraction * n)), at least 1.
+
+    A fixed K chosen at 128K tokens is ~3% of that context but never binds at 1K-8K; a
+    fraction keeps the selection's share of the context the same at every length.
+    """
+    check_top_k_fraction(fraction)
+    caps = [min(top_k, max(1, math.ceil(round(fraction * n, 9)))) for n in n_context]  # 0.1 * 30 is 3.0000000000000004
+    return torch.tensor(caps, dtype=torch.long)
+
+
 def select_keys(
-    relevance: torch.Tensor, top_p: float, top_k: int, exclude: torch.Tensor | None = None
+    relevance: torch.Tensor, top_p: float, top_k: int | torch.Tensor, exclude: torch.Tensor | None = None
 ) -> Selection:
     """DySCO's nucleus selection of keys by relevance, per batch row, vectorised.
 
@@ -135,12 +153,18 @@ def select_keys(
        relevances the earlier position ranks first, so results are deterministic.
     2. Keep the prefix whose cumulative mass is <= top_p (in float32), and always the
        first (most relevant) key. top_p = 1 keeps every key (no round-off cut).
-    3. If that prefix holds more than top_k keys, keep the first top_k.
+    3. If that prefix holds more than top_k keys, keep the first top_k (`top_k` an int, or
+       a long tensor `[B]` with each row's own cap, as `top_k_fraction` gives).
     4. Drop excluded positions (`exclude`, bool `[B, n_keys]` or `[n_keys]`, True =
        chat-template token). Exclusion comes last, so template tokens still use up
        mass and the top_k budget, as in the spec; a row may end with 0 keys.
     """
-    check_selection_params(top_p, top_k)
+    if isinstance(top_k, torch.Tensor):
+        check_selection_params(top_p, 1)
+        if top_k.shape != relevance.shape[:1] or bool((top_k < 1).any()):
+            raise ValueError(f"per-row top_k must be [batch] integers >= 1, got {top_k.tolist()}")
+    else:
+        check_selection_params(top_p, top_k)
     if relevance.ndim != 2:
         raise ValueError(f"relevance must be [batch, n_keys], got {tuple(relevance.shape)}")
     r = relevance.float()
@@ -152,7 +176,9 @@ def select_keys(
         # Values are >= 0, so the cumulative sum is non-decreasing and this is a prefix.
         keep = ordered.cumsum(dim=-1) <= torch.tensor(top_p, dtype=torch.float32)
         keep[:, 0] = True
-    if top_k < n_keys:
+    if isinstance(top_k, torch.Tensor):
+        keep &= torch.arange(n_keys, device=keep.device)[None, :] < top_k.to(keep.device)[:, None]
+    elif top_k < n_keys:
         keep[:, top_k:] = False
     mask = torch.zeros_like(keep).scatter(-1, order, keep)
     if exclude is not None:

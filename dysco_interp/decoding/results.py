@@ -75,6 +75,26 @@ class Timings:
 
 
 @dataclass
+class ForcedScores:
+    """Teacher forcing: at each gold token, what the model would have written and how likely
+    the gold token was (natural log), from the logits that predict it."""
+
+    argmax: list[int]
+    logprob: list[float]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def summary(self, gold: list[int]) -> dict[str, float]:
+        """Answer-level scores against the gold tokens fed: mean log-probability per token, the
+        share of tokens that are the argmax, whether all are (greedy would write the answer)."""
+        n = len(self.argmax)
+        hits = sum(int(a == g) for a, g in zip(self.argmax, gold))
+        return {"tf_logprob": sum(self.logprob) / n, "tf_token_accuracy": hits / n, "tf_exact": float(hits == n),
+                "n_forced": n}
+
+
+@dataclass
 class GenerationResult:
     text: str
     tokens: list[int]
@@ -83,3 +103,4 @@ class GenerationResult:
     timings: Timings = field(default_factory=Timings)
     trace: Trace | None = None  # per-step record of the DySCO loop (None for plain `generate`)
     method: str = "plain"
+    forced: ForcedScores | None = None  # teacher-forced decoding: the scores of the gold tokens fed

@@ -19,11 +19,14 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 import torch
 from tqdm.auto import tqdm
 
+from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.chat import Messages
+from dysco_interp.checks import check_bool
 from dysco_interp.decoding.backends import BackendName
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
+from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.store import (
     ResultStore,
@@ -42,13 +45,23 @@ from dysco_interp.tasks.base import check_same_tokenizer
 
 @dataclass(frozen=True)
 class TaskAdapter:
-    """How to prompt, trace and score one task's instances."""
+    """How to prompt, trace and score one task's instances, freely decoded or teacher-forced."""
 
     # each takes an instance of the task (its own dataclass)
     prompt: Callable[[Any], str | Messages]
     spans: Callable[[Any], dict[str, tuple[int, int]] | None]
     score: Callable[[str, Any], dict[str, float]]
     metrics: tuple[str, ...]  # the metrics the summary table shows
+    gold: Callable[[Any], str]  # the answer teacher forcing feeds (encoded on its own, after the prompt)
+    forced_metrics: tuple[str, ...]  # the table's metrics under teacher forcing
+    # task-specific scores of a teacher-forced result (beyond `ForcedScores.summary`)
+    score_forced: Callable[[GenerationResult, Any, Any], Mapping[str, float | None]] = lambda res, inst, tok: {}
+
+
+def _route_steps(res: GenerationResult, inst, tokenizer) -> Mapping[str, float | None]:
+    assert res.forced is not None
+    inputs = path_traversal.teacher_forced_inputs(inst, tokenizer)
+    return path_traversal.forced_step_scores(res.forced.argmax, res.forced.logprob, inputs)
 
 
 ADAPTERS: dict[str, TaskAdapter] = {
@@ -59,18 +72,25 @@ ADAPTERS: dict[str, TaskAdapter] = {
             k: v for k, v in path_traversal.score_route(text, x).to_dict().items() if k != "parsed"
         },
         metrics=("accuracy", "partial_accuracy", "step_accuracy", "extraction_rate"),
+        gold=lambda x: x.completion,
+        forced_metrics=("tf_step_accuracy", "tf_city_logprob", "tf_logprob", "tf_token_accuracy"),
+        score_forced=_route_steps,
     ),
     "needle_qa": TaskAdapter(
         prompt=lambda x: x.prompt,
         spans=lambda x: {f"doc{i}": tuple(s) for i, s in enumerate(x.doc_token_spans)},
         score=lambda text, x: needle_qa.score_answer(text, x),
         metrics=("exact_match", "contains"),
+        gold=lambda x: x.answers[0],
+        forced_metrics=("tf_exact", "tf_logprob", "tf_token_accuracy"),
     ),
     "mrcr": TaskAdapter(
         prompt=lambda x: x.messages,
         spans=lambda x: {f"turn{i}": tuple(s) for i, s in enumerate(x.message_token_spans)},
         score=lambda text, x: mrcr.score_response(text, x),
         metrics=("score",),
+        gold=lambda x: x.answer,
+        forced_metrics=("tf_logprob", "tf_token_accuracy", "tf_exact"),
     ),
 }
 
@@ -86,12 +106,14 @@ def method_settings(config: DecodingConfig, heads: HeadSet | None) -> dict:
 
 
 def store_settings(model_name: str, task: str, backend: str, dtype: torch.dtype, device: torch.device,
-                   weights: str | None = None) -> dict:
+                   weights: str | None = None, teacher_forced: bool = False) -> dict:
     """What every record of an evaluation store shares: the model and its weights, the numeric
-    format, the device type, the task and the backend. Without `weights` (before the model is
-    loaded) the rest, for `precheck`."""
+    format, the device type, the task, the backend, and whether decoding was teacher-forced.
+    Without `weights` (before the model is loaded) the rest, for `precheck`."""
     settings = {"model": model_name, "dtype": dtype_name(dtype), "device": device.type, "task": task,
                 "backend": backend}
+    if teacher_forced:  # only then: stores of free decoding made before the switch stay resumable
+        settings["teacher_forced"] = True
     return settings if weights is None else {**settings, "weights": weights}
 
 
@@ -148,9 +170,9 @@ def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str
 
 
 def decode_batch(model: LoadedModel, adapter: TaskAdapter, batch: Sequence, methods: Mapping[str, DecodingConfig],
-                 heads: HeadSet | None, keep_trace: bool, backend: str):
-    """Decode instances together under each method: yields (name, config as run, results) as
-    each method finishes."""
+                 heads: HeadSet | None, keep_trace: bool, backend: str, teacher_forced: bool = False):
+    """Decode instances together under each method (teacher-forced on their gold answers, or
+    freely): yields (name, config as run, results) as each method finishes."""
     thinking = {inst.enable_thinking for inst in batch}
     if len(thinking) != 1:
         raise ConfigError("instances decoded together must share enable_thinking")
@@ -162,8 +184,17 @@ def decode_batch(model: LoadedModel, adapter: TaskAdapter, batch: Sequence, meth
     configs = {m: c.replace(enable_thinking=thinking) for m, c in methods.items()}
     # span masses cost a host copy of the relevance every step: only for traces that are kept
     spans = [adapter.spans(inst) for inst in batch] if keep_trace else None
-    for method, rows in iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend):
+    forced = [adapter.gold(inst) for inst in batch] if teacher_forced else None
+    for method, rows in iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
+                                     forced=forced):
         yield method, configs[method], rows
+
+
+def scores_of(adapter: TaskAdapter, res: GenerationResult, inst, tokenizer) -> dict:
+    """A result's task scores: of its text when decoded freely, of its gold tokens when forced."""
+    if res.forced is None:
+        return adapter.score(res.text, inst)
+    return {**res.forced.summary(res.tokens), **adapter.score_forced(res, inst, tokenizer)}
 
 
 @dataclass
@@ -183,10 +214,11 @@ def open_results(
     methods: Mapping[str, dict],
     backend: str = "bridge",
     if_differs: str = "error",
+    teacher_forced: bool = False,
 ) -> ResultStore:
     """The evaluation store at `path` (or a sibling with if_differs="new") for these settings;
     `methods` maps each method name to its `method_settings`."""
-    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id)
+    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced)
     return open_store(path, KEY, settings, purpose="evaluate",
                       if_differs=if_differs, check=lambda store: check_methods(store.path, store.records(), methods))
 
@@ -205,6 +237,7 @@ def evaluate(
     backend: BackendName | str = "bridge",
     batch_size: int = 1,
     if_differs: Literal["error", "new"] = "error",
+    teacher_forced: bool = False,
 ) -> EvaluationRun:
     """Run every method on every instance not yet in the store at `out`.
 
@@ -226,6 +259,9 @@ def evaluate(
         batch_size: instances decoded together (sdpa and static only).
         if_differs: "error" refuses a store with other settings; "new" writes to the first sibling
             store that is new or holds these settings.
+        teacher_forced: feed each instance's gold answer through the method's steps and score
+            the model's predictions of it (at most `max_new_tokens` gold tokens); a store holds
+            either teacher-forced or free results, never both.
 
     Returns:
         An `EvaluationRun`: the records of the requested instances x methods, the new ones, the path.
@@ -240,7 +276,8 @@ def evaluate(
     adapter = ADAPTERS[task]
     ids = [instance_id(inst) for inst in instances]
     wanted = {m: method_settings(c, heads) for m, c in methods.items()}
-    with open_results(out, model, model_name, task, wanted, backend, if_differs) as store:
+    check_bool("teacher_forced", teacher_forced)
+    with open_results(out, model, model_name, task, wanted, backend, if_differs, teacher_forced) as store:
         shared = dict(store.settings or {})
 
         def key(instance_hash, method):
@@ -254,7 +291,7 @@ def evaluate(
                 pending = {m: c for m, c in methods.items() if any(key(h, m) not in store for _, h in batch)}
                 # each method's records are stored as soon as it finishes, so a kill loses at most one
                 for method, config, rows in decode_batch(model, adapter, [inst for inst, _ in batch], pending, heads,
-                                                         keep_trace, backend):
+                                                         keep_trace, backend, teacher_forced):
                     for (inst, h), res in zip(batch, rows):
                         if key(h, method) in store:
                             continue
@@ -262,9 +299,11 @@ def evaluate(
                             "model": model_name, "task": task, "length": inst.target_tokens, "method": method,
                             "index": inst.index, "id": inst.id, "instance": h,
                             "n_tokens": inst.n_tokens,
-                            "output": res.text,
+                            # forced: what greedy would write at each gold position, for reading
+                            **({"output": res.text} if res.forced is None else
+                               {"argmax_text": model.tokenizer.decode(res.forced.argmax)}),
                             "finished": res.finished,
-                            **adapter.score(res.text, inst),
+                            **scores_of(adapter, res, inst, model.tokenizer),
                             "timings": res.timings.as_dict(),
                             # `config` is what the tables group by; `settings` is everything that made the record
                             "config": {k: v for k, v in vars(config).items() if k != "sampling"},
@@ -273,6 +312,8 @@ def evaluate(
                         }
                         if keep_trace and res.trace is not None:
                             record["trace"] = res.trace.to_dict()
+                        if keep_trace and res.forced is not None:
+                            record["forced"] = res.forced.to_dict()
                         store.append(record)
                         new.append(record)
                 bar.update(len(batch))
@@ -280,24 +321,43 @@ def evaluate(
         return EvaluationRun(records, new, store.path)
 
 
-def summarise(records: Iterable[dict], metrics: Iterable[str]) -> dict[tuple, dict[str, float]]:
-    """Mean of each metric per (length, method), with the instance count."""
+def summarise(records: Iterable[dict], metrics: Iterable[str], baseline: str = "vanilla") -> dict[tuple, dict]:
+    """Per (length, method): the instance count, each metric's mean and, when `baseline` ran on the
+    same instances, the paired difference to it with its 95% bootstrap interval
+    (`delta_<metric>`: (mean, lo, hi))."""
+    metrics = list(metrics)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         groups[(r["length"], r["method"])].append(r)
     out = {}
     for key, rows in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1])):
-        out[key] = {"n": len(rows), **{m: sum(float(r.get(m, 0.0)) for r in rows) / len(rows) for m in metrics}}
+        row: dict[str, Any] = {"n": len(rows)}
+        for m in metrics:
+            values = [float(r[m]) for r in rows if r.get(m) is not None]
+            row[m] = sum(values) / len(values) if values else None
+        reference = {r["instance"]: r for r in groups.get((key[0], baseline), [])}
+        if key[1] != baseline and reference:
+            for m in metrics:
+                diffs = [float(r[m]) - float(reference[r["instance"]][m]) for r in rows
+                         if r["instance"] in reference and r.get(m) is not None
+                         and reference[r["instance"]].get(m) is not None]
+                if diffs:
+                    ci = bootstrap_ci(diffs)
+                    row[f"delta_{m}"] = (ci.mean, ci.lo, ci.hi)
+        out[key] = row
     return out
 
 
-def format_table(summary: Mapping[tuple, Mapping[str, float]], metrics: Iterable[str]) -> str:
+def format_table(summary: Mapping[tuple, Mapping[str, Any]], metrics: Iterable[str], baseline: str = "vanilla") -> str:
+    """The summary as text: means, and the paired difference to `baseline` [95% CI] under each."""
     metrics = list(metrics)
-    header = f"{'length':>8} {'method':16} {'n':>4} " + " ".join(f"{m:>17}" for m in metrics)
+    header = f"{'length':>8} {'method':16} {'n':>4} " + " ".join(f"{m:>26}" for m in metrics)
     lines = [header, "-" * len(header)]
     for (length, method), row in summary.items():
-        lines.append(
-            f"{length if length is not None else '-':>8} {method:16} {row['n']:>4} "
-            + " ".join(f"{row[m]:>17.3f}" for m in metrics)
-        )
+        cells = [f"{'-' if row[m] is None else format(row[m], '.3f'):>26}" for m in metrics]
+        lines.append(f"{length if length is not None else '-':>8} {method:16} {row['n']:>4} " + " ".join(cells))
+        deltas = [row.get(f"delta_{m}") for m in metrics]
+        if any(deltas):
+            text = ["" if d is None else f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" for d in deltas]
+            lines.append(f"{'':>8} {'  - ' + baseline:16} {'':>4} " + " ".join(f"{t:>26}" for t in text))
     return "\n".join(lines)

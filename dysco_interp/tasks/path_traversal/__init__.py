@@ -43,6 +43,7 @@ from dysco_interp.tasks.path_traversal.score import RouteScore, extract_route, l
 from dysco_interp.tasks.path_traversal.teacher_forcing import (
     TeacherForcedInputs,
     TeacherForcedScore,
+    forced_step_scores,
     teacher_forced_inputs,
     teacher_forced_step_accuracy,
 )
@@ -84,5 +85,6 @@ __all__ = [
     "sample_graph",
     "score_route",
     "teacher_forced_inputs",
+    "forced_step_scores",
     "teacher_forced_step_accuracy",
 ]

@@ -103,3 +103,17 @@ def _as_argmax_list(predicted) -> list[int]:
     if arr.ndim != 1:
         raise ConfigError(f"predictions must be 1-D ids or 2-D logits, got shape {arr.shape}")
     return arr.tolist()
+
+
+def forced_step_scores(argmax: list[int], logprob: list[float], inputs: TeacherForcedInputs) -> dict[str, float | None]:
+    """Per-step scores of a teacher-forced decode of the gold route (`argmax[j]` and `logprob[j]`
+    at the j-th completion token): step accuracy as `teacher_forced_step_accuracy` (mode "name"),
+    and the mean over steps of the city name's summed log-probability. Steps past a truncated
+    decode count as wrong and are left out of the log-probability."""
+    start = inputs.prompt_len - 1  # the position whose logits predict the first completion token
+    full = [-1] * start + list(argmax) + [-1] * (len(inputs.input_ids) - start - len(argmax))
+    score = teacher_forced_step_accuracy(full[: len(inputs.input_ids)], inputs)
+    city = [sum(logprob[p - start] for p in positions) for positions in inputs.step_predict_positions
+            if positions and positions[-1] - start < len(logprob)]
+    return {"tf_step_accuracy": score.accuracy, "tf_city_logprob": sum(city) / len(city) if city else None,
+            "tf_steps": len(score.correct)}
