@@ -221,3 +221,25 @@ def test_hashes_and_differences_are_stable():
     assert content_hash({"a": 1}) != content_hash({"a": 2})
     assert differences({"a": {"b": 1}}, {"a": {"b": 1}}) == []
     assert differences({"a": {"b": 1}}, {"a": {"b": 2}, "c": None}) == ["a.b 1 -> 2", "c unset -> null"]
+
+
+@pytest.mark.parametrize("compress", ["xz", "gzip"])
+def test_a_compressed_archive_reads_like_the_store_and_is_never_resumed(tmp_path, compress):
+    import gzip
+    import lzma
+
+    path = tmp_path / "r.jsonl"
+    with writer(path) as store:
+        store.append(rec(0, score=0.5))
+        store.append(rec(1, score=1.0))
+    archive = tmp_path / f"r.jsonl.{'xz' if compress == 'xz' else 'gz'}"
+    archive.write_bytes((lzma.compress if compress == "xz" else gzip.compress)(path.read_bytes()))
+    plain, packed = read_store(path), read_store(archive)
+    assert packed.records == plain.records and packed.settings == plain.settings and packed.compressed
+    before = archive.read_bytes()
+    with pytest.raises(StoreError, match="compressed archive of results.*cannot be resumed"):
+        writer(archive)
+    assert archive.read_bytes() == before
+    archive.write_bytes(before[: len(before) // 2])  # cut short
+    with pytest.raises(StoreCorruptError, match="does not decompress"):
+        read_store(archive)

@@ -110,6 +110,18 @@ def regenerate_steps(script: ScriptRunner, figures: Path, repo: Path) -> list[St
         steps.append(Step(f"{name} figure (from its stored records)",
                           script(name, ["--figures-only", "--out-dir", str(out)]),
                           needs=[str(out / store)], outputs=[str(out / "*.png"), str(out / "*.html")]))
+    causal = root / "ablations_causal"
+    steps.append(Step("causal head ablation figure (from its stored records)",
+                      script("causal_ablation", ["--figures-only", "--out-dir", str(causal)]),
+                      needs=[str(causal / "*.jsonl")],
+                      outputs=[str(causal / "*_summary.json"), str(causal / "*.png"), str(causal / "*.html")]))
+    budget = root / "budget"
+    # the driver writes under <out-dir>/budget
+    steps.append(Step("selection budget: dev curves and figure, dev free generation, test table",
+                      script("budget_study", ["--figures-only", "--out-dir", str(root)]),
+                      needs=[str(budget / "*" / "*.jsonl"), str(budget / "*" / "*.jsonl.xz")],
+                      outputs=[str(budget / f"{name}.*") for name in ("curves", "effect", "effect-fraction",
+                                                                      "dev_free", "test_table")]))
     if rel:
         # the heatmaps' script writes into the repository's figures/heads
         for alias in available_shipped_heads():

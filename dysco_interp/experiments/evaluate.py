@@ -190,6 +190,12 @@ def decode_batch(model: LoadedModel, adapter: TaskAdapter, batch: Sequence, meth
         yield method, configs[method], rows
 
 
+def mean_selected(res: GenerationResult) -> float | None:
+    """Keys boosted per step, averaged over the steps that selected (None for methods that never do)."""
+    counts = [s.n_selected for s in (res.trace.steps if res.trace else []) if s.n_selected is not None]
+    return round(sum(counts) / len(counts), 2) if counts else None
+
+
 def scores_of(adapter: TaskAdapter, res: GenerationResult, inst, tokenizer) -> dict:
     """A result's task scores: of its text when decoded freely, of its gold tokens when forced."""
     if res.forced is None:
@@ -304,6 +310,7 @@ def evaluate(
                                {"argmax_text": model.tokenizer.decode(res.forced.argmax)}),
                             "finished": res.finished,
                             **scores_of(adapter, res, inst, model.tokenizer),
+                            "mean_selected": mean_selected(res),
                             "timings": res.timings.as_dict(),
                             # `config` is what the tables group by; `settings` is everything that made the record
                             "config": {k: v for k, v in vars(config).items() if k != "sampling"},

@@ -23,8 +23,10 @@ read but not resumed.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import lzma
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -112,6 +114,7 @@ class StoreContents:
     records: list[dict]
     torn_tail: bool  # the last line was cut short by a kill (not counted as a record)
     unterminated: bool  # the last record is complete but lost its newline
+    compressed: bool = False  # an archived store (xz or gzip): read, never resumed
 
     @property
     def settings(self) -> dict | None:
@@ -137,8 +140,20 @@ def _header_kind(obj: Any) -> int | None:
     return None
 
 
+# Archived stores: committed results are kept compressed; readers open them as they are.
+_DECOMPRESS = {b"\xfd7zXZ\x00": lzma.decompress, b"\x1f\x8b": gzip.decompress}
+
+
+def _decompressed(data: bytes) -> tuple[bytes, bool]:
+    for magic, decompress in _DECOMPRESS.items():
+        if data.startswith(magic):
+            return decompress(data), True
+    return data, False
+
+
 def read_store(path: str | Path) -> StoreContents | None:
-    """The contents of a store without modifying it; None for a missing or empty file.
+    """The contents of a store without modifying it; None for a missing or empty file. An
+    xz- or gzip-compressed store (an archive of finished results) reads like a plain one.
 
     NotAStoreError when the file is something else (its first line is no header of ours and
     no format-1 evaluation record); StoreCorruptError for a broken line before the last.
@@ -148,7 +163,10 @@ def read_store(path: str | Path) -> StoreContents | None:
         raise NotAStoreError(f"{path} is a folder; give a file path for the results")
     if not path.exists():
         return None
-    data = path.read_bytes()
+    try:
+        data, compressed = _decompressed(path.read_bytes())
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        raise StoreCorruptError(f"{path} is a compressed store that does not decompress ({e})") from None
     if not data:
         return None
     not_a_store = NotAStoreError(
@@ -172,12 +190,15 @@ def read_store(path: str | Path) -> StoreContents | None:
     header = first if fmt is not None else None
     records = [obj for number, obj in parsed.records if not (header is not None and number == 1)]
     torn, unterminated = parsed.torn_tail, parsed.unterminated
-    return StoreContents(path, fmt or 1, header, records, torn, unterminated)
+    return StoreContents(path, fmt or 1, header, records, torn, unterminated, compressed)
 
 
 def read_resumable(path: str | Path) -> StoreContents | None:
     """`read_store`, refusing what a writer could not resume: a format-1 store without a header."""
     contents = read_store(path)
+    if contents is not None and contents.compressed:
+        raise StoreError(f"{path} is a compressed archive of results: the tables read it, but it cannot be "
+                         "resumed; decompress it (xz -dk, gunzip -k) to a .jsonl file, or write to a new file")
     if contents is not None and contents.header is None:
         raise StoreError(
             f"{path} holds results of an older dysco-interp without a settings header: "

@@ -1,0 +1,112 @@
+"""Are the QRHeads causal? Mean-ablate a head set's attention outputs and measure what a task loses.
+
+Each listed head's output z (`blocks.L.attn.hook_z`, before W_O) is replaced at every position by
+its mean over all prompt tokens of the (task, length) instances: dysco_interp/analysis/head_ablation.py.
+Head sets: the QRHeads (--heads), --draws seeded random sets of the same size, the copy-paste top 16.
+Teacher forced, one pass per (instance, head set) plus one unablated: Path Traversal step accuracy,
+needle-QA answer accuracy and mean log-prob. Drops with paired 95% bootstrap CIs, random draws pooled.
+
+Small run (CPU, about 15 minutes): python analyses/causal_ablation.py --small
+Full run (GPU; data made on the CPU, where the city-name package is; draw on the CPU):
+
+    dysco-interp make-data path_traversal --model MODEL --lengths 2k,8k --n 50 --seed 0 --out DATA
+    dysco-interp make-data needle_qa --model MODEL --lengths 2k,8k --n 50 --seed 0 --out DATA
+    python analyses/causal_ablation.py --model MODEL --lengths 2k,8k --n 50 --seed 0 --data-dir DATA \
+        --device cuda --dtype bfloat16 --out-dir figures/ablations_causal
+    python analyses/causal_ablation.py --figures-only --out-dir figures/ablations_causal
+
+OUT_DIR/<model>.jsonl: one record per (head set, instance), so a killed run resumes; head means in
+OUT_DIR/<model>_means/; summary and figure in OUT_DIR/<model>_summary.json, .png, .html.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from dysco_interp.analysis.ablation_summary import KEY, store_path, summarise, summary_lines, write_outputs
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = {"model": "smollm2-135m", "lengths": "1k", "n": 2, "out_dir": "results/ablations_causal_small"}
+FULL = {"model": "qwen2.5-coder-0.5b", "lengths": "2k,8k", "n": 50, "out_dir": "figures/ablations_causal"}
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default=None, help=f"alias or folder (default {FULL['model']}; --figures-only: all)")
+    p.add_argument("--lengths", default=None, help=f"default {FULL['lengths']}")
+    p.add_argument("--n", type=int, default=None, help=f"instances per task and length (default {FULL['n']})")
+    p.add_argument("--seed", type=int, default=0, help="data seed (Path Traversal; needle QA too unless --qa-seed)")
+    p.add_argument("--qa-seed", type=int, default=None, help="needle-QA data seed (default: --seed)")
+    p.add_argument("--tasks", default="path_traversal,needle_qa")
+    p.add_argument("--heads", default="shipped", help="the QRHeads: 'shipped' or a head file")
+    p.add_argument("--copy-paste-heads", default="report",
+                   help="'report' (figures/heads/<model>_report.json), 'detect', 'none', or a report or head file")
+    p.add_argument("--draws", type=int, default=5, help="random head sets (same size as the QRHeads)")
+    p.add_argument("--head-seed", type=int, default=0, help="seed of the first random head set")
+    p.add_argument("--data-dir", default=None, help="read DIR/<task>_<length>.jsonl instead of generating")
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bf16 on GPU)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--chunk-size", type=int, default=1024, help="prompt tokens per bridge pass (chunk x n scores)")
+    p.add_argument("--out-dir", default=None, help=f"default {FULL['out_dir']} ({SMALL['out_dir']} with --small)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--small", action="store_true", help="smollm2-135m, 1K, 2 instances (a CPU smoke run)")
+    p.add_argument("--figures-only", action="store_true", help="draw from the stored records; loads no model")
+    p.add_argument("--no-figures", action="store_true", help="compute only (write the summary JSON, no drawing)")
+    args = p.parse_args(argv)
+    preset = SMALL if args.small else FULL
+    for name in ("lengths", "n", "out_dir"):
+        if getattr(args, name) is None:
+            setattr(args, name, preset[name])
+    if args.model is None and not args.figures_only:
+        args.model = preset["model"]
+    if args.n < 1 or args.draws < 1 or args.chunk_size < 1:
+        p.error("--n, --draws and --chunk-size must be >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    command = "python analyses/causal_ablation.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    if args.figures_only:
+        for path in write_outputs(args.out_dir, [args.model] if args.model else None, args.n_boot, command):
+            print(f"wrote {path}")
+        return 0
+
+    import torch
+
+    from dysco_interp.analysis import head_ablation as ha
+    from dysco_interp.detection import random_head_sets
+    from dysco_interp.experiments.store import ResultStore
+    from dysco_interp.heads import resolve_heads
+    from dysco_interp.models import load_model, load_tokenizer
+    from dysco_interp.tasks import get_task
+    from dysco_interp.tasks.lengths import parse_lengths
+
+    lengths, tasks = parse_lengths(args.lengths), [get_task(t).name for t in args.tasks.split(",")]
+    seeds = {t: args.qa_seed if t == "needle_qa" and args.qa_seed is not None else args.seed for t in tasks}
+    if args.heads != "shipped":
+        resolve_heads(args.model, args.heads)  # a bad head file fails before the model loads
+    data = ha.study_instances(load_tokenizer(args.model), tasks, lengths, args.n, seeds, args.data_dir)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
+    qr = resolve_heads(model, args.heads)
+    sets = ha.study_head_sets(qr, random_head_sets(model, len(qr), n_draws=args.draws, seed=args.head_seed),
+                              ha.copy_paste_heads(model, args.copy_paste_heads, REPO / "figures" / "heads"))
+    path = store_path(args.out_dir, args.model)
+    with ResultStore(path, KEY, ha.store_settings(model, args.model, sets, args.chunk_size)) as store:
+        before = len(store)
+        records = ha.ablation_study(model, data, sets, model_name=args.model, store=store, chunk_size=args.chunk_size,
+                                    means_dir=path.with_name(f"{path.stem}_means"))
+        print(f"{len(store) - before} new record(s); {len(store)} in {path}")
+    print("\n".join(summary_lines(summarise(records, args.model, n_boot=args.n_boot))))
+    for out in write_outputs(args.out_dir, [args.model], args.n_boot, command, figures=not args.no_figures):
+        print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""The selection-budget study: how many keys DySCO should boost at 1K-16K tokens.
+
+The paper's selection (p 0.975, K 4096) was set for 64K-128K prompts, where K caps the
+nucleus at ~3% of the context; at 1K-8K it never binds and the boost lands on hundreds of
+keys. This study sweeps K (or a share of the prompt), p and beta on a dev split, chooses one
+configuration there (`budget_choice`), and reports it on the test split.
+
+Parts (each a set of resumable stores under `<out>/budget/`, one record per instance x method):
+- dev-tf:    teacher-forced sweep on the dev split (MRCR-style and Path Traversal made with
+             another seed) -> dev/<model>_<task>_<len>_tf.jsonl
+- dev-free:  free generation on the dev split for vanilla, the paper preset and the best
+             teacher-forced configurations -> dev/<model>_<task>_<len>_free.jsonl
+- test-tf / test-free: the test split (Path Traversal, seed 0) under vanilla, UniAttnS, the
+             paper preset, the chosen configuration and its random-head and static ablations
+             -> test/<model>_path_traversal_<len>_{tf,free}.jsonl
+The choice is written to `chosen_<model>.json` by `choose` and read by the test parts.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dysco_interp.analysis.budget_choice import choose_config, shortlist
+from dysco_interp.analysis.stores import read_records
+from dysco_interp.atomic import atomic_open
+from dysco_interp.decoding.config import DecodingConfig, preset
+from dysco_interp.errors import ConfigError
+from dysco_interp.experiments.evaluate import evaluate
+from dysco_interp.heads import HeadSet
+from dysco_interp.models import LoadedModel
+from dysco_interp.tasks import load_dataset
+
+PARTS = ("dev-tf", "dev-free", "test-tf", "test-free")
+K_VALUES = (8, 16, 32, 64, 128, 256, 1024, 4096)
+P_VALUES = (0.5, 0.8, 0.9, 0.975)
+BETAS = (1.5, 2.0, 2.5, 3.0, 4.0)
+FRACTIONS = (0.005, 0.01, 0.02, 0.05, 0.1)
+RANDOM_BETAS = (2.0, 3.0)  # random heads at every K, at two strengths fixed in advance
+# the paper's choice of UniAttnS tau, on MRCR (figures/mrcr/*_tau.jsonl)
+TAUS = {"qwen2.5-coder-0.5b": 0.8, "qwen2.5-coder-1.5b": 0.7}
+FORCED_TOKENS = {"path_traversal": 400, "mrcr": 128, "needle_qa": 32}
+FREE_TOKENS = {"path_traversal": 120, "mrcr": 160, "needle_qa": 32}
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The dev sweep: K x beta at p 0.975; p x (2, 3) at K 4096; shares of the prompt x (2, 3);
+    random heads at every K and `random_betas`."""
+
+    k_values: Sequence[int] = K_VALUES
+    p_values: Sequence[float] = P_VALUES
+    betas: Sequence[float] = BETAS
+    fractions: Sequence[float] = FRACTIONS
+    random_betas: Sequence[float] = RANDOM_BETAS
+
+
+def label(config: DecodingConfig) -> str:
+    """A store label that names every swept field (the tables group by config, not by label)."""
+    if config.method in ("vanilla", "uniattns"):
+        return config.method if config.method == "vanilla" else f"uniattns tau={config.tau:g}"
+    cap = f"f={config.top_k_fraction:g}" if config.top_k_fraction is not None else f"K={config.top_k}"
+    return f"{config.method} {cap} p={config.top_p:g} beta={config.beta:g}"
+
+
+def named(configs: Iterable[DecodingConfig]) -> dict[str, DecodingConfig]:
+    out: dict[str, DecodingConfig] = {}
+    for c in configs:
+        out.setdefault(label(c), c)
+    return out
+
+
+def dev_methods(grid: Grid, max_new_tokens: int) -> dict[str, DecodingConfig]:
+    base = DecodingConfig(max_new_tokens=max_new_tokens, top_p=0.975)
+    configs = [base.replace(method="vanilla")]
+    configs += [base.replace(top_k=k, beta=b) for b in grid.betas for k in grid.k_values]
+    configs += [base.replace(top_p=p, top_k=4096, beta=b) for b in (2.0, 3.0) for p in grid.p_values]
+    configs += [base.replace(top_k=4096, top_k_fraction=f, beta=b) for b in (2.0, 3.0) for f in grid.fractions]
+    configs += [base.replace(method="dysco-random", top_k=k, beta=b) for b in grid.random_betas
+                for k in grid.k_values]
+    return named(configs)
+
+
+def chosen_config(fields: Mapping, max_new_tokens: int) -> DecodingConfig:
+    return DecodingConfig(max_new_tokens=max_new_tokens, **dict(fields))
+
+
+def heldout_methods(model_name: str, chosen: Mapping, max_new_tokens: int) -> dict[str, DecodingConfig]:
+    """vanilla, UniAttnS (the MRCR tau), the paper preset, the chosen configuration and its
+    random-head and static ablations at the same budget."""
+    base = DecodingConfig(max_new_tokens=max_new_tokens)
+    best = chosen_config(chosen, max_new_tokens)
+    configs = [base.replace(method="vanilla"), preset("paper", max_new_tokens=max_new_tokens), best,
+               best.replace(method="dysco-random"), best.replace(method="dysco-static")]
+    if model_name in TAUS:
+        configs.insert(1, base.replace(method="uniattns", tau=TAUS[model_name]))
+    return named(configs)
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    model_name: str
+    data_dir: Path  # dev/ and test/ task files, as make-data writes them
+    out_dir: Path
+    parts: Sequence[str] = PARTS
+    backend: str = "sdpa"
+    batch_size: int = 50
+    n: int | None = None
+    dev_tasks: Sequence[tuple[str, str]] = (("mrcr", "2k"), ("mrcr", "8k"), ("path_traversal", "2k"),
+                                            ("path_traversal", "8k"))
+    test_lengths: Sequence[str] = ("1k", "2k", "4k", "8k", "16k")
+    grid: Grid = field(default_factory=Grid)
+    n_free: int = 3  # teacher-forced best configurations decoded freely on the dev split
+
+    def store(self, split: str, task: str, length: str, kind: str) -> Path:
+        return self.out_dir / "budget" / split / f"{self.model_name}_{task}_{length}_{kind}.jsonl"
+
+    @property
+    def choice_path(self) -> Path:
+        return self.out_dir / "budget" / f"chosen_{self.model_name}.json"
+
+
+def check_parts(parts: Sequence[str]) -> None:
+    unknown = set(parts) - set(PARTS)
+    if unknown:
+        raise ConfigError(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(PARTS)}")
+
+
+def dev_records(s: StudySettings, kind: str) -> list[dict]:
+    paths = [s.store("dev", task, length, kind) for task, length in s.dev_tasks]
+    return [r for p in paths if p.is_file() for r in read_records(p)]
+
+
+def choose(s: StudySettings) -> dict:
+    """The dev split's choice (teacher-forced sweep, confirmed by free generation where run),
+    written to `s.choice_path`."""
+    choice = choose_config(dev_records(s, "tf"), dev_records(s, "free"))
+    choice["model"] = s.model_name
+    with atomic_open(s.choice_path) as f:
+        f.write(json.dumps(choice, indent=1) + "\n")
+    return choice
+
+
+def run_study(model: LoadedModel, heads: HeadSet, s: StudySettings, log: Callable[[str], None] = print) -> None:
+    check_parts(s.parts)
+
+    def data(split: str, task: str, length: str) -> list:
+        path = s.data_dir / split / f"{task}_{length}.jsonl"
+        if not path.is_file():
+            raise ConfigError(f"missing {path}: make the {split} split first (see analyses/budget_study.py)")
+        instances = load_dataset(path)
+        return instances[: s.n] if s.n else instances
+
+    def run(split: str, task: str, length: str, methods: dict[str, DecodingConfig], forced: bool) -> None:
+        t0 = time.perf_counter()
+        path = s.store(split, task, length, "tf" if forced else "free")
+        done = evaluate(model, s.model_name, task, data(split, task, length), methods, heads, path,
+                        backend=s.backend, batch_size=s.batch_size, teacher_forced=forced)
+        log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s")
+
+    if "dev-tf" in s.parts:
+        for task, length in s.dev_tasks:
+            run("dev", task, length, dev_methods(s.grid, FORCED_TOKENS[task]), True)
+    if "dev-free" in s.parts:
+        best = shortlist(dev_records(s, "tf"), s.n_free)
+        for task, length in s.dev_tasks:
+            tokens = FREE_TOKENS[task]
+            configs = [DecodingConfig(method="vanilla", max_new_tokens=tokens), preset("paper", max_new_tokens=tokens)]
+            run("dev", task, length, named(configs + [chosen_config(b, tokens) for b in best]), False)
+    if "test-tf" in s.parts or "test-free" in s.parts:
+        chosen = choose(s)
+        log(f"chosen on the dev split: {chosen['config']} ({chosen['rule']})")
+        for length in s.test_lengths:
+            for forced in (True, False):
+                if ("test-tf" if forced else "test-free") in s.parts:
+                    tokens = (FORCED_TOKENS if forced else FREE_TOKENS)["path_traversal"]
+                    run("test", "path_traversal", length, heldout_methods(s.model_name, chosen["config"], tokens),
+                        forced)
