@@ -23,7 +23,7 @@ TASK_ORDER = ("path_traversal", "mrcr")
 QR_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2")
 RANDOM_COLORS = ("#7f7f7f", "#ff7f0e", "#bcbd22", "#525252", "#fdae6b")
 ZERO = "no change (vanilla)"
-X_LABELS = {"K": "cap K on boosted keys (log2)", "fraction": "cap as a share of the prompt K/n (log2)"}
+X_LABELS = {"K": "cap K on boosted keys (log scale)", "fraction": "cap as a share of the prompt K/n (log scale)"}
 
 
 def line_key(row: Mapping) -> tuple:

@@ -47,7 +47,7 @@ def ci_lines_html(
 
     check_shared_x(panels, x_labels)
     colors = series_colors(panels, CI_COLORS)
-    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[p.title for p in panels])
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[html_title(p.title) for p in panels])
     shown: set[str] = set()
     for i, panel in enumerate(panels):
         for s in panel.series:
@@ -95,7 +95,7 @@ def bars_html(
     names = mark_colors(marks)
     groups = [(m, c, [i for i in range(len(labels)) if marks.get(i) == m]) for m, c in names.items()]
     groups.append((other_label, PLAIN_BAR_COLOR, [i for i in range(len(labels)) if i not in marks]))
-    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, subplot_titles=[p.title for p in panels],
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, subplot_titles=[html_title(p.title) for p in panels],
                         vertical_spacing=0.12 if len(panels) > 1 else 0.0)
     for row, panel in enumerate(panels, start=1):
         for name, color, idx in groups:
@@ -126,7 +126,7 @@ def panels_html(panels: Sequence[Panel], path: str | Path, *, title: str, ncols:
 
     nrows, ncols = grid_shape(len(panels), ncols)
     colors = series_colors(panels, GRID_COLORS)
-    fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[p.title for p in panels])
+    fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[html_title(p.title) for p in panels])
     shown: set[str] = set()
     for i, panel in enumerate(panels):
         row, col = i // ncols + 1, i % ncols + 1
@@ -166,5 +166,9 @@ def panels_html(panels: Sequence[Panel], path: str | Path, *, title: str, ncols:
                                      legendgroup="__mark", showlegend="__mark" not in shown, hoverinfo="name"),
                           row=row, col=col)
             shown.add("__mark")
-    fig.update_layout(title=title, barmode="group", width=430 * ncols + 140, height=330 * nrows + 120)
+    # two-line panel titles need room above each row, a two-line figure title above the grid
+    lines = max(p.title.count("\n") for p in panels) + 1
+    fig.update_layout(title=html_title(title), barmode="group", width=430 * ncols + 140,
+                      height=(330 + 18 * lines) * nrows + 140 + 20 * title.count("\n"),
+                      margin={"t": 100 + 20 * title.count("\n") + 18 * (lines - 1)})
     return write_plotly(fig, path)
