@@ -26,6 +26,7 @@ import sys
 from pathlib import Path
 
 from dysco_interp.analysis.ablation_summary import KEY, store_path, summarise, summary_lines, write_outputs
+from dysco_interp.analysis.study_arguments import add_head_study_arguments, apply_preset
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"model": "smollm2-135m", "lengths": "1k", "n": 2, "out_dir": "results/ablations_causal_small"}
@@ -34,36 +35,18 @@ FULL = {"model": "qwen2.5-coder-0.5b", "lengths": "2k,8k", "n": 50, "out_dir": "
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=None, help=f"alias or folder (default {FULL['model']}; --figures-only: all)")
-    p.add_argument("--lengths", default=None, help=f"default {FULL['lengths']}")
-    p.add_argument("--n", type=int, default=None, help=f"instances per task and length (default {FULL['n']})")
+    add_head_study_arguments(p, FULL, SMALL, small_help="smollm2-135m, 1K, 2 instances (a CPU smoke run)",
+                             data_help="read DIR/<task>_<length>.jsonl instead of generating")
     p.add_argument("--seed", type=int, default=0, help="data seed (Path Traversal; needle QA too unless --qa-seed)")
     p.add_argument("--qa-seed", type=int, default=None, help="needle-QA data seed (default: --seed)")
     p.add_argument("--tasks", default="path_traversal,needle_qa")
-    p.add_argument("--heads", default="shipped", help="the QRHeads: 'shipped' or a head file")
     p.add_argument("--copy-paste-heads", default="report",
                    help="'report' (figures/heads/<model>_report.json), 'detect', 'none', or a report or head file")
-    p.add_argument("--draws", type=int, default=5, help="random head sets (same size as the QRHeads)")
-    p.add_argument("--head-seed", type=int, default=0, help="seed of the first random head set")
-    p.add_argument("--data-dir", default=None, help="read DIR/<task>_<length>.jsonl instead of generating")
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bf16 on GPU)")
-    p.add_argument("--threads", type=int, default=None)
     p.add_argument("--chunk-size", type=int, default=1024, help="prompt tokens per bridge pass (chunk x n scores)")
-    p.add_argument("--out-dir", default=None, help=f"default {FULL['out_dir']} ({SMALL['out_dir']} with --small)")
-    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
-    p.add_argument("--small", action="store_true", help="smollm2-135m, 1K, 2 instances (a CPU smoke run)")
-    p.add_argument("--figures-only", action="store_true", help="draw from the stored records; loads no model")
-    p.add_argument("--no-figures", action="store_true", help="compute only (write the summary JSON, no drawing)")
     args = p.parse_args(argv)
-    preset = SMALL if args.small else FULL
-    for name in ("lengths", "n", "out_dir"):
-        if getattr(args, name) is None:
-            setattr(args, name, preset[name])
-    if args.model is None and not args.figures_only:
-        args.model = preset["model"]
-    if args.n < 1 or args.draws < 1 or args.chunk_size < 1:
-        p.error("--n, --draws and --chunk-size must be >= 1")
+    apply_preset(p, args, FULL, SMALL)
+    if args.chunk_size < 1:
+        p.error("--chunk-size must be >= 1")
     return args
 
 

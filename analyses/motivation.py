@@ -35,6 +35,7 @@ from dysco_interp.analysis.motivation_summary import (
     store_header,
     summarise,
 )
+from dysco_interp.analysis.study_arguments import add_head_study_arguments, apply_preset
 
 SMALL = {"model": "smollm2-135m", "lengths": "1k,2k", "n": 2, "out_dir": "results/motivation_small"}
 FULL = {"model": "qwen2.5-coder-0.5b", "lengths": "1k,2k,4k,8k", "n": 50, "out_dir": "figures/motivation"}
@@ -42,34 +43,13 @@ FULL = {"model": "qwen2.5-coder-0.5b", "lengths": "1k,2k,4k,8k", "n": 50, "out_d
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default=None, help=f"registry alias or folder (default {FULL['model']}; "
-                   "with --figures-only: every model in the store)")
-    p.add_argument("--lengths", default=None, help=f"default {FULL['lengths']}")
-    p.add_argument("--n", type=int, default=None, help=f"instances per length (default {FULL['n']})")
+    add_head_study_arguments(p, FULL, SMALL, small_help="smollm2-135m, 1K and 2K, 2 instances (a CPU smoke run)",
+                             data_help="read DIR/path_traversal_<length>.jsonl instead of generating")
     p.add_argument("--seed", type=int, default=0, help="data seed")
-    p.add_argument("--heads", default="shipped", help="'shipped' or a head file")
-    p.add_argument("--draws", type=int, default=5, help="random head sets (same size as the QRHeads)")
-    p.add_argument("--head-seed", type=int, default=0, help="seed of the first random head set")
     p.add_argument("--top-fraction", type=float, default=0.05)
-    p.add_argument("--data-dir", default=None, help="read DIR/path_traversal_<length>.jsonl instead of generating")
-    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bf16 on GPU)")
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out-dir", default=None, help=f"default {FULL['out_dir']} ({SMALL['out_dir']} with --small)")
     p.add_argument("--step", type=int, default=2, help="the route step (1-based) the figure shows")
-    p.add_argument("--n-boot", type=int, default=2000)
-    p.add_argument("--small", action="store_true", help="smollm2-135m, 1K and 2K, 2 instances (a CPU smoke run)")
-    p.add_argument("--figures-only", action="store_true", help="draw from the stored records; loads no model")
-    p.add_argument("--no-figures", action="store_true", help="compute only (write the summary JSON, no drawing)")
     args = p.parse_args(argv)
-    preset = SMALL if args.small else FULL
-    for name in ("lengths", "n", "out_dir"):
-        if getattr(args, name) is None:
-            setattr(args, name, preset[name])
-    if args.model is None and not args.figures_only:
-        args.model = preset["model"]
-    if args.n < 1:
-        p.error("--n must be >= 1")
+    apply_preset(p, args, FULL, SMALL)
     return args
 
 

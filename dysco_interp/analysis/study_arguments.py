@@ -1,0 +1,42 @@
+"""The flags that the head studies' scripts share (analyses/motivation.py, analyses/causal_ablation.py):
+the model and data, the QRHeads against seeded random draws, where it runs, and the small CPU
+smoke-run preset; defined once so the two scripts read alike."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping
+
+
+def add_head_study_arguments(p: argparse.ArgumentParser, full: Mapping, small: Mapping, *, small_help: str,
+                             data_help: str) -> None:
+    """--model/--lengths/--n (None: from `full`, or `small` with --small), the heads and random draws,
+    --data-dir, --device/--dtype/--threads, --out-dir, --n-boot, --small, --figures-only, --no-figures."""
+    p.add_argument("--model", default=None, help=f"registry alias or folder (default {full['model']}; "
+                   "with --figures-only: every model in the store)")
+    p.add_argument("--lengths", default=None, help=f"default {full['lengths']}")
+    p.add_argument("--n", type=int, default=None, help=f"instances per task and length (default {full['n']})")
+    p.add_argument("--heads", default="shipped", help="the QRHeads: 'shipped' or a head file")
+    p.add_argument("--draws", type=int, default=5, help="random head sets (same size as the QRHeads)")
+    p.add_argument("--head-seed", type=int, default=0, help="seed of the first random head set")
+    p.add_argument("--data-dir", default=None, help=data_help)
+    p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
+    p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bf16 on GPU)")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out-dir", default=None, help=f"default {full['out_dir']} ({small['out_dir']} with --small)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
+    p.add_argument("--small", action="store_true", help=small_help)
+    p.add_argument("--figures-only", action="store_true", help="draw from the stored records; loads no model")
+    p.add_argument("--no-figures", action="store_true", help="compute only (write the summary JSON, no drawing)")
+
+
+def apply_preset(p: argparse.ArgumentParser, args: argparse.Namespace, full: Mapping, small: Mapping) -> None:
+    """Fill what was not given from the preset (the model only when one is loaded); refuse counts < 1."""
+    preset = small if args.small else full
+    for name in ("lengths", "n", "out_dir"):
+        if getattr(args, name) is None:
+            setattr(args, name, preset[name])
+    if args.model is None and not args.figures_only:
+        args.model = preset["model"]
+    if args.n < 1 or args.draws < 1:
+        p.error("--n and --draws must be >= 1")
