@@ -299,3 +299,25 @@ def test_cli_evaluate_json_prints_only_json(data_dir, tmp_path, capsys):
     printed = json.loads(capsys.readouterr().out)
     assert printed["results"] == str(out) and printed["new_records"] == 1
     assert printed["rows"][0]["method"] == "vanilla" and printed["rows"][0]["n"] == 1
+
+
+def test_cli_teacher_forced_prints_paired_intervals_and_keeps_its_store_apart(tmp_path, capsys):
+    heads_file = tmp_path / "h.json"
+    HeadSet([(1, 0), (2, 3)], model="tiny-llama", n_layers=4, n_heads=4, n_kv_heads=2).to_json(heads_file)
+    assert main(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "600", "--n", "3",
+                 "--out", str(tmp_path / "data")]) == 0
+    out = tmp_path / "tf.jsonl"
+    argv = ["evaluate", "--model", "tiny-llama", "--task", "needle_qa", "--data", str(tmp_path / "data"),
+            "--methods", "vanilla,dysco", "--heads", str(heads_file), "--out", str(out), "--teacher-forced",
+            "--beta", "4", "--k", "4"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "tf_exact" in printed and "tf_logprob" in printed and "- vanilla" in printed  # the paired CI line
+    records = read_store(out).records
+    assert {r["method"] for r in records} == {"vanilla", "dysco"} and len(records) == 6
+    assert all(r["settings"]["teacher_forced"] and r["n_forced"] >= 1 for r in records)
+    assert {r["config"]["top_k"] for r in records if r["method"] == "dysco"} == {4}
+    # the same store decoded freely is refused in one line, before the model loads
+    assert main([a for a in argv if a != "--teacher-forced"]) == 2
+    err = capsys.readouterr().err
+    assert "teacher_forced" in err and len(err.strip().splitlines()) == 1
