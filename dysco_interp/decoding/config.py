@@ -10,7 +10,7 @@ from dysco_interp.decoding import relevance
 from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Method, MethodName
 from dysco_interp.decoding.prompts import SCHEDULES, Schedule
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
-from dysco_interp.decoding.template import TemplateMasking, check_masking_mode
+from dysco_interp.decoding.template import MASKING_MODES, TemplateMasking
 from dysco_interp.errors import ConfigError
 
 
@@ -50,7 +50,9 @@ class DecodingConfig:
         relevance.check_decay(self.decay)
         check_int("warmup", self.warmup, minimum=0)
         check_choice("schedule", self.schedule, SCHEDULES)
-        check_masking_mode(self.template_masking)
+        check_choice("template_masking", self.template_masking, MASKING_MODES,
+                     then=" (the old switch: True is 'skeleton', False is 'off')" if isinstance(
+                         self.template_masking, bool) else "")
         relevance.check_top_k_fraction(self.top_k_fraction)
         check_number("tau", self.tau, above=0)
         check_seed("head_seed", self.head_seed)
