@@ -30,7 +30,8 @@ def _record(method, task, index, value, **config):
     return {"model": "m", "task": task, "length": 1024, "method": method if not config else f"{method} {config}",
             "seed": 0, "index": index, "id": f"{task}-{index}", "output": "", "finished": True,
             "timings": {"decode_tok_per_s": 10.0 if method == "vanilla" else 6.0},
-            "config": {"method": method, "max_new_tokens": 8, **config}, **metrics}
+            "config": {"method": method, "max_new_tokens": 8, "schedule": "reference", "template_masking": "reference",
+                       **config}, **metrics}
 
 
 def _write(path: Path, records) -> None:
