@@ -1,11 +1,13 @@
 """The DySCO decode loop (and its baselines), for one prompt or a left-padded batch.
 
-Schedule for one prompt (the paper's algorithm):
+Schedule for one prompt (the official code's, `schedule="reference"`):
 1. encode with the chat template; n_gen = generation-prompt tokens;
 2. prefill prompt[:-(T_w + n_gen)] without intervention (shareable across methods);
-3. context warm-up: the next T_w tokens one at a time, no bias, relevance updated;
-4. intervention warm-up: the n_gen generation-prompt tokens with the method's full step;
-5. decode with the full step until EOS or the budget.
+3. context warm-up: the next T_w - 1 tokens one at a time, no bias, relevance updated
+   (T_w with `schedule="paper"`);
+4. intervention warm-up: the last context token and the n_gen generation-prompt tokens with the
+   method's full step (only the generation prompt with "paper");
+5. decode with the full step until EOS or the budget, or feed the gold tokens (teacher forcing).
 What a full step does is the method's (`methods.py`); where its passes run is the backend's
 (`backends/`). `Stepper` feeds one token per row and records the trace; `generate_batch`,
 `compare_methods` and `dysco_generate` run the whole schedule.
