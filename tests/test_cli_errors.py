@@ -241,3 +241,15 @@ def test_a_closed_pipe_prints_nothing(setup):
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 1
     assert err == ""
+
+
+def test_every_command_option_says_what_it_does():
+    import argparse
+
+    missing = []
+    for action in build_parser()._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                missing += [f"{name} {a.option_strings or a.dest}" for a in sub._actions
+                            if not a.help and a.dest != "help"]
+    assert not missing

@@ -18,7 +18,7 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--length", type=cli_args.positive_int, default=1024,
                    help="prompt tokens of the instance (default 1024)")
     p.add_argument("--hops", type=cli_args.positive_int, default=4, help="route length (default 4)")
-    p.add_argument("--seed", type=cli_args.seed, default=0)
+    p.add_argument("--seed", type=cli_args.seed, default=0, help="seed of the Path Traversal instance (default 0)")
     p.add_argument("--max-new-tokens", type=cli_args.positive_int, default=None,
                    help="default: the gold answer's length + 8")
     flags.add_dysco_flags(p)

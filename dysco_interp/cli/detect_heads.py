@@ -36,7 +36,9 @@ def add_detect_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--n", type=cli_args.positive_int, default=None,
                    help="examples: to generate (default 20), or the first N of --data FILE")
     p.add_argument("--length", default="2k", help="target prompt length in tokens, e.g. 8k or 4000 (default 2k)")
-    p.add_argument("--method", choices=METHOD_CHOICES, default="qrscore")
+    p.add_argument("--method", choices=METHOD_CHOICES, default="qrscore",
+                   help="qrscore (query-focused retrieval mass on the gold document, default), qrscore-ndcg "
+                        "(NDCG@10 of the document ranking) or copy-paste (alias copy: the retrieval-head score)")
     p.add_argument("--top-k", type=cli_args.positive_int, default=16, help="heads to keep (default 16)")
     p.add_argument("--seed", type=cli_args.seed, default=0, help="data seed (and split-half seed)")
     p.add_argument("--out", required=True, help="head file to write (JSON)")

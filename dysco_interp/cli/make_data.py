@@ -32,7 +32,8 @@ def add_make_data_parser(subparsers) -> argparse.ArgumentParser:
     flags.add_model_flag(p, help="model whose tokenizer measures length")
     p.add_argument("--lengths", default="1k,2k,4k,8k", help="comma-separated target lengths, e.g. 1k,2k,4k,8k or 1500")
     p.add_argument("--n", type=cli_args.positive_int, default=50, help="instances per length (default 50)")
-    p.add_argument("--seed", type=cli_args.seed, default=0)
+    p.add_argument("--seed", type=cli_args.seed, default=0,
+                   help="data seed (default 0): the same seed and options give the same instances")
     p.add_argument("--out", type=cli_args.output_folder, required=True,
                    help="output folder (one TASK_LENGTH.jsonl per length)")
     p.add_argument("--tolerance", type=cli_args.open_fraction, default=0.05,
