@@ -63,4 +63,6 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
     client.execute(env=kernel_env())
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    streams = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [t for t in streams if "TqdmWarning" in t]  # progress bars that suit a notebook
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code")

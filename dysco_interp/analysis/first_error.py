@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from dysco_interp.analysis.edge_attention import span_attention_by_layer
 from dysco_interp.analysis.route_lines import compare_route, first_error, route_lines
@@ -29,6 +28,7 @@ from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
+from dysco_interp.progress import tqdm
 from dysco_interp.ranking import gold_rank_of, top_fraction_size
 from dysco_interp.tasks import load_dataset, make_dataset
 from dysco_interp.tasks.lengths import length_label

@@ -12,8 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from dysco_interp.analysis.edge_attention import EdgeAttention, teacher_forced_edge_attention
 from dysco_interp.analysis.motivation_summary import HOPS, TASK
 from dysco_interp.detection import random_head_sets
@@ -22,6 +20,7 @@ from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet, resolve_heads
 from dysco_interp.hooks import Head
 from dysco_interp.models import LoadedModel, dtype_name
+from dysco_interp.progress import tqdm
 from dysco_interp.ranking import gold_rank
 from dysco_interp.tasks import load_dataset, make_dataset
 from dysco_interp.tasks.lengths import length_label

@@ -40,7 +40,7 @@ def gold_mass_per_head(
 ) -> torch.Tensor:
     """[L, H] mean (over examples) attention mass on the gold document from the query span,
     uncalibrated and unfiltered; -1 for heads not computed (sliding layers, outside heads=)."""
-    from tqdm.auto import tqdm
+    from dysco_interp.progress import tqdm
 
     examples = check_examples(examples)
     mask = qrscore_heads(model.spec, heads)

@@ -61,7 +61,7 @@ def _run(
     store: str | os.PathLike | None,
 ) -> tuple[list[torch.Tensor], list[dict[str, Any]]]:
     """Per-example score matrices for `method`, resuming from and appending to the store."""
-    from tqdm.auto import tqdm
+    from dysco_interp.progress import tqdm
 
     spec = model.spec
     key = "copy" if method == COPY_PASTE else ("ndcg" if method == QRSCORE_NDCG else "mass")

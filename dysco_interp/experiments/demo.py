@@ -59,9 +59,8 @@ def run_demo(
 
     `max_new_tokens` defaults to the gold answer's length plus a small margin.
     """
-    from tqdm.auto import tqdm
-
     from dysco_interp.decoding.loop import compare_methods
+    from dysco_interp.progress import tqdm
 
     if max_new_tokens is not None:
         check_int("max_new_tokens", max_new_tokens, minimum=1)  # 0 used to mean "the default"

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import torch
-from tqdm.auto import tqdm
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.chat import Messages
@@ -39,6 +38,7 @@ from dysco_interp.experiments.store import (
 )
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
+from dysco_interp.progress import tqdm
 from dysco_interp.tasks import get_task, mrcr, needle_qa, path_traversal
 from dysco_interp.tasks.base import check_same_tokenizer
 

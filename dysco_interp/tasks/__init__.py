@@ -130,7 +130,7 @@ def make_dataset(
         )
     if not progress:
         return [spec.generate(tokenizer, target_tokens, seed=seed, index=i, **options) for i in range(n)]
-    from tqdm.auto import tqdm
+    from dysco_interp.progress import tqdm
 
     # a context manager, so an error clears the bar and its message starts a clean line
     with tqdm(total=n, desc=f"{spec.name} {target_tokens or ''}", unit="inst", leave=False) as bar:
