@@ -74,8 +74,10 @@ def test_valid_configs_still_build():
 
 def test_decoding_entry_points_name_the_wrong_argument(tiny_llama):
     config = DecodingConfig(max_new_tokens=2)
-    with pytest.raises(ConfigError, match=r"heads must be a HeadSet, got \[\(1, 0\)\]: wrap .* as HeadSet"):
-        dysco_generate(tiny_llama, "hello", [(1, 0)], config)
+    with pytest.raises(ConfigError, match=r"heads must be a HeadSet, \(layer, head\) pairs, .* got \[1, 0\]"):
+        dysco_generate(tiny_llama, "hello", [1, 0], config)
+    with pytest.raises(ConfigError, match="unknown option.*max_tokens; the decoding options are method, beta"):
+        dysco_generate(tiny_llama, "hello", [(1, 0)], config, max_tokens=3)
     with pytest.raises(ConfigError, match="must be a DecodingConfig .* got None"):
         dysco_generate(tiny_llama, "hello", HeadSet([(1, 0)]), None)
     with pytest.raises(ConfigError, match="must be a DecodingConfig .* got 'paper'"):
@@ -108,3 +110,15 @@ def test_plain_generate_names_the_wrong_argument(tiny_llama):
     with pytest.raises(ConfigError, match="sampling must be a SamplingConfig"):
         generate(tiny_llama, "hi", sampling=None)
     assert len(generate(tiny_llama, [1, 2, 3], max_new_tokens=2).tokens) <= 2
+
+
+def test_heads_and_options_in_the_forms_users_write(tiny_llama):
+    pairs = dysco_generate(tiny_llama, "hello", [(1, 0), (2, 3)], max_new_tokens=3, beta=4.0)
+    labels = dysco_generate(tiny_llama, "hello", "L1H0,L2H3", DecodingConfig(max_new_tokens=3), beta=4.0)
+    assert pairs.tokens == labels.tokens and len(pairs.tokens) <= 3
+    assert pairs.trace.heads == [(1, 0), (2, 3)]
+    from dysco_interp.decoding.loop import generate as loop_generate
+
+    by_keyword = loop_generate(tiny_llama, "hello", method="dysco", heads=[(1, 0), (2, 3)], beta=4.0,
+                               max_new_tokens=3)
+    assert by_keyword.tokens == pairs.tokens and by_keyword.method == "dysco"

@@ -15,6 +15,8 @@ What a full step does is the method's (`methods.py`); where its passes run is th
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -50,7 +52,7 @@ from dysco_interp.decoding.sampling import Sampler
 from dysco_interp.decoding.span_mass import SpanMass, Spans
 from dysco_interp.decoding.template import extend_mask, warn_fallback
 from dysco_interp.errors import ConfigError
-from dysco_interp.heads import HeadSet
+from dysco_interp.heads import HeadSet, resolve_heads
 from dysco_interp.models import LoadedModel
 
 
@@ -295,10 +297,20 @@ def check_configs(configs) -> None:
         check_config(config, f"config {name!r}")
 
 
-def check_heads(heads) -> None:
-    """ConfigError unless `heads` is a HeadSet or None; a list of pairs is named as such."""
-    check_type("heads", heads, HeadSet, allow_none=True,
-               then=": wrap (layer, head) pairs as HeadSet([...]), or read a head file with heads.load_heads(path)")
+def as_heads(model: LoadedModel, heads) -> HeadSet | None:
+    """The head set from the forms users write: a HeadSet; "shipped", an 'L17H3,L17H4' string or a
+    head file; or (layer, head) pairs. Anything else is a ConfigError naming those forms."""
+    if heads is None or isinstance(heads, HeadSet):
+        return heads
+    if isinstance(heads, (str, os.PathLike)):
+        return resolve_heads(model, heads)
+    pairs = list(heads) if isinstance(heads, (list, tuple)) else None
+    if pairs and all(isinstance(h, (list, tuple)) and len(h) == 2 and all(is_int(x) for x in h) for h in pairs):
+        spec = model.spec
+        return HeadSet([(int(layer), int(head)) for layer, head in pairs], model=spec.name, n_layers=spec.n_layers,
+                       n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads)
+    raise ConfigError(f"heads must be a HeadSet, (layer, head) pairs, 'shipped', an 'L17H3,L17H4' string or a "
+                      f"head file, got {typed(heads)}")
 
 
 def iter_methods(
@@ -316,7 +328,7 @@ def iter_methods(
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
     check_backend(backend)
     check_configs(configs)
-    check_heads(heads)
+    heads = as_heads(model, heads)
     if isinstance(prompts, (str, Mapping)) or prompts is None:
         raise ConfigError(f"prompts must be a list of prompts, got {typed(prompts)}; for one prompt use "
                           "dysco_generate or compare_methods")
@@ -445,29 +457,45 @@ def generate(
     prepared: PreparedPrompt | None = None,
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
+    **fields,
 ) -> GenerationResult:
     """Generate with one method; returns text, tokens and a per-step `Trace`.
+
+    `generate(model, prompt, method="dysco", heads="shipped", beta=2.5, max_new_tokens=32)`
+    works as well as passing a `DecodingConfig`: keyword options are its fields and override it.
 
     Args:
         model: the loaded model.
         prompt: text or chat messages.
         config: the method and its parameters (None: vanilla decoding, 256 new tokens).
-        heads: the QRHeads (H*) for the DySCO methods.
+        heads: the QRHeads (H*) for the DySCO methods: a HeadSet, (layer, head) pairs,
+            "shipped", an 'L17H3,L17H4' string or a head file.
         spans: named token spans of the prompt (edges, documents) whose relevance mass the trace reports.
         prepared: the prompt already encoded with `prepare_prompt`.
         backend: "bridge" (TransformerLens hooks), "sdpa" (fast, same tokens) or "static" (fastest on a GPU).
         graphs: CUDA graphs for the static backend (None: on CUDA devices).
+        **fields: `DecodingConfig` fields (`method`, `beta`, `top_k`, `max_new_tokens`, ...).
 
     Returns:
         A `GenerationResult` whose `trace` records every step.
 
-    Wrong argument types (a list of pairs for `heads`, a string for `config`, an empty prompt)
-    are ConfigErrors that say what to pass instead.
+    Wrong argument types (a string for `config`, an unknown option, an empty prompt) are
+    ConfigErrors that say what to pass instead.
     """
     config = DecodingConfig(method="vanilla") if config is None else config
     check_config(config)
+    config = with_fields(config, fields)
     return compare_methods(model, prompt, {config.method: config}, heads, spans=spans, prepared=prepared,
                            backend=backend, graphs=graphs)[config.method]
+
+
+def with_fields(config: DecodingConfig, fields: Mapping) -> DecodingConfig:
+    """`config` with some of its fields replaced; ConfigError naming an unknown one."""
+    names = [f.name for f in dataclasses.fields(DecodingConfig)]
+    unknown = sorted(set(fields) - set(names))
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; the decoding options are {', '.join(names)}")
+    return config.replace(**fields) if fields else config
 
 
 def dysco_generate(
@@ -477,6 +505,7 @@ def dysco_generate(
     config: DecodingConfig = DecodingConfig(),
     **options,
 ) -> GenerationResult:
-    """`generate` with the heads first and DySCO's paper parameters by default (`config` None is an error)."""
+    """`generate` with the heads first and DySCO's paper parameters by default (`config` None is an
+    error); `options` are `generate`'s keyword options, `DecodingConfig` fields included."""
     check_config(config)
     return generate(model, prompt, config, heads=heads, **options)
