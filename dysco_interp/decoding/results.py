@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Literal, Mapping, get_args
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal, Mapping, get_args
+
+from dysco_interp.atomic import atomic_open
+from dysco_interp.errors import DataError
 
 Phase = Literal["context-warmup", "intervention-warmup", "decode"]
 CONTEXT_WARMUP: Phase = "context-warmup"  # prompt tokens fed one at a time, relevance only
@@ -104,3 +110,71 @@ class GenerationResult:
     trace: Trace | None = None  # per-step record of the DySCO loop (None for plain `generate`)
     method: str = "plain"
     forced: ForcedScores | None = None  # teacher-forced decoding: the scores of the gold tokens fed
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything, as JSON-ready values (timings exact, not rounded as in `Timings.as_dict`)."""
+        return {
+            "format": RESULT_FORMAT,
+            "format_version": RESULT_FORMAT_VERSION,
+            "text": self.text,
+            "tokens": list(self.tokens),
+            "prompt_ids": list(self.prompt_ids),
+            "finished": self.finished,
+            "method": self.method,
+            "timings": asdict(self.timings),
+            "trace": None if self.trace is None else self.trace.to_dict(),
+            "forced": None if self.forced is None else self.forced.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "<dict>") -> "GenerationResult":
+        """The result that `to_dict` described; DataError naming `source` for anything else."""
+        if not isinstance(d, Mapping) or d.get("format") != RESULT_FORMAT:
+            got = d.get("format") if isinstance(d, Mapping) else type(d).__name__
+            raise DataError(f"{source}: not a saved generation result (format {RESULT_FORMAT!r}), got {got!r}")
+        if d.get("format_version") != RESULT_FORMAT_VERSION:
+            raise DataError(f"{source}: generation result format_version {d.get('format_version')!r} is not "
+                            f"{RESULT_FORMAT_VERSION}; saved by another dysco-interp version")
+        try:
+            timing_names = {f.name for f in fields(Timings)}
+            trace, forced = d["trace"], d["forced"]
+            return cls(
+                text=str(d["text"]),
+                tokens=[int(t) for t in d["tokens"]],
+                prompt_ids=[int(t) for t in d["prompt_ids"]],
+                finished=bool(d["finished"]),
+                timings=Timings(**{k: v for k, v in d["timings"].items() if k in timing_names}),
+                trace=None if trace is None else Trace.from_dict(trace),
+                method=str(d["method"]),
+                forced=None if forced is None else ForcedScores(list(forced["argmax"]), list(forced["logprob"])),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise DataError(f"{source}: malformed generation result ({type(e).__name__}: {e})") from None
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write the result as JSON, atomically (temp file + rename); returns the path."""
+        path = Path(path)
+        with atomic_open(path) as f:
+            json.dump(self.to_dict(), f, indent=1)
+            f.write("\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "GenerationResult":
+        """Read a result that `save` wrote (JSON only: nothing in the file is run)."""
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise DataError(f"generation result file not found: {path}") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise DataError(f"cannot read generation result {path}: {e}") from None
+        try:
+            obj = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as e:
+            raise DataError(f"{path}: not a JSON generation result ({e})") from None
+        return cls.from_dict(obj, source=str(path))
+
+
+RESULT_FORMAT = "dysco-interp/generation-result"
+RESULT_FORMAT_VERSION = 1

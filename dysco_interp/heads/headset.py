@@ -19,14 +19,14 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from dysco_interp import __version__
 from dysco_interp.atomic import atomic_open
 from dysco_interp.checks import brief, is_int
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads.errors import HeadModelMismatchError, HeadSetError
-from dysco_interp.heads.safe_parse import check_depth, naming_source, read_json
+from dysco_interp.heads.safe_parse import check_depth, naming_source, parse_json_text, read_json
 from dysco_interp.heads.values import head_pair, nonneg_int, optional_str, positive_int, require, score
 from dysco_interp.hooks import Head, head_label, head_out_of_range
 
@@ -326,16 +326,34 @@ class HeadSet:
         hs = naming_source(source, lambda: headset_from_dict(check_depth(d)))
         return hs if spec is None else naming_source(source, lambda: hs.validate_for(spec, allow_other_model))
 
-    def to_json(self, path: str | os.PathLike) -> Path:
-        """Write our JSON format atomically (temp file + rename); returns the path."""
-        path = Path(path)
+    @overload
+    def to_json(self, path: None = None) -> str: ...
+
+    @overload
+    def to_json(self, path: str | os.PathLike) -> Path: ...
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str | Path:
+        """Our JSON format: with `path`, written atomically (temp file + rename) and the path
+        returned; without, the text itself (what the file would hold; read it back with
+        `HeadSet.from_json_text`)."""
         try:
             text = json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"
         except (TypeError, ValueError) as e:
             raise HeadSetError(f"head set cannot be written as JSON (check `extra`): {e}") from e
+        if path is None:
+            return text
+        path = Path(path)
         with atomic_open(path) as f:
             f.write(text)
         return path
+
+    @classmethod
+    def from_json_text(
+        cls, text: str, spec: Any = None, allow_other_model: bool = False, source: str = "<JSON text>"
+    ) -> "HeadSet":
+        """Read our JSON format from a string (as `to_json()` gives); with `spec`, check it."""
+        obj = parse_json_text(text, source)
+        return cls.from_dict(obj, spec=spec, allow_other_model=allow_other_model, source=source)
 
     @classmethod
     def from_json(cls, path: str | os.PathLike, spec: Any = None, allow_other_model: bool = False) -> "HeadSet":

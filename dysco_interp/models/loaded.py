@@ -32,6 +32,15 @@ class LoadedModel:
     # the identity, or how to compute it on first use; None: from the weights in memory
     _weights_id: WeightsId = field(default=None, repr=False)
 
+    def __repr__(self) -> str:
+        # One line, TransformerLens-style: the dataclass default prints the whole module tree.
+        s = self.spec
+        dtype = str(self.dtype).removeprefix("torch.")
+        return (
+            f"LoadedModel({s.name!r}, {s.architecture}, {s.n_layers} layers x {s.n_heads} heads "
+            f"({s.n_kv_heads} kv), {dtype}, {self.device}, context {s.context_length})"
+        )
+
     @property
     def weights_id(self) -> str:
         """What the model computes, as a string to store beside every result.

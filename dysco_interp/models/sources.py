@@ -23,7 +23,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
 
 import torch
 
@@ -42,6 +42,29 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 T = TypeVar("T")
+
+
+@contextlib.contextmanager
+def transformers_bars(progress: bool) -> Iterator[None]:
+    """With `progress` False, no transformers or huggingface_hub tqdm bars ("Loading weights",
+    downloads) inside the block; each library's previous setting comes back afterwards."""
+    if progress:
+        yield
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+    from transformers.utils import logging as hf_logging
+
+    transformers_on, hub_on = hf_logging.is_progress_bar_enabled(), not are_progress_bars_disabled()
+    hf_logging.disable_progress_bar()  # both libraries' bars
+    try:
+        yield
+    finally:
+        if transformers_on:
+            hf_logging.enable_progress_bar()  # both libraries' bars again
+        if hub_on:
+            enable_progress_bars()
+        elif transformers_on:
+            disable_progress_bars()
 
 
 class ModelSource(ABC):
@@ -146,6 +169,13 @@ class PretrainedSource(ModelSource):
     def load(
         self, name: str, *, device: torch.device, dtype: torch.dtype, progress: bool, yarn_factor: float | None
     ) -> LoadedModel:
+        with transformers_bars(progress):
+            return self._load(name, device=device, dtype=dtype, progress=progress, yarn_factor=yarn_factor)
+
+    def _load(
+        self, name: str, *, device: torch.device, dtype: torch.dtype, progress: bool, yarn_factor: float | None
+    ) -> LoadedModel:
+        """`load`, with transformers' own bars already as `progress` asks."""
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         start = time.perf_counter()
@@ -167,9 +197,11 @@ class PretrainedSource(ModelSource):
 
         def reference_factory(attn_implementation: str) -> torch.nn.Module:
             config = copy.deepcopy(kwargs["config"])
-            ref = AutoModelForCausalLM.from_pretrained(
-                location.path, dtype=dtype, attn_implementation=attn_implementation, **{**kwargs, "config": config}
-            )
+            with transformers_bars(progress):
+                ref = AutoModelForCausalLM.from_pretrained(
+                    location.path, dtype=dtype, attn_implementation=attn_implementation,
+                    **{**kwargs, "config": config},
+                )
             return ref.to(device).eval()
 
         loaded = from_hf(
@@ -183,8 +215,11 @@ class PretrainedSource(ModelSource):
     def load_tokenizer(self, name: str, *, progress: bool) -> PreTrainedTokenizerBase:
         from transformers import AutoTokenizer
 
-        location = self.locate(name, progress)
-        return self.read(name, location, progress, lambda loc: AutoTokenizer.from_pretrained(loc.path, **loc.kwargs))
+        with transformers_bars(progress):
+            location = self.locate(name, progress)
+            return self.read(
+                name, location, progress, lambda loc: AutoTokenizer.from_pretrained(loc.path, **loc.kwargs)
+            )
 
 
 class FolderSource(PretrainedSource):
