@@ -256,3 +256,15 @@ def test_a_prepared_prompt_serves_one_thinking_setting(tiny):
     with pytest.raises(ConfigError, match="one enable_thinking"):
         compare_methods(tiny, PROMPT, {"a": cfg("vanilla"), "b": cfg("vanilla", enable_thinking=False)},
                         prepared=prepared)
+
+
+def test_each_generated_token_is_paired_with_the_step_that_chose_it(tiny_llama):
+    heads = heads_for(tiny_llama)
+    res = dysco_generate(tiny_llama, PROMPT, heads, cfg(beta=3.0, record_positions=True))
+    pairs = res.token_steps(tiny_llama.tokenizer)
+    assert [p.token for p in pairs] == res.tokens and len(res.trace.decode_steps()) == len(res.tokens) - 1
+    assert pairs[0].step.phase == "intervention-warmup" and pairs[0].step.position == len(res.prompt_ids) - 1
+    for previous, pair in zip(res.tokens, pairs[1:]):  # the step that fed the token before chose this one
+        assert pair.step.phase == "decode" and pair.step.token == previous
+    assert "".join(p.text for p in pairs) == tiny_llama.tokenizer.decode(res.tokens)
+    assert all(p.step.n_selected is not None for p in pairs)

@@ -30,6 +30,16 @@ class StepRecord:
     top_spans: list[tuple[str, float]] | None = None  # most relevant named spans and their mass
 
 
+@dataclass(frozen=True)
+class TokenStep:
+    """A generated (or, teacher forced, gold) token and the step whose logits chose it: that
+    step fed the token before it, so its selection is the one this token was predicted under."""
+
+    token: int
+    text: str | None  # the token as a string (with a tokenizer), `to_str_tokens` style
+    step: StepRecord
+
+
 @dataclass
 class Trace:
     method: str
@@ -38,7 +48,19 @@ class Trace:
     steps: list[StepRecord] = field(default_factory=list)
 
     def decode_steps(self) -> list[StepRecord]:
+        """The steps that fed generated tokens (one fewer than the tokens: the last is never fed).
+        To pair each token with the selection it was predicted under, use `token_steps`."""
         return [s for s in self.steps if s.phase == DECODE]
+
+    def token_steps(self, tokens: list[int], tokenizer=None) -> list[TokenStep]:
+        """Each of `tokens` (the result's generated tokens) with the step that chose it: the last
+        prompt step for the first token, then the decode step that fed the token before."""
+        prompt = [s for s in self.steps if s.phase != DECODE]
+        producers = prompt[-1:] + self.decode_steps()
+        if len(producers) < len(tokens):
+            raise ValueError(f"{len(tokens)} tokens but only {len(producers)} steps that produced tokens in the trace")
+        texts = [tokenizer.decode([t]) for t in tokens] if tokenizer is not None else [None] * len(tokens)
+        return [TokenStep(t, text, step) for t, text, step in zip(tokens, texts, producers)]
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -110,6 +132,13 @@ class GenerationResult:
     trace: Trace | None = None  # per-step record of the DySCO loop (None for plain `generate`)
     method: str = "plain"
     forced: ForcedScores | None = None  # teacher-forced decoding: the scores of the gold tokens fed
+
+    def token_steps(self, tokenizer=None) -> list[TokenStep]:
+        """Every generated token with the step (selection, nucleus mass, top spans) that chose it;
+        with a tokenizer (`model.tokenizer`) each carries its text."""
+        if self.trace is None:
+            raise ValueError("this result has no trace (plain generate): nothing selected its tokens")
+        return self.trace.token_steps(self.tokens, tokenizer)
 
     def to_dict(self) -> dict[str, Any]:
         """Everything, as JSON-ready values (timings exact, not rounded as in `Timings.as_dict`)."""
