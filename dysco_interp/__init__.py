@@ -9,9 +9,13 @@ The public API, imported lazily (torch, transformers and TransformerLens load on
 
 import importlib as _importlib
 import os as _os
+import warnings as _warnings
 
 # TransformerLens pulls wandb in; nothing here logs to it.
 _os.environ.setdefault("WANDB_MODE", "disabled")
+# Libraries we load import tqdm.auto, which warns in a notebook without ipywidgets and then draws
+# the same text bars that `dysco_interp.progress` chooses: the warning says nothing to act on.
+_warnings.filterwarnings("ignore", message="IProgress not found", module="tqdm")
 
 __version__ = "0.1.0"
 
