@@ -1,6 +1,7 @@
 """Regenerate every table and figure from stored results, or run the whole pipeline small.
 
     python analyses/run_all.py                      # from the stores in figures/, into figures/
+    python analyses/run_all.py --out-dir DIR        # the same, into a copy of figures/ in DIR
     python analyses/run_all.py --small --out-dir DIR  # smollm2-135m on the CPU, a few minutes
 
 Default mode reads only stored results (loads no model): the Path Traversal table with
@@ -21,8 +22,11 @@ its status and its outputs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -51,37 +55,62 @@ def script(name: str, argv: list[str]) -> Runner:
     return lambda: load_script(name).main(argv)
 
 
+def redraw_root(figures: Path, out_dir: str | None, stack: contextlib.ExitStack) -> Path:
+    """The folder to redraw, spelled `figures` from a working directory where that name means it,
+    so that every recorded command is the same whichever folder is written.
+
+    Without --out-dir (or with --out-dir naming the figures folder itself) it is `figures`;
+    otherwise `figures` is copied into --out-dir first and everything is redrawn in the copy,
+    so nothing outside --out-dir is written and `diff -r figures OUT` shows what a redraw changes.
+    """
+    target = figures.resolve()
+    if out_dir is not None and Path(out_dir).resolve() != target:
+        target = Path(out_dir).resolve()
+        shutil.copytree(figures, target, dirs_exist_ok=True)
+    if target == (REPO / "figures").resolve():
+        cwd = REPO
+    else:
+        cwd = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="dysco_run_all_cwd_")))
+        (cwd / "figures").symlink_to(target, target_is_directory=True)
+    previous = Path.cwd()
+    os.chdir(cwd)
+    stack.callback(os.chdir, previous)
+    return Path("figures")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", action="store_true", help="run the whole pipeline small on the CPU (a few minutes)")
-    p.add_argument("--out-dir", default=None, help="--small: where everything goes (default: a new temp folder)")
+    p.add_argument("--out-dir", default=None,
+                   help="--small: where everything goes (default: a new temp folder); default mode: redraw a copy "
+                        "of the figures folder here instead of the folder itself")
     p.add_argument("--model", default=SMALL_MODEL, help="--small: the model (default smollm2-135m)")
     p.add_argument("--figures-dir", default=str(REPO / "figures"),
                    help="default mode: the stores to read and the folder to write (default: figures/)")
     args = p.parse_args(argv)
 
-    t0 = time.perf_counter()
-    if args.small:
-        out = Path(args.out_dir or tempfile.mkdtemp(prefix="dysco_run_all_")).resolve()
-        out.mkdir(parents=True, exist_ok=True)
-        print(f"[run_all] small pipeline on {args.model} into {out}", flush=True)
-        steps = small_steps(script, out, args.model)
-        summary_dir = out
-    else:
-        figures = Path(args.figures_dir)
-        print(f"[run_all] regenerating from the stores in {figures}", flush=True)
-        steps = regenerate_steps(script, figures, REPO)
-        summary_dir = None  # no extra file among the committed figures
-
     def log(msg):
         print(msg, flush=True)
 
-    if not args.small and Path(args.figures_dir).resolve() == (REPO / "figures").resolve():
-        import os
-
-        # relative paths inside the commands the outputs record
-        os.chdir(REPO)
-    results = run_steps(steps, log)
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        if args.small:
+            out = Path(args.out_dir or tempfile.mkdtemp(prefix="dysco_run_all_")).resolve()
+            out.mkdir(parents=True, exist_ok=True)
+            print(f"[run_all] small pipeline on {args.model} into {out}", flush=True)
+            steps = small_steps(script, out, args.model)
+            summary_dir = out
+        else:
+            figures = Path(args.figures_dir)
+            if not figures.is_dir():
+                p.error(f"--figures-dir {figures} is not a folder")
+            if args.out_dir and figures.resolve() in Path(args.out_dir).resolve().parents:
+                p.error("--out-dir must not be inside --figures-dir (the figures are copied into it)")
+            where = f" into {Path(args.out_dir).resolve()}" if args.out_dir else ""
+            print(f"[run_all] regenerating from the stores in {figures}{where}", flush=True)
+            steps = regenerate_steps(script, redraw_root(figures, args.out_dir, stack))
+            summary_dir = None  # no extra file among the committed figures
+        results = run_steps(steps, log)
     total = round(time.perf_counter() - t0, 1)
     width = max(len(r["step"]) for r in results)
     print(f"\n[run_all] done in {total}s")

@@ -1,10 +1,13 @@
 """The whole small pipeline on the real default model: every table and figure is written
-and holds what it should (runs analyses/run_all.py --small; a few minutes on 2 CPU cores)."""
+and holds what it should (runs analyses/run_all.py --small; a few minutes on 2 CPU cores).
+Redrawing from stores with --out-dir writes only there, the same bytes every time."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,8 +17,6 @@ import pytest
 from dysco_interp.analysis import overhead
 from dysco_interp.analysis.decoding_runs import SMALL_TAUS
 from dysco_interp.analysis.pipeline import SMALL_N
-
-pytestmark = pytest.mark.real_model
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -47,6 +48,7 @@ def small_run(tmp_path_factory):
     return out, proc.returncode
 
 
+@pytest.mark.real_model
 def test_every_step_succeeds(small_run):
     out, rc = small_run
     summary = json.loads((out / "run_all.json").read_text())
@@ -55,6 +57,7 @@ def test_every_step_succeeds(small_run):
     assert all(s["outputs"] for s in summary["steps"])
 
 
+@pytest.mark.real_model
 def test_stores_follow_the_planned_layout(small_run):
     out, _ = small_run
     expected = [f"mrcr/{MODEL}_1k_tau.jsonl", f"path_traversal/{MODEL}_1k.jsonl",
@@ -65,6 +68,7 @@ def test_stores_follow_the_planned_layout(small_run):
         assert records and all(r["model"] == MODEL and r["settings"]["model"] == MODEL for r in records), name
 
 
+@pytest.mark.real_model
 def test_path_traversal_table(small_run):
     out, _ = small_run
     table = json.loads((out / "path_traversal/table.json").read_text())
@@ -79,6 +83,7 @@ def test_path_traversal_table(small_run):
             assert 0 <= est["lo"] <= est["mean"] <= est["hi"] <= 1
 
 
+@pytest.mark.real_model
 def test_ablation_table(small_run):
     out, _ = small_run
     table = json.loads((out / "ablations/table.json").read_text())
@@ -89,6 +94,7 @@ def test_ablation_table(small_run):
     assert all(r["n"] == 2 for r in table["rows"])
 
 
+@pytest.mark.real_model
 def test_robustness_figure(small_run):
     out, _ = small_run
     result = json.loads((out / "robustness/robustness.json").read_text())
@@ -100,6 +106,7 @@ def test_robustness_figure(small_run):
     check_md(out / "robustness/robustness.md")
 
 
+@pytest.mark.real_model
 def test_overhead_figure(small_run):
     out, _ = small_run
     result = json.loads((out / "overhead/overhead.json").read_text())
@@ -114,6 +121,7 @@ def test_overhead_figure(small_run):
     check_md(out / "overhead/overhead.md")
 
 
+@pytest.mark.real_model
 @pytest.mark.parametrize("name", ["motivation", "first_error"])
 def test_other_analyses_ran_small(small_run, name):
     out, _ = small_run
@@ -130,6 +138,7 @@ def test_other_analyses_ran_small(small_run, name):
         assert json.loads(j.read_text()), j
 
 
+@pytest.mark.real_model
 def test_recorded_shapes_match_the_converted_configs():
     from dysco_interp.models import packaged as packaged_models
 
@@ -142,3 +151,54 @@ def test_recorded_shapes_match_the_converted_configs():
         assert setting["shape"].as_dict() == {**shape, "mlp_matrices": 3, "name": alias}
         checked += 1
     assert checked >= 1  # the default model is always converted where real-model tests run
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_redraw_into_out_dir_writes_only_there_and_is_byte_identical(tmp_path):
+    src = tmp_path / "figs"
+    (src / "reuse").mkdir(parents=True)
+    for store in sorted((REPO / "figures" / "reuse").glob("*.jsonl")):
+        shutil.copy2(store, src / "reuse" / store.name)
+    before, committed = tree_hashes(src), tree_hashes(REPO / "figures")
+    outs = [tmp_path / "out_a", tmp_path / "elsewhere" / "out_b"]
+    for out in outs:
+        proc = subprocess.run([sys.executable, str(REPO / "analyses/run_all.py"), "--figures-dir", str(src),
+                               "--out-dir", str(out)], capture_output=True, text=True, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert tree_hashes(src) == before  # the stores' folder is only read
+    assert tree_hashes(REPO / "figures") == committed  # the heatmaps once went into the repository's figures/
+    a, b = (tree_hashes(out) for out in outs)
+    for name in ("reuse/table.md", "reuse/table.json", "overhead/overhead.html", "overhead/overhead.png",
+                 "heads/smollm2-135m_qrscore_heatmap.html", "heads/smollm2-135m_qrscore_heatmap.png"):
+        assert name in a, name
+    # a copy of the stores plus the outputs, byte for byte the same wherever it is written
+    assert set(before) < set(a) and a == b
+    table = (outs[0] / "reuse/table.md").read_text(encoding="utf-8")
+    assert table.rstrip().endswith("`python analyses/ablation_table.py --stores 'figures/reuse/*.jsonl' "
+                                   "--out figures/reuse/table`")
+
+
+def test_two_draws_of_a_figure_are_byte_identical(tmp_path):
+    from dysco_interp.viz.panels import Panel, Series
+    from dysco_interp.viz.render_html import ci_lines_html, panels_html
+    from dysco_interp.viz.render_png import ci_lines_png, panels_png
+
+    line = [Panel("acc", "accuracy", (Series("dysco", [0.1, 0.5, None], lo=[0.0, 0.4, None], hi=[0.2, 0.6, None]),))]
+    grid = [Panel("p", "score", (Series("a", [1.0, 2.0], x=[1, 4]),), xlabel="K", log_x=True, mark_x=2.0)]
+    drawn = []
+    for run in ("one", "two"):
+        folder = tmp_path / run
+        drawn.append([ci_lines_html(line, ["1k", "2k", "4k"], folder / "ci.html", title="t", xlabel="length"),
+                      ci_lines_png(line, ["1k", "2k", "4k"], folder / "ci.png", title="t", xlabel="length"),
+                      panels_html(grid, folder / "grid.html", title="g"),
+                      panels_png(grid, folder / "grid.png", title="g")])
+    for first, second in zip(*drawn):
+        assert first.read_bytes() == second.read_bytes(), first.name
+    # the plot's element id comes from the file name, not a random uuid
+    ci = drawn[0][0].read_text(encoding="utf-8")
+    assert 'id="plot-ci"' in ci and "Plotly.newPlot" in ci
+    assert not re.search(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", ci)

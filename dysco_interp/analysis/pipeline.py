@@ -97,11 +97,30 @@ def table_steps(script: ScriptRunner, stores: Path, out: Path, overhead_argv: li
     ]
 
 
-def regenerate_steps(script: ScriptRunner, figures: Path, repo: Path) -> list[Step]:
-    """Every table and figure from the stores under `figures`. For the repository's own
-    figures/ (run from `repo`), paths are relative and the QRScore heatmaps are redrawn too."""
-    rel = figures.resolve() == (repo / "figures").resolve()
-    root = Path("figures") if rel else figures  # committed outputs name repository paths only
+def draw_shipped_heatmap(alias: str, fig_dir: Path) -> tuple[Path, Path]:
+    """The QRScore heatmap of a packaged head file, as `analyses/ship_heads.py --figures-only`
+    draws it, but into `fig_dir`."""
+    from dysco_interp.detection.shipping import score_matrix
+    from dysco_interp.heads import shipped_heads
+    from dysco_interp.viz.heatmap import save_head_heatmaps
+
+    heads = shipped_heads(alias)
+    scores, scored = score_matrix(heads)
+    return save_head_heatmaps(scores, fig_dir / f"{alias}_qrscore.json", model=alias, method=heads.method,
+                              scored=scored, highlight=list(heads), n_examples=heads.n_examples)
+
+
+def heatmap_runner(alias: str, fig_dir: Path) -> Runner:
+    def run() -> None:
+        draw_shipped_heatmap(alias, fig_dir)
+
+    return run
+
+
+def regenerate_steps(script: ScriptRunner, root: Path) -> list[Step]:
+    """Every table and figure from the stores under `root`, written next to them, and the QRScore
+    heatmaps of the packaged head files into `root/heads`. `root` is spelled as the recorded
+    commands should name it (the driver runs from where `figures` means the folder)."""
     steps = table_steps(script, root, root, ["--models", REGENERATE_OVERHEAD_MODELS,
                                      "--bench", str(root / "bench_decode*.json"), str(root / "overhead/bench*.json"),
                                      "--stores", str(root / "path_traversal/*.jsonl")])
@@ -122,12 +141,10 @@ def regenerate_steps(script: ScriptRunner, figures: Path, repo: Path) -> list[St
                       needs=[str(budget / "*" / "*.jsonl"), str(budget / "*" / "*.jsonl.xz")],
                       outputs=[str(budget / f"{name}.*") for name in ("curves", "effect", "effect-fraction",
                                                                       "dev_free", "test_table")]))
-    if rel:
-        # the heatmaps' script writes into the repository's figures/heads
-        for alias in available_shipped_heads():
-            steps.append(Step(f"QRScore heatmap {alias}",
-                              script("ship_heads", ["--model", alias, "--figures-only"]),
-                              outputs=[str(root / "heads" / f"{alias}_qrscore_heatmap.*")]))
+    for alias in available_shipped_heads():
+        steps.append(Step(f"QRScore heatmap {alias}",
+                          heatmap_runner(alias, root / "heads"),
+                          outputs=[str(root / "heads" / f"{alias}_qrscore_heatmap.*")]))
     return steps
 
 

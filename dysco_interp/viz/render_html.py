@@ -8,6 +8,7 @@ inside the functions.
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -31,10 +32,17 @@ from dysco_interp.viz.panels import (
 )
 
 
+def plot_div_id(path: str | Path) -> str:
+    """The plot's HTML id, from the file's name: plotly's default is a random uuid, which would
+    make every redraw of the same figure differ."""
+    return "plot-" + re.sub(r"[^A-Za-z0-9_-]", "-", Path(path).stem)
+
+
 def write_plotly(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.write_html(path, include_plotlyjs=True, full_html=True)  # inlined: opens offline
+    # inlined plotly.js: opens offline
+    fig.write_html(path, include_plotlyjs=True, full_html=True, div_id=plot_div_id(path))
     return path
 
 
