@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import torch
 
-from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.chat import Messages
 from dysco_interp.checks import check_bool
 from dysco_interp.decoding.backends import BackendName
@@ -342,15 +342,11 @@ def summarise(records: Iterable[dict], metrics: Iterable[str], baseline: str = "
         for m in metrics:
             values = [float(r[m]) for r in rows if r.get(m) is not None]
             row[m] = sum(values) / len(values) if values else None
-        reference = {r["instance"]: r for r in groups.get((key[0], baseline), [])}
+        reference = groups.get((key[0], baseline), [])
         if key[1] != baseline and reference:
-            for m in metrics:
-                diffs = [float(r[m]) - float(reference[r["instance"]][m]) for r in rows
-                         if r["instance"] in reference and r.get(m) is not None
-                         and reference[r["instance"]].get(m) is not None]
-                if diffs:
-                    ci = bootstrap_ci(diffs)
-                    row[f"delta_{m}"] = (ci.mean, ci.lo, ci.hi)
+            for m, delta in paired_deltas(rows, reference, metrics).items():
+                if delta is not None:
+                    row[f"delta_{m}"] = (delta["mean"], delta["lo"], delta["hi"])
         out[key] = row
     return out
 
