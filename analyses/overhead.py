@@ -50,7 +50,7 @@ def main(argv=None) -> int:
         print(f"overhead: {e}", file=sys.stderr)
         return 2
     save_panels(panels(settings, result["measured"]), Path(args.out),
-                title="DySCO overhead: analytic FLOPs and measured speed/memory", ncols=3)
+                title="DySCO overhead: analytic FLOPs and measured speed/memory", ncols=2)
     write_report(args.out, result, render(result))
     print(f"wrote {args.out}.png/.html/.md/.json")
     return 0

@@ -49,7 +49,8 @@ def main(argv=None) -> int:
     points = result["points"]
     models = ", ".join(sorted({p["model"] for p in points}))
     save_panels(robustness_panels(points), Path(args.out),
-                title=f"DySCO robustness ({models}): one parameter at a time, 95% CI", ncols=3)
+                title=f"DySCO robustness ({models}): one parameter at a time, DySCO minus vanilla on the same "
+                      "instances, 95% CI", ncols=3)
     write_report(args.out, result, render_robustness(result))
     print(f"wrote {args.out}.png/.html/.md/.json")
     return 0

@@ -43,14 +43,16 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from dysco_interp import detection as D
+    from dysco_interp.analysis.pipeline import draw_head_heatmap
     from dysco_interp.detection.shipping import detect_and_check
+    from dysco_interp.heads import HeadSet
     from dysco_interp.models import load_model
     from dysco_interp.tasks.lengths import parse_length
 
     out_file = REPO / "dysco_interp" / "heads" / "data" / "shipped" / f"{args.model}.json"
     fig_dir = REPO / "figures" / "heads"
     if args.figures_only:
-        _draw(out_file, fig_dir, args.model)
+        draw_head_heatmap(HeadSet.from_json(out_file), args.model, fig_dir)
         return 0
 
     length = parse_length(args.length)
@@ -69,7 +71,7 @@ def main(argv=None) -> int:
     heads.to_json(out_file)
     fig_dir.mkdir(parents=True, exist_ok=True)
     if not args.no_figures:
-        _draw(out_file, fig_dir, args.model)
+        draw_head_heatmap(HeadSet.from_json(out_file), args.model, fig_dir)
     report = {
         "model": args.model,
         **checks,
@@ -80,18 +82,6 @@ def main(argv=None) -> int:
     (fig_dir / f"{args.model}_report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps({k: report[k] for k in ("heads", "heldout", "split_half", "copy_paste", "layers")}, indent=1))
     return 0
-
-
-def _draw(head_file: Path, fig_dir: Path, name: str) -> None:
-    """The QRScore heatmap from the score matrix the head file carries."""
-    from dysco_interp.detection.shipping import score_matrix
-    from dysco_interp.heads import HeadSet
-    from dysco_interp.viz.heatmap import save_head_heatmaps
-
-    heads = HeadSet.from_json(head_file)
-    scores, scored = score_matrix(heads)
-    save_head_heatmaps(scores, fig_dir / f"{name}_qrscore.json", model=name, method=heads.method,
-                       scored=scored, highlight=list(heads), n_examples=heads.n_examples)
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def _join_per_method_rows(rows: Iterable[Mapping]) -> list[dict]:
 _SHORT_DTYPES: dict[object, str] = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
-def _short_device(name) -> str | None:
+def short_device(name) -> str | None:
     """"NVIDIA H100 80GB HBM3" -> "H100"; other names as they are."""
     found = re.search(r"\b([A-Z]\d{2,4})\b", str(name)) if name else None
     return found.group(1) if found else name
@@ -132,7 +132,7 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
             continue
         context, batch = _first(r, _CONTEXT_KEYS), _first(r, _BATCH_KEYS)
         info = {**meta, **{k: r[k] for k in _META_KEYS if isinstance(r.get(k), (str, int))}}
-        label = ", ".join(str(x) for x in (_short_device(info.get("device") or info.get("gpu")), info.get("backend"),
+        label = ", ".join(str(x) for x in (short_device(info.get("device") or info.get("gpu")), info.get("backend"),
                                             info.get("model"), _SHORT_DTYPES.get(info.get("dtype"), info.get("dtype")),
                                             _short_context(context), f"batch {batch}" if batch and batch != 1 else None)
                           if x)
@@ -185,7 +185,7 @@ def record_speed_rows(records: Iterable[Mapping], source: str) -> list[dict]:
             continue
         v, d = (statistics.median(by_method[m]) for m in METHODS)
         what = "eval records" if batch == 1 else f"eval records, batch of {batch}"
-        rows.append({"source": source, "label": f"{model}, {task} {length} ({what})", "model": model,
+        rows.append({"source": source, "label": f"{model}, {task} {length} ({what})", "model": model, "task": task,
                      "context": length, "batch": batch, "vanilla_tok_per_s": v, "dysco_tok_per_s": d,
                      "vanilla_peak_gib": None, "dysco_peak_gib": None, "slowdown": v / d, "memory_ratio": None,
                      "n_runs": {m: len(by_method[m]) for m in METHODS}})

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis import flops
-from dysco_interp.analysis.bench_results import decode_rows, record_speed_rows
+from dysco_interp.analysis.bench_results import decode_rows, record_speed_rows, short_device
 from dysco_interp.analysis.flops import ModelShape, decode_token_flops, dysco_extra_token, overhead
 from dysco_interp.analysis.report import with_footer
 from dysco_interp.analysis.result_tables import dedupe
@@ -48,15 +48,25 @@ RECORDED_SHAPES = {
 
 
 def model_setting(alias: str) -> dict:
-    """Shape (from the converted model's config.json, else the recorded one) and shipped heads."""
+    """Shape (the one recorded from the model's HF config.json, else the converted model's
+    config.json) and shipped heads.
+
+    The recorded shape wins so that the outputs are the same on every machine, whether or not
+    the model is converted there; where both exist they must agree.
+    """
     model = packaged_models.REGISTRY.get(alias)
     config = packaged_models.converted_folder(model) / "config.json" if model else None
+    converted = None
     if model is not None and config is not None and packaged_models.is_converted(model) and config.is_file():
-        shape = ModelShape.from_hf_config(json.loads(config.read_text()), alias)
-        source = "HF config.json of the converted model"
-    elif alias in RECORDED_SHAPES:
+        converted = ModelShape.from_hf_config(json.loads(config.read_text()), alias)
+    if alias in RECORDED_SHAPES:
         shape = ModelShape(**RECORDED_SHAPES[alias], name=alias)
-        source = "recorded from its HF config.json (model not converted on this machine)"
+        if converted is not None and converted.as_dict() != shape.as_dict():
+            raise ConfigError(f"{alias}: the converted model's config.json gives {converted.as_dict()}, "
+                              f"RECORDED_SHAPES says {shape.as_dict()}; update RECORDED_SHAPES")
+        source = "its HF config.json"
+    elif converted is not None:
+        shape, source = converted, "its HF config.json"
     else:
         raise ConfigError(f"no shape for model {alias!r}: convert it (dysco-interp install-model) or add it to "
                           "RECORDED_SHAPES")
@@ -121,8 +131,9 @@ def measured(bench: list[str], stores: list[str], root: Path) -> tuple[list[dict
         rows += speed
         sources += [display_path(f, root) for f in files]
         if speed:
-            notes.append("'eval records' rows: median per-run decode tokens/s of `dysco-interp evaluate` "
-                         "(batch 1, default DySCO parameters); records do not name the device (see figures/README.md)")
+            notes.append("'eval records' rows: median decode tokens/s of `dysco-interp evaluate` runs at the default "
+                         "DySCO parameters; rows decoded in one batch count together (all their tokens over the "
+                         "batch's decode time); evaluation records do not name the device (see figures/README.md)")
     if not any(r.get("vanilla_peak_gib") or r.get("dysco_peak_gib") for r in rows):
         notes.append("no peak-memory measurements in the inputs (evaluation records carry none; GPU benchmark "
                      "JSONs with per-method peak memory fill this in)")
@@ -176,7 +187,7 @@ def render(result: dict) -> str:
 def overhead_settings(models: list[str], inputs: list[int], outputs: list[int]) -> list[dict]:
     """The paper's setting, then ours: one per model alias, at every input and output length."""
     paper = dict(PAPER, role="paper", shape=ModelShape(**PAPER["shape"], name=PAPER["name"]),
-                 shape_source="Qwen3-8B config (paper setting)")
+                 shape_source="the Qwen3-8B config (paper setting)")
     return [paper] + [dict(model_setting(a), role="ours", inputs=inputs, outputs=outputs) for a in models]
 
 
@@ -200,24 +211,60 @@ def overhead_result(settings: list[dict], measured_rows: list[dict], notes: list
     }
 
 
+def is_batched(row: dict) -> bool:
+    return isinstance(row.get("batch"), int) and row["batch"] > 1
+
+
+def short_label(row: dict) -> str:
+    """A measured row as one bar label: model, where and how it ran, context (and batch)."""
+    if row.get("source") == PAPER_MEASURED["source"]:
+        return "paper: Qwen3-8B · H100 eager · 100K"
+    model = str(row.get("model") or "?")
+    model = model.removesuffix("-random") + " shape" if model.endswith("-random") else model
+    n, batch = row.get("context"), row.get("batch")
+    size = f"{n // 1024}K" if isinstance(n, int) and n % 1024 == 0 and n else str(n or "?")
+    if is_batched(row):
+        size += f" × {batch}"
+    if row.get("source") == "evaluation stores":
+        return f"{model} · eval run ({str(row.get('task') or 'task').replace('_', ' ')}) · {size}"
+    where = " ".join(str(x) for x in (short_device(row.get("device") or row.get("gpu")), row.get("backend")) if x)
+    variant = row.get("variant")
+    label = " · ".join(x for x in (model, where, size) if x)
+    return f"{label} · {variant}" if variant not in (None, "dysco") else label
+
+
+def speed_panels(rows: list[dict], which: str, per_row: str) -> list[Panel]:
+    """Decode speed (log scale) and slowdown of one group of rows, one bar row per configuration,
+    side by side: the slowdown panel reuses the speed panel's row labels."""
+    labels = [short_label(r) for r in rows]
+    tok = [Series(m, [r[f"{key}_tok_per_s"] for r in rows], x=labels)
+           for m, key in (("vanilla", "vanilla"), ("DySCO", "dysco"))] if rows else []
+    slow = [Series("measured slowdown", [r["slowdown"] for r in rows], x=labels),
+            Series("FLOPs ratio (estimate)", [r["flops_ratio"] for r in rows], x=labels)] if rows else []
+    return [Panel(f"Decode speed, {which}", "", tok, xlabel=f"tokens/s, log scale{per_row}", kind="bar",
+                  horizontal=True, log_y=True, note=f"no {which} measurements"),
+            Panel(f"Slowdown, {which}", "", slow, xlabel="vanilla tok/s ÷ DySCO tok/s", kind="bar",
+                  horizontal=True, ref=1.0, ref_label="no slowdown (1×)", note=f"no {which} measurements")]
+
+
 def panels(settings: list[dict], meas: list[dict]) -> list[Panel]:
-    """The figure: analytic ratio and share, measured speed, slowdown and peak memory."""
+    """The figure: analytic ratio and share, then measured speed and slowdown, single-stream
+    (batch 1) and batched in separate panels, and peak memory."""
     ratio, share = curves(settings)
-    tok = [Series(m, [r[f"{key}_tok_per_s"] for r in meas], x=[r["label"] for r in meas])
-           for m, key in (("vanilla", "vanilla"), ("DySCO", "dysco"))]
-    slow = [r for r in meas if r["slowdown"]]
-    slowdown = [Series("measured slowdown", [r["slowdown"] for r in slow], x=[r["label"] for r in slow]),
-                Series("FLOPs ratio (estimate)", [r["flops_ratio"] for r in slow], x=[r["label"] for r in slow])]
+    measured_rows = [r for r in meas if r["slowdown"]]
+    single = [r for r in measured_rows if not is_batched(r)]
+    batched = [r for r in measured_rows if is_batched(r)]
     mem_rows = [r for r in meas if r["vanilla_peak_gib"] or r["dysco_peak_gib"]]
-    mem = [Series(m, [r[f"{key}_peak_gib"] for r in mem_rows], x=[r["label"] for r in mem_rows])
+    mem_labels = [short_label(r) for r in mem_rows]
+    mem = [Series(m, [r[f"{key}_peak_gib"] for r in mem_rows], x=mem_labels)
            for m, key in (("vanilla", "vanilla"), ("DySCO", "dysco"))] if mem_rows else []
     return [
-        Panel("Analytic: DySCO / vanilla FLOPs per decode token", "ratio", ratio, xlabel="context (tokens)",
+        Panel("Analytic: FLOPs per decode token\nDySCO ÷ vanilla", "ratio", ratio, xlabel="context (tokens)",
               log_x=True),
-        Panel("Analytic: DySCO extra, % of prefill + decode", "% of vanilla FLOPs", share, xlabel="input tokens",
+        Panel("Analytic: DySCO extra FLOPs\n% of prefill + decode", "% of vanilla FLOPs", share, xlabel="input tokens",
               log_x=True),
-        Panel("Measured decode speed", "tokens/s (log)", tok, kind="bar", log_y=True),
-        Panel("Decode slowdown: vanilla / DySCO tokens/s", "ratio", slowdown, kind="bar"),
-        Panel("Measured peak memory", "GiB", mem, kind="bar",
+        *speed_panels(single, "single stream (batch 1)", ""),
+        *speed_panels(batched, "batched", ", all rows of the batch"),
+        Panel("Peak memory", "", mem, xlabel="GiB", kind="bar", horizontal=True,
               note="no peak-memory measurements yet\n(GPU benchmark JSONs add them)"),
     ]

@@ -97,17 +97,23 @@ def table_steps(script: ScriptRunner, stores: Path, out: Path, overhead_argv: li
     ]
 
 
+def draw_head_heatmap(heads, name: str, fig_dir: Path) -> tuple[Path, Path]:
+    """The QRScore heatmap of a head set (`HeadSet`), from the score matrix it carries, as
+    `fig_dir/<name>_qrscore_heatmap.{png,html}` with its heads framed; returns (png, html)."""
+    from dysco_interp.detection.shipping import score_matrix
+    from dysco_interp.viz.heatmap import save_head_heatmaps
+
+    scores, scored = score_matrix(heads)
+    return save_head_heatmaps(scores, fig_dir / f"{name}_qrscore.json", model=name, method=heads.method,
+                              scored=scored, highlight=list(heads), n_examples=heads.n_examples)
+
+
 def draw_shipped_heatmap(alias: str, fig_dir: Path) -> tuple[Path, Path]:
     """The QRScore heatmap of a packaged head file, as `analyses/ship_heads.py --figures-only`
     draws it, but into `fig_dir`."""
-    from dysco_interp.detection.shipping import score_matrix
     from dysco_interp.heads import shipped_heads
-    from dysco_interp.viz.heatmap import save_head_heatmaps
 
-    heads = shipped_heads(alias)
-    scores, scored = score_matrix(heads)
-    return save_head_heatmaps(scores, fig_dir / f"{alias}_qrscore.json", model=alias, method=heads.method,
-                              scored=scored, highlight=list(heads), n_examples=heads.n_examples)
+    return draw_head_heatmap(shipped_heads(alias), alias, fig_dir)
 
 
 def heatmap_runner(alias: str, fig_dir: Path) -> Runner:

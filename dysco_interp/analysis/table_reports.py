@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dysco_interp.analysis import result_tables as T
-from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, default_value
+from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, MethodKey, default_value
 from dysco_interp.analysis.report import fmt_ci, fmt_delta, store_notes, with_footer
 from dysco_interp.analysis.result_tables import DELTA_METRICS
 from dysco_interp.analysis.stores import display_path, load_deduplicated, load_records
@@ -142,11 +142,14 @@ def render_ablation_table(result: dict) -> str:
 
 
 def robustness_result(stores: Sequence[str], ci: T.CIOptions, command: str, root: Path) -> dict:
-    """The robustness points (one parameter moved at a time) from the stores (glob patterns)."""
+    """The robustness points (one parameter moved at a time) from the stores (glob patterns),
+    each with its paired difference to vanilla on the same instances (`delta`; None where the
+    cell has no vanilla run)."""
     records, files, unmatched, dropped = load_deduplicated(stores)
     points, notes = T.robustness_points(records, ci)
     if not points:
         raise DyscoError(f"no DySCO runs in {' '.join(stores)}")
+    notes += add_vanilla_deltas(points, records, ci)
     return {
         "figure": "robustness",
         "command": command,
@@ -155,6 +158,23 @@ def robustness_result(stores: Sequence[str], ci: T.CIOptions, command: str, root
         "points": points,
         "notes": store_notes(unmatched, dropped) + notes,
     }
+
+
+def add_vanilla_deltas(points: list[dict], records: Sequence, ci: T.CIOptions) -> list[str]:
+    """Sets each point's `delta`: DySCO at that value minus vanilla, paired by instance."""
+    vanilla_key = MethodKey("vanilla")
+    groups = T.group(records)
+    notes = []
+    for p in points:
+        cell = T.Cell(p["model"], p["task"], p["length"], tuple(p["setting"].items()))
+        by_key = groups.get(cell, {})
+        vanilla = by_key.get(vanilla_key, [])
+        runs = next((recs for k, recs in by_key.items() if k.method == "dysco" and k.params_dict() == p["params"]),
+                    [])
+        p["delta"] = T.paired_deltas(runs, vanilla, DELTA_METRICS.get(p["task"], ()), ci) if vanilla else None
+        if not vanilla:
+            notes.append(f"{p['model']} {p['task']} {p['length']}: no vanilla run; no difference to vanilla")
+    return sorted(set(notes))
 
 
 def _series_name(point: dict, many_models: bool, many_settings: bool) -> str:
@@ -166,37 +186,65 @@ def _series_name(point: dict, many_models: bool, many_settings: bool) -> str:
     return name
 
 
+def delta_range(points: list[dict]) -> tuple[float, float]:
+    """One y range for every panel, symmetric about 0: rows compare at a glance, and a row whose
+    differences are all 0 sits flat on a scale that the other rows give meaning to."""
+    ends = [abs(e[k]) for p in points for e in (p.get("delta") or {}).values() if e for k in ("mean", "lo", "hi")]
+    top = max(ends, default=0.0) or 0.1
+    return -1.1 * top, 1.1 * top
+
+
+def zero_note(series: dict[str, list[dict]], metric: str) -> str:
+    """What a panel says when DySCO scores 0 at every value shown: its line is then vanilla's
+    score with the sign flipped (or the line at 0 itself), which the plot alone does not tell."""
+    pts = [p for pts in series.values() for p in pts]
+    if not pts or any(p["metrics"][metric]["hi"] != 0 for p in pts):
+        return ""
+    if all(p["delta"][metric]["lo"] == p["delta"][metric]["hi"] == 0 for p in pts):
+        return "every run scores 0,\nDySCO and vanilla alike"
+    zero_models = sorted({p["model"] for p in pts if p["delta"][metric]["lo"] == p["delta"][metric]["hi"] == 0})
+    both = f"\nso does vanilla for {', '.join(zero_models)}" if zero_models else ""
+    return f"DySCO scores 0 at every value{';' if both else ''}{both}"
+
+
 def robustness_panels(points: list[dict]) -> list[Panel]:
+    """Per (metric, parameter): DySCO minus vanilla (paired, 95% CI) against the parameter's
+    value, the default dashed, vanilla as the line at 0."""
     many_models = len({p["model"] for p in points}) > 1
     many_settings = len({(p["model"], p["task"], p["length"], tuple(p["setting"].items())) for p in points}) > len(
         {(p["model"], p["task"], p["length"]) for p in points})
     rows = [(t, m, label) for t, m, label in FIGURE_METRICS if any(p["task"] == t for p in points)]
+    ylim = delta_range(points)
     out = []
     for task, metric, label in rows:
         for param in ROBUSTNESS_PARAMS:
             series: dict[str, list[dict]] = {}
             for p in points:
-                if p["task"] == task and p["param"] == param and p["metrics"].get(metric):
+                if p["task"] == task and p["param"] == param and (p.get("delta") or {}).get(metric):
                     series.setdefault(_series_name(p, many_models, many_settings), []).append(p)
-            lines = [Series(name, [p["metrics"][metric]["mean"] for p in pts],
-                            [p["metrics"][metric]["lo"] for p in pts],
-                            [p["metrics"][metric]["hi"] for p in pts], x=[p["value"] for p in pts])
+            lines = [Series(name, [p["delta"][metric]["mean"] for p in pts],
+                            [p["delta"][metric]["lo"] for p in pts],
+                            [p["delta"][metric]["hi"] for p in pts], x=[p["value"] for p in pts])
                      for name, pts in series.items()]
-            out.append(Panel(f"{label} vs {PARAM_LABELS[param]}", label, lines, xlabel=PARAM_LABELS[param],
-                             log_x=param == "top_k", mark_x=default_value(param),
-                             mark_label=f"default {default_value(param):g}", note="no runs"))
+            out.append(Panel(f"{label} vs {PARAM_LABELS[param]}", f"Δ {label}\n(DySCO − vanilla)", lines,
+                             xlabel=PARAM_LABELS[param], log_x=param == "top_k", mark_x=default_value(param),
+                             mark_label="paper default", note="no runs", ylim=ylim, ref=0.0,
+                             ref_label="vanilla (Δ = 0)", annotation=zero_note(series, metric)))
     return out
 
 
 def render_robustness(result: dict) -> str:
     parts = ["# DySCO hyper-parameter robustness (one parameter at a time)", "",
-             f"Mean over instances; {result['ci']}. Defaults: p=0.975, K=4096, beta=2."]
+             f"Mean over instances; {result['ci']}. Defaults: p=0.975, K=4096, beta=2. "
+             "Δ vs vanilla: paired difference to vanilla decoding on the same instances (what the figure shows)."]
     for param in ROBUSTNESS_PARAMS:
         pts = [p for p in result["points"] if p["param"] == param]
         body = [[p["model"], p["task"], p["length"], p["setting"].get("max_new_tokens"),
                  f"{p['value']:g}" + (" (default)" if p["is_default"] else ""), p["n"],
-                 "; ".join(f"{m} {fmt_ci(e)}" for m, e in p["metrics"].items())] for p in pts]
+                 "; ".join(f"{m} {fmt_ci(e)}" for m, e in p["metrics"].items()),
+                 "; ".join(f"{m} {fmt_delta(e)}" for m, e in (p.get("delta") or {}).items()) or "-"] for p in pts]
         parts += ["", f"## {PARAM_LABELS[param]}", "",
-                  table_markdown(["model", "task", "length", "new tokens", "value", "n", "metrics"], body)
+                  table_markdown(["model", "task", "length", "new tokens", "value", "n", "metrics", "Δ vs vanilla"],
+                                 body)
                   if body else "No runs."]
     return with_footer(parts, result)

@@ -47,6 +47,11 @@ def highlighted(highlight: Iterable[Sequence[int]] | None) -> list[tuple[int, in
     return [(int(h[0]), int(h[1])) for h in (highlight or [])]
 
 
+def highlight_label(marks: Sequence[tuple[int, int]], ranked: bool = False) -> str:
+    """The legend entry of the framed heads; the HTML also writes each one's rank in its frame."""
+    return f"top-{len(marks)} heads (framed{', number = rank' if ranked else ''})"
+
+
 def head_scores_png(
     scores,
     path: str | Path,
@@ -57,27 +62,45 @@ def head_scores_png(
     cmap: str = "viridis",
 ) -> Path:
     """Write the heatmap as a PNG; `highlight` heads (e.g. the top-k) get a red frame."""
+    return save_png(head_scores_figure(scores, title=title, scored=scored, highlight=highlight, cmap=cmap), path,
+                    dpi=120)
+
+
+def head_scores_figure(
+    scores,
+    *,
+    title: str,
+    scored=None,
+    highlight: Iterable[Sequence[int]] | None = None,
+    cmap: str = "viridis",
+):
+    """The heatmap as a matplotlib figure, framed heads named in a legend under it."""
     import matplotlib
     from matplotlib.patches import Rectangle
 
     grid = head_score_grid(scores, scored)
     n_layers, n_heads = grid.shape
-    fig = agg_figure(max(4.0, 0.28 * n_heads + 2.5), max(3.0, 0.22 * n_layers + 1.5))
+    marks = highlighted(highlight)
+    fig = agg_figure(max(5.0, 0.28 * n_heads + 2.5), max(3.0, 0.22 * n_layers + 1.5) + (0.4 if marks else 0.0))
+    fig.set_layout_engine("constrained")  # keeps the legend under the axes inside the image
     ax = fig.add_subplot()
     ax.set_facecolor(UNSCORED_COLOR)
     colors = matplotlib.colormaps[cmap].with_extremes(bad=UNSCORED_COLOR)
     image = ax.imshow(np.ma.masked_invalid(grid), cmap=colors, aspect="auto", interpolation="nearest")
     fig.colorbar(image, ax=ax, label="score")
-    for layer, head in highlighted(highlight):
+    for layer, head in marks:
         ax.add_patch(Rectangle((head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.2))
+    if marks:
+        frame = Rectangle((0, 0), 1, 1, fill=False, edgecolor="red", linewidth=1.2, label=highlight_label(marks))
+        # below the heatmap: over it, the legend would hide heads
+        ax.legend(handles=[frame], loc="upper center", bbox_to_anchor=(0.5, -0.08), fontsize=9, frameon=False)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.set_title(title, fontsize=10)
     step = max(1, math.ceil(n_heads / 16))
     ax.set_xticks(range(0, n_heads, step))
     ax.set_yticks(range(0, n_layers, max(1, math.ceil(n_layers / 24))))
-    fig.tight_layout()
-    return save_png(fig, path, dpi=120)
+    return fig
 
 
 def head_scores_html(
@@ -89,6 +112,11 @@ def head_scores_html(
     highlight: Iterable[Sequence[int]] | None = None,
 ) -> Path:
     """Write the heatmap as one self-contained HTML file (plotly.js inlined, no CDN)."""
+    return write_plotly(head_scores_plotly(scores, title=title, scored=scored, highlight=highlight), path)
+
+
+def head_scores_plotly(scores, *, title: str, scored=None, highlight: Iterable[Sequence[int]] | None = None):
+    """The heatmap as a plotly figure; framed heads are one legend entry, their rank written in each frame."""
     import plotly.graph_objects as go
 
     grid = head_score_grid(scores, scored)
@@ -116,18 +144,23 @@ def head_scores_html(
                 text=[str(i + 1) for i in range(len(marks))],
                 textfont={"color": "white", "size": 9},
                 marker={"symbol": "square-open", "color": "red", "size": 14, "line": {"width": 2}},
-                name="top heads (rank)",
+                name=highlight_label(marks, ranked=True),
                 hovertemplate="rank %{text}: L%{y}H%{x}<extra></extra>",
             )
         )
     fig.update_layout(
         title=title,
-        xaxis={"title": {"text": "head"}, "dtick": 1 if n_heads <= 32 else None},
-        yaxis={"title": {"text": "layer"}, "autorange": "reversed"},
+        # the grid's own edges (the frames' markers would otherwise widen the axes past it)
+        xaxis={"title": {"text": "head"}, "dtick": 1 if n_heads <= 32 else None, "range": [-0.5, n_heads - 0.5]},
+        yaxis={"title": {"text": "layer"}, "range": [n_layers - 0.5, -0.5]},
         plot_bgcolor=UNSCORED_COLOR,  # unscored cells are gaps, so they show this grey
         showlegend=bool(marks),
+        # under the heatmap, clear of the colour bar's title
+        legend={"orientation": "h", "x": 0.5, "xanchor": "center", "y": 0, "yanchor": "bottom", "yref": "container"},
+        margin={"b": 110},
+        height=max(500, 22 * n_layers + 260),
     )
-    return write_plotly(fig, path)
+    return fig
 
 
 def heatmap_paths(out: str | Path) -> tuple[Path, Path]:

@@ -6,6 +6,11 @@ whole figure shares (`figures.save_ci_lines`). `lo`/`hi` give an interval per po
 a band or as error bars. None marks a missing point. `BarPanel` is the one exception: one bar
 per shared label, some bars marked by category (`figures.save_bars`).
 
+Figures are meant to be read on a projector: bar panels with many categories are drawn
+`horizontal` (labels read left to right, one row per category), legends sit outside the
+axes, a `ref` line marks a baseline (e.g. vanilla at 0 for paired deltas), and `annotation`
+says in the panel what a flat line means (e.g. every run scores 0).
+
 A series keeps one colour across panels and formats (`series_colors`). This module needs no
 plotting library: the renderers (`render_png`, `render_html`) import theirs.
 """
@@ -63,10 +68,16 @@ class Panel:
     mark_x: float | None = None  # dashed vertical line, e.g. the default value
     mark_label: str = "default"
     note: str = "no data"  # shown when the panel has no series
+    horizontal: bool = False  # bars only: categories down the y axis, values along x
+    ref: float | None = None  # a solid reference line on the value axis (y; x for horizontal bars)
+    ref_label: str = ""
+    annotation: str = ""  # text shown at the top of the panel, over its series
 
     def __post_init__(self):
         if self.kind not in ("line", "bar"):
             raise ValueError(f"panel kind must be 'line' or 'bar', got {self.kind!r}")
+        if self.horizontal and self.kind != "bar":
+            raise ValueError(f"panel {self.title!r}: only bar panels can be horizontal")
 
 
 @dataclass(frozen=True)
@@ -105,6 +116,71 @@ def check_bars(panels: Sequence[BarPanel], labels: Sequence[str], marks: Mapping
     bad = [i for i in marks if not 0 <= i < len(labels)]
     if bad:
         raise ValueError(f"marked bars {bad} are outside the {len(labels)} bars")
+
+
+def categories(panel: Panel) -> list[str]:
+    """A bar panel's categories, in the order the series first give them."""
+    return list(dict.fromkeys(str(x) for s in panel.series for x in own_x(s)))
+
+
+def legend_names(panel: Panel) -> list[str]:
+    """What a panel's legend lists: its series, then its dashed mark and reference line."""
+    names = [s.name for s in panel.series]
+    if panel.series and panel.kind == "line" and panel.mark_x is not None:
+        names.append(panel.mark_label)
+    if panel.series and panel.ref is not None and panel.ref_label:
+        names.append(panel.ref_label)
+    return names
+
+
+def same_as_next(panels: Sequence[Panel], i: int, ncols: int) -> bool:
+    """True when the next panel of the same grid row would show the same legend, so the
+    row's legend is drawn once, at its right."""
+    j = i + 1
+    return j < len(panels) and j % ncols != 0 and legend_names(panels[j]) == legend_names(panels[i])
+
+
+def shares_categories_with_previous(panels: Sequence[Panel], i: int, ncols: int) -> bool:
+    """A horizontal bar panel whose rows are those of its left neighbour: its labels would
+    repeat them (and in the HTML overlap that neighbour), so it leaves them out."""
+    p = panels[i]
+    if i % ncols == 0 or not (p.kind == "bar" and p.horizontal and p.series):
+        return False
+    left = panels[i - 1]
+    return left.kind == "bar" and left.horizontal and bool(left.series) and categories(left) == categories(p)
+
+
+def log_ticks(panel: Panel) -> tuple[list[float], list[str]]:
+    """Ticks of a log x axis at the values the series have, token counts written as 512, 1K, 2K...:
+    readable from the back of a room, unlike 2^10 or plotly's 2 3 4 5 between powers of ten."""
+    values = sorted({float(x) for s in panel.series for x in own_x(s)})
+
+    def text(v: float) -> str:
+        return f"{int(v) // 1024}K" if v >= 1024 and v % 1024 == 0 else f"{v:g}"
+
+    return values, [text(v) for v in values]
+
+
+PANEL_HEIGHT_IN = 3.4  # a line panel, or a bar panel with few categories
+ROW_HEIGHT_IN = 0.3  # one category of a horizontal bar panel
+
+
+def panel_height(panel: Panel) -> float:
+    """Inches a panel needs: a horizontal bar panel grows with its categories, so every label
+    keeps a readable size; crowded upright bars need room for their slanted labels."""
+    if panel.kind == "bar" and panel.series:
+        n = len(categories(panel))
+        if panel.horizontal:
+            return max(2.4, ROW_HEIGHT_IN * n * max(1.0, len(panel.series) / 2) + 1.3)
+        if n > 12:
+            return 5.6
+    return PANEL_HEIGHT_IN
+
+
+def row_heights(panels: Sequence[Panel], ncols: int) -> list[float]:
+    """Inches per grid row: its tallest panel."""
+    nrows, ncols = grid_shape(len(panels), ncols)
+    return [max(panel_height(p) for p in panels[r * ncols:(r + 1) * ncols]) for r in range(nrows)]
 
 
 def grid_shape(n: int, ncols: int) -> tuple[int, int]:

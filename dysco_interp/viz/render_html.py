@@ -19,15 +19,20 @@ from dysco_interp.viz.panels import (
     BarPanel,
     Panel,
     as_json_number,
+    categories,
     check_bars,
     check_shared_x,
     error_bars,
     grid_shape,
     html_title,
+    legend_names,
+    log_ticks,
     mark_colors,
     own_x,
     rgba,
+    row_heights,
     series_colors,
+    shares_categories_with_previous,
     y_extent,
 )
 
@@ -41,9 +46,22 @@ def plot_div_id(path: str | Path) -> str:
 def write_plotly(fig, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    # inlined plotly.js: opens offline
-    fig.write_html(path, include_plotlyjs=True, full_html=True, div_id=plot_div_id(path))
+    # inlined plotly.js: opens offline; a figure without a fixed width fills the window and
+    # follows it when the window is resized
+    fig.write_html(path, include_plotlyjs=True, full_html=True, div_id=plot_div_id(path),
+                   config={"responsive": True})
     return path
+
+
+LEGEND_ROW_PX = 26  # one line of a horizontal legend
+
+
+def legend_below(fig, bottom_px: int) -> None:
+    """One horizontal legend at the foot of the figure, under the lowest axis titles: it wraps to
+    the window's width instead of being cut at its right edge, and covers no data."""
+    fig.update_layout(legend={"orientation": "h", "x": 0.5, "xanchor": "center", "y": 0, "yanchor": "bottom",
+                              "yref": "container", "font": {"size": 13}},
+                      margin={"b": bottom_px})
 
 
 def ci_lines_html(
@@ -79,8 +97,9 @@ def ci_lines_html(
             shown.add(s.name)
         fig.update_xaxes(title_text=xlabel, type="category", row=1, col=i + 1)
         fig.update_yaxes(title_text=panel.ylabel, range=list(panel.ylim) if panel.ylim else None, row=1, col=i + 1)
-    fig.update_layout(title=html_title(title), width=430 * len(panels) + 120, height=460 + 20 * title.count("\n"),
-                      margin={"t": 90 + 20 * title.count("\n")})
+    fig.update_layout(title=html_title(title), height=500 + 20 * title.count("\n"),
+                      margin={"t": 90 + 20 * title.count("\n"), "l": 60, "r": 30})
+    legend_below(fig, 110)
     return write_plotly(fig, path)
 
 
@@ -129,55 +148,97 @@ def bars_html(
 
 
 def panels_html(panels: Sequence[Panel], path: str | Path, *, title: str, ncols: int = 3) -> Path:
-    """The panel grid; the dashed mark is a trace, so it takes data values on log axes too."""
+    """`panels_figure` as a self-contained HTML file."""
+    return write_plotly(panels_figure(panels, title=title, ncols=ncols), path)
+
+
+def panels_figure(panels: Sequence[Panel], *, title: str, ncols: int = 3):
+    """The panel grid as a plotly figure; the dashed mark is a trace, so it takes data values on log axes too.
+    Rows are as tall as `panels.row_heights` says (a horizontal bar panel grows with its
+    categories); the width follows the window."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     nrows, ncols = grid_shape(len(panels), ncols)
     colors = series_colors(panels, GRID_COLORS)
-    fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[html_title(p.title) for p in panels])
+    heights = row_heights(panels, ncols)
+    # two-line panel titles need room above each row, a two-line figure title above the grid
+    lines = max(p.title.count("\n") for p in panels) + 1
+    gap_px = 110 + 18 * (lines - 1)  # x-axis title of one row, subplot title of the next
+    plot_px = sum(round(88 * h) for h in heights)
+    top_px = 100 + 20 * title.count("\n") + 18 * (lines - 1)
+    legend_px = 60 + LEGEND_ROW_PX * max(0, len({n for p in panels for n in legend_names(p)}) // 5)
+    height = plot_px + gap_px * (nrows - 1) + top_px + legend_px + 60
+    fig = make_subplots(rows=nrows, cols=ncols, subplot_titles=[html_title(p.title) for p in panels],
+                        row_heights=heights, vertical_spacing=gap_px / (height - top_px - legend_px),
+                        horizontal_spacing=0.08 if ncols > 1 else 0.0)
     shown: set[str] = set()
     for i, panel in enumerate(panels):
         row, col = i // ncols + 1, i % ncols + 1
-        fig.update_xaxes(title_text=panel.xlabel, row=row, col=col)
-        fig.update_yaxes(title_text=panel.ylabel, row=row, col=col)
+        # the value axis is x for horizontal bars
+        value_axis = fig.update_xaxes if panel.horizontal else fig.update_yaxes
+        fig.update_xaxes(title_text=html_title(panel.xlabel), row=row, col=col)
+        fig.update_yaxes(title_text=html_title(panel.ylabel), row=row, col=col)
         if not panel.series:
             fig.add_annotation(text=panel.note.replace("\n", "<br>"), showarrow=False, xref="x domain",
                                yref="y domain", x=0.5, y=0.5,
                                row=row, col=col)
+            fig.update_xaxes(showticklabels=False, row=row, col=col)
+            fig.update_yaxes(showticklabels=False, row=row, col=col)
             continue
         for s in panel.series:
             xs = own_x(s)
             # a line is drawn left to right; bars keep the series' order
             order = range(len(xs)) if panel.kind == "bar" else sorted(range(len(xs)), key=lambda k: float(xs[k]))
             err = error_bars(s)
-            error_y = None if err is None else {
+            error = None if err is None else {
                 "type": "data", "array": [err[1][k] for k in order], "arrayminus": [err[0][k] for k in order],
                 "visible": True,
             }
-            style = {"name": s.name, "legendgroup": s.name, "showlegend": s.name not in shown, "error_y": error_y}
+            style = {"name": s.name, "legendgroup": s.name, "showlegend": s.name not in shown}
             y = [None if v is None else float(v) for v in s.y]
-            if panel.kind == "bar":
-                trace = go.Bar(x=[str(x) for x in xs], y=y, marker_color=colors[s.name], **style)
+            if panel.kind == "bar" and panel.horizontal:
+                trace = go.Bar(y=[str(x) for x in xs], x=y, orientation="h", marker_color=colors[s.name],
+                               error_x=error, **style)
+            elif panel.kind == "bar":
+                trace = go.Bar(x=[str(x) for x in xs], y=y, marker_color=colors[s.name], error_y=error, **style)
             else:
                 trace = go.Scatter(x=[float(xs[k]) for k in order], y=[y[k] for k in order],
-                                   mode="lines+markers", line={"color": colors[s.name]}, **style)
+                                   mode="lines+markers", line={"color": colors[s.name]}, error_y=error, **style)
             fig.add_trace(trace, row=row, col=col)
             shown.add(s.name)
+        if panel.horizontal:
+            cats = categories(panel)
+            fig.update_yaxes(categoryorder="array", categoryarray=cats, autorange="reversed", automargin=True,
+                             showticklabels=not shares_categories_with_previous(panels, i, ncols),
+                             tickfont={"size": 12}, row=row, col=col)
         if panel.kind == "line" and panel.log_x:
-            fig.update_xaxes(type="log", row=row, col=col)
+            values, text = log_ticks(panel)
+            fig.update_xaxes(type="log", tickmode="array", tickvals=values, ticktext=text, row=row, col=col)
         if panel.log_y:
-            fig.update_yaxes(type="log", row=row, col=col)
+            value_axis(type="log", row=row, col=col)
+        if panel.ylim is not None:
+            value_axis(range=list(panel.ylim), row=row, col=col)
+        if panel.ref is not None:
+            add_line = fig.add_vline if panel.horizontal else fig.add_hline
+            key = "__ref " + panel.ref_label
+            add_line(panel.ref, line={"color": "black", "width": 1.5}, row=row, col=col,
+                     layer="above" if panel.kind == "bar" else "below",  # over bars, under lines
+                     name=panel.ref_label or None, showlegend=bool(panel.ref_label) and key not in shown,
+                     legendgroup=key)
+            shown.add(key)
         if panel.kind == "line" and panel.mark_x is not None:
-            lo, hi = y_extent(panel)
+            lo, hi = panel.ylim or y_extent(panel)
             fig.add_trace(go.Scatter(x=[panel.mark_x, panel.mark_x], y=[lo, hi], mode="lines",
                                      line={"color": "black", "dash": "dash", "width": 1}, name=panel.mark_label,
                                      legendgroup="__mark", showlegend="__mark" not in shown, hoverinfo="name"),
                           row=row, col=col)
             shown.add("__mark")
-    # two-line panel titles need room above each row, a two-line figure title above the grid
-    lines = max(p.title.count("\n") for p in panels) + 1
-    fig.update_layout(title=html_title(title), barmode="group", width=430 * ncols + 140,
-                      height=(330 + 18 * lines) * nrows + 140 + 20 * title.count("\n"),
-                      margin={"t": 100 + 20 * title.count("\n") + 18 * (lines - 1)})
-    return write_plotly(fig, path)
+        if panel.annotation:
+            fig.add_annotation(text=html_title(panel.annotation), showarrow=False, xref="x domain", yref="y domain",
+                               x=0.5, y=0.97, yanchor="top", bgcolor="white", bordercolor="#999", borderwidth=1,
+                               row=row, col=col)
+    fig.update_layout(title=html_title(title), barmode="group", height=height,
+                      margin={"t": top_px, "l": 70, "r": 30})
+    legend_below(fig, legend_px)
+    return fig

@@ -18,13 +18,18 @@ from dysco_interp.viz.panels import (
     BarPanel,
     Panel,
     as_float,
+    categories,
     check_bars,
     check_shared_x,
     error_bars,
     grid_shape,
+    log_ticks,
     mark_colors,
     own_x,
+    row_heights,
+    same_as_next,
     series_colors,
+    shares_categories_with_previous,
 )
 
 
@@ -50,7 +55,8 @@ def ci_lines_png(
     """Panels side by side over the shared x labels, each a line per series with its band shaded."""
     check_shared_x(panels, x_labels)
     colors = series_colors(panels, CI_COLORS)
-    fig = agg_figure(4.2 * len(panels) + 0.6, 3.8)
+    fig = agg_figure(4.2 * len(panels) + 0.6, 4.2)
+    fig.set_layout_engine("constrained")
     x = np.arange(len(x_labels))
     for i, panel in enumerate(panels):
         ax = fig.add_subplot(1, len(panels), i + 1)
@@ -67,9 +73,14 @@ def ci_lines_png(
         if panel.ylim is not None:
             ax.set_ylim(*panel.ylim)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+    # one legend for every panel (a series keeps its colour throughout), below them: it covers no band
+    handles: dict[str, object] = {}
+    for ax in fig.axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=len(handles), fontsize=9,
+               frameon=False)
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
     return save_png(fig, path, dpi=120)
 
 
@@ -122,48 +133,107 @@ def bars_png(
     return save_png(fig, path, dpi=120)
 
 
+def legend_outside(ax, handles=None, **kw) -> None:
+    """The axes' legend to its right, outside, so it covers no point or error bar (the figure's
+    constrained layout makes room for it)."""
+    if handles is None:
+        handles = ax.get_legend_handles_labels()[0]
+    if handles:
+        ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0,
+                  frameon=False, **kw)
+
+
+def draw_bar_series(ax, panel: Panel, colors: Mapping[str, str], show_labels: bool) -> None:
+    """Grouped bars, upright over slanted labels or, for a horizontal panel, one row per category
+    with its label read left to right (first category at the top)."""
+    cats = categories(panel)
+    width = 0.8 / len(panel.series)
+    for j, s in enumerate(panel.series):
+        pos = [cats.index(str(x)) - 0.4 + width * (j + 0.5) for x in own_x(s)]
+        err = error_bars(s)
+        err_arg = None if err is None else [err[0], err[1]]
+        values = [as_float(y) for y in s.y]
+        if panel.horizontal:
+            ax.barh(pos, values, width, color=colors[s.name], label=s.name, xerr=err_arg, capsize=3)
+        else:
+            ax.bar(pos, values, width, color=colors[s.name], label=s.name, yerr=err_arg, capsize=3)
+    if panel.horizontal:
+        ax.set_yticks(range(len(cats)), cats if show_labels else [""] * len(cats), fontsize=8)
+        ax.set_ylim(len(cats) - 0.5, -0.5)
+        ax.grid(False, axis="y")
+    else:
+        ax.set_xticks(range(len(cats)), cats, rotation=30 if len(cats) <= 12 else 75, ha="right", fontsize=7)
+
+
+def draw_line_series(ax, panel: Panel, colors: Mapping[str, str]) -> None:
+    for s in panel.series:
+        own = own_x(s)
+        order = sorted(range(len(own)), key=lambda k: float(own[k]))
+        xs = [float(own[k]) for k in order]
+        ys = [as_float(s.y[k]) for k in order]
+        err = error_bars(s)
+        yerr = None if err is None else [[err[0][k] for k in order], [err[1][k] for k in order]]
+        ax.errorbar(xs, ys, yerr=yerr, marker="o", markersize=4, capsize=3, color=colors[s.name], label=s.name)
+    if panel.log_x:
+        from matplotlib.ticker import NullLocator
+
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(*log_ticks(panel))
+        ax.xaxis.set_minor_locator(NullLocator())
+    if panel.mark_x is not None:
+        ax.axvline(panel.mark_x, color="black", linestyle="--", linewidth=0.8, label=panel.mark_label)
+
+
 def panels_png(panels: Sequence[Panel], path: str | Path, *, title: str, ncols: int = 3) -> Path:
-    """A grid of panels, each with its own x axis: lines with error bars, or grouped bars."""
+    """`panels_figure` as a PNG file."""
+    return save_png(panels_figure(panels, title=title, ncols=ncols), path, dpi=110)
+
+
+def panels_figure(panels: Sequence[Panel], *, title: str, ncols: int = 3):
+    """A grid of panels, each with its own x axis: lines with error bars, or grouped bars
+    (upright or horizontal). Legends sit right of their panel; a grid row whose panels list
+    the same entries shows its legend once, right of its last panel."""
     nrows, ncols = grid_shape(len(panels), ncols)
     colors = series_colors(panels, GRID_COLORS)
-    crowded = any(p.kind == "bar" and len({str(x) for s in p.series for x in own_x(s)}) > 12 for p in panels)
-    fig = agg_figure(4.4 * ncols, (5.6 if crowded else 3.4) * nrows + 0.6)  # room for upright labels
+    heights = row_heights(panels, ncols)
+    # horizontal bar panels carry their row labels inside their column
+    width = 6.0 if any(p.horizontal for p in panels) else 5.0
+    fig = agg_figure(width * ncols + 1.6, sum(heights) + 0.7)
+    fig.set_layout_engine("constrained")
+    grid = fig.add_gridspec(nrows, ncols, height_ratios=heights)
     for i, panel in enumerate(panels):
-        ax = fig.add_subplot(nrows, ncols, i + 1)
-        ax.set_title(panel.title, fontsize=9)
-        ax.set_xlabel(panel.xlabel, fontsize=8)
-        ax.set_ylabel(panel.ylabel, fontsize=8)
-        ax.tick_params(labelsize=7)
+        ax = fig.add_subplot(grid[i // ncols, i % ncols])
+        ax.set_title(panel.title, fontsize=10)
+        ax.set_xlabel(panel.xlabel, fontsize=9)
+        ax.set_ylabel(panel.ylabel, fontsize=9)
+        ax.tick_params(labelsize=8)
         ax.grid(alpha=0.3)
         if not panel.series:
-            ax.text(0.5, 0.5, panel.note, ha="center", va="center", transform=ax.transAxes, fontsize=8, wrap=True)
+            ax.text(0.5, 0.5, panel.note, ha="center", va="center", transform=ax.transAxes, fontsize=9, wrap=True)
+            ax.set_xticks([])
+            ax.set_yticks([])
             continue
         if panel.kind == "bar":
-            cats = list(dict.fromkeys(str(x) for s in panel.series for x in own_x(s)))
-            width = 0.8 / len(panel.series)
-            for j, s in enumerate(panel.series):
-                pos = [cats.index(str(x)) - 0.4 + width * (j + 0.5) for x in own_x(s)]
-                err = error_bars(s)
-                ax.bar(pos, [as_float(y) for y in s.y], width, color=colors[s.name], label=s.name,
-                       yerr=None if err is None else [err[0], err[1]], capsize=3)
-            ax.set_xticks(range(len(cats)), cats, rotation=30 if len(cats) <= 12 else 75, ha="right", fontsize=6)
+            draw_bar_series(ax, panel, colors, not shares_categories_with_previous(panels, i, ncols))
         else:
-            for s in panel.series:
-                own = own_x(s)
-                order = sorted(range(len(own)), key=lambda k: float(own[k]))
-                xs = [float(own[k]) for k in order]
-                ys = [as_float(s.y[k]) for k in order]
-                err = error_bars(s)
-                yerr = None if err is None else [[err[0][k] for k in order], [err[1][k] for k in order]]
-                ax.errorbar(xs, ys, yerr=yerr, marker="o", markersize=4, capsize=3, color=colors[s.name],
-                            label=s.name)
-            if panel.log_x:
-                ax.set_xscale("log", base=2)
-            if panel.mark_x is not None:
-                ax.axvline(panel.mark_x, color="black", linestyle="--", linewidth=0.8, label=panel.mark_label)
+            draw_line_series(ax, panel, colors)
+        if panel.ref is not None:
+            line = ax.axvline if panel.horizontal else ax.axhline
+            # over bars (which would hide it), under lines and their error bars
+            line(panel.ref, color="black", linewidth=1.2, label=panel.ref_label or None,
+                 zorder=3 if panel.kind == "bar" else 1.5)
         if panel.log_y:
-            ax.set_yscale("log")
-        ax.legend(fontsize=7)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return save_png(fig, path, dpi=110)
+            from matplotlib.ticker import NullFormatter
+
+            (ax.set_xscale if panel.horizontal else ax.set_yscale)("log")
+            value_axis = ax.xaxis if panel.horizontal else ax.yaxis
+            value_axis.set_minor_formatter(NullFormatter())  # "2x10^2 3x10^2 ..." would run into each other
+        if panel.ylim is not None:
+            (ax.set_xlim if panel.horizontal else ax.set_ylim)(*panel.ylim)
+        if panel.annotation:
+            ax.text(0.5, 0.96, panel.annotation, ha="center", va="top", transform=ax.transAxes, fontsize=8,
+                    bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "0.6"})
+        if not same_as_next(panels, i, ncols):
+            legend_outside(ax)
+    fig.suptitle(title, fontsize=12)
+    return fig
