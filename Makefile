@@ -1,5 +1,5 @@
 # `make demo` sets everything up in .venv and runs the main job; `make test` runs the linter,
-# the type checker and the tests.
+# the type checker, the strict documentation build and the tests; `make docs` builds the site into site/.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -7,12 +7,12 @@ PY := $(VENV)/bin/python
 # Elsewhere add e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu".
 TORCH_PIP_ARGS ?=
 
-.PHONY: setup demo lint test test-fast clean
+.PHONY: setup demo lint docs test test-fast clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIP_ARGS) torch==2.13.0
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,docs]'
 	$(VENV)/bin/dysco-interp install-model smollm2-135m
 	touch $@
 
@@ -25,11 +25,15 @@ lint: setup
 	$(PY) -m ruff check
 	$(PY) -m mypy
 
-test: lint
+# Material for MkDocs prints a banner about MkDocs 2 on every build; the pins keep MkDocs 1
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+test: lint docs
 	$(PY) -m pytest -q
 
 test-fast: lint
 	$(PY) -m pytest -q -m "not real_model"
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) site
