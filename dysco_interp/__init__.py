@@ -44,6 +44,7 @@ _LAZY = {
     "generate_batch": "dysco_interp.decoding.loop",
     "compare_methods": "dysco_interp.decoding.loop",
     "dysco_generate": "dysco_interp.decoding.loop",
+    "current_pass": "dysco_interp.decoding.passes",
     "GenerationResult": "dysco_interp.decoding.results",
     "Trace": "dysco_interp.decoding.results",
     "detect_qr_heads": "dysco_interp.detection",

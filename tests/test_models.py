@@ -221,3 +221,53 @@ def test_context_length_comes_from_the_config_alone(tmp_path):
 
     assert context_length("tiny-llama") == 2048
     assert context_length(tmp_path / "missing") is None  # unknown: the caller does not check lengths
+
+
+# ---- the same weights under another name keep their head files
+
+
+def _save_tiny(folder, seed=0):
+    from dysco_interp.models.tiny import tiny_hf_model
+
+    hf, tok = tiny_hf_model("llama", seed=seed)
+    hf.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder
+
+
+def test_a_saved_tiny_model_keeps_its_head_files_and_another_is_refused(tmp_path, tiny_llama):
+    from dysco_interp.decoding.loop import dysco_generate
+    from dysco_interp.heads import HeadModelMismatchError, HeadSet, load_heads
+
+    same = load_model(str(_save_tiny(tmp_path / "saved")), progress=False)
+    other = load_model(str(_save_tiny(tmp_path / "other", seed=1)), progress=False)
+    assert same.weights_fingerprint == tiny_llama.weights_fingerprint != other.weights_fingerprint
+    assert load_model(str(tmp_path / "saved"), dtype="bf16", progress=False, yarn_factor=2).weights_fingerprint \
+        == same.weights_fingerprint  # dtype and YaRN leave the weights as they are
+    path = HeadSet([(1, 0), (2, 3)], model="tiny-llama", n_layers=4, n_heads=4, n_kv_heads=2).to_json(
+        tmp_path / "heads.json")
+    assert load_heads(path, same).heads == ((1, 0), (2, 3))
+    result = dysco_generate(same, "hello there", str(path), max_new_tokens=2)
+    assert result.trace.heads == [(1, 0), (2, 3)]
+    with pytest.raises(HeadModelMismatchError, match=r"made for model tiny-llama .* the loaded model is .*other.*; "
+                                                     r"to use them on it anyway, load them with load_heads\(file, "
+                                                     r"model, allow_other_model=True\)"):
+        load_heads(path, other)
+    assert load_heads(path, other, allow_other_model=True).heads == ((1, 0), (2, 3))  # the option the hint names
+    # a head file made on the folder fits the tiny model it holds, by the folder's path
+    made_on_folder = HeadSet([(1, 0)], model=str(tmp_path / "saved"), n_layers=4, n_heads=4)
+    assert made_on_folder.validate_for(tiny_llama) is made_on_folder
+    with pytest.raises(HeadModelMismatchError):
+        made_on_folder.validate_for(other)
+
+
+@pytest.mark.real_model
+def test_the_converted_folder_of_an_alias_finds_its_shipped_heads(real_model):
+    from dysco_interp.heads import resolve_heads
+    from dysco_interp.models.packaged.cache import converted_folder
+
+    folder = converted_folder(packaged_models.REGISTRY["smollm2-135m"])
+    model = load_model(str(folder), progress=False)
+    assert model.spec.name != "smollm2-135m"
+    assert model.weights_fingerprint == real_model.weights_fingerprint
+    assert resolve_heads(model, "shipped").heads == resolve_heads(real_model, "shipped").heads

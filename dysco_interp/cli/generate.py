@@ -15,6 +15,9 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     given = p.add_mutually_exclusive_group(required=True)
     given.add_argument("--prompt", default=None, help="the prompt text (one user turn)")
     given.add_argument("--prompt-file", default=None, help="a UTF-8 text file holding the prompt")
+    p.add_argument("--no-chat", dest="chat", action="store_false",
+                   help="feed the prompt as it is, tokenized as TransformerLens' to_tokens does (BOS as it adds "
+                        "it); by default the prompt is one user turn in the model's chat template")
     flags.add_model_flag(p)
     flags.add_device_flags(p)
     flags.add_generation_flags(p)
@@ -62,10 +65,10 @@ def generate_and_print(args, prompt: str) -> int:
         check_head_file(args.heads, args.model)
     model = load_model_from_flags(args)
     heads = resolve_heads(model, args.heads) if config.uses_heads else None
-    result = dysco_generate(model, prompt, heads, config, backend=args.backend)
+    result = dysco_generate(model, prompt, heads, config, backend=args.backend, chat=args.chat)
     if args.json:
         print(json.dumps({"model": args.model, "method": args.method, "text": result.text, "tokens": result.tokens,
-                          **result.timings.as_dict()}))
+                          "prompt_text": result.prompt_text, **result.timings.as_dict()}))
         return 0
     t = result.timings
     print(f"\nprompt> {prompt if len(prompt) < 400 else prompt[:200] + ' ... ' + prompt[-150:]}")

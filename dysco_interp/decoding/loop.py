@@ -1,7 +1,7 @@
 """The DySCO decode loop (and its baselines), for one prompt or a left-padded batch.
 
 Schedule for one prompt (the official code's, `schedule="reference"`):
-1. encode with the chat template; n_gen = generation-prompt tokens;
+1. encode with the chat template (`chat=True`; token ids as given); n_gen = generation-prompt tokens;
 2. prefill prompt[:-(T_w + n_gen)] without intervention (shareable across methods);
 3. context warm-up: the next T_w - 1 tokens one at a time, no bias, relevance updated
    (T_w with `schedule="paper"`);
@@ -10,31 +10,33 @@ Schedule for one prompt (the official code's, `schedule="reference"`):
 5. decode with the full step until EOS or the budget, or feed the gold tokens (teacher forcing).
 What a full step does is the method's (`methods.py`); where its passes run is the backend's
 (`backends/`). `Stepper` feeds one token per row and records the trace; `generate_batch`,
-`compare_methods` and `dysco_generate` run the whole schedule.
+`compare_methods` and `dysco_generate` run the whole schedule. With `hooks`, the bridge runs
+the user's TransformerLens hooks in every pass, and `passes.current_pass()` says which one.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from dysco_interp.chat import Messages, encode_text
-from dysco_interp.checks import brief, check_type, is_int, typed
+from dysco_interp.checks import check_bool
 from dysco_interp.decoding import runtime
+from dysco_interp.decoding.arguments import as_heads, check_config, check_configs, check_hooks, forced_ids, with_fields
 from dysco_interp.decoding.backends import Backend, BackendName, DecodeState, check_backend, make_backend
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.methods import Method, Selector, method_for
+from dysco_interp.decoding.passes import scheduled
 from dysco_interp.decoding.prompts import (
     PreparedPrompt,
+    Prompt,
     PromptBatch,
     biased_prompt_steps,
     check_prompt,
     pad_id,
     prepare_prompt,
+    prompt_list,
 )
 from dysco_interp.decoding.relevance import Selection, row_caps
 from dysco_interp.decoding.results import (
@@ -52,8 +54,12 @@ from dysco_interp.decoding.sampling import Sampler
 from dysco_interp.decoding.span_mass import SpanMass, Spans
 from dysco_interp.decoding.template import extend_mask, warn_fallback
 from dysco_interp.errors import ConfigError
-from dysco_interp.heads import HeadSet, resolve_heads
+from dysco_interp.heads import HeadSet
+from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
+
+__all__ = ["Prefix", "Stepper", "as_heads", "compare_methods", "decode_batch", "dysco_generate", "forced_ids",
+           "generate", "generate_batch", "iter_methods", "prefill_prefix", "with_fields"]
 
 
 class Stepper:
@@ -62,7 +68,8 @@ class Stepper:
     Drive it one step at a time from a prefilled state (`Backend.prefill`):
     `context_warmup(state, tokens)` for the warm-up tokens (relevance only), then
     `step(state, tokens, phase)` for the rest. Both return the float32 logits `[B, vocab]`
-    and one `StepRecord` per row.
+    and one `StepRecord` per row. Each call is one trace step: `passes.current_pass()` gives
+    its index (`n_steps` before the call) and phase to the hooks that its passes run.
 
     Args:
         backend: where the passes run (built with the method's heads and temperature).
@@ -87,6 +94,7 @@ class Stepper:
                 caps = row_caps(batch.lengths, config.top_k, config.top_k_fraction)
             self.selector = Selector(config, excluded, caps)
         self.span_mass = span_mass
+        self.n_steps = 0  # steps fed so far: the trace index of the next one
 
     @property
     def relevance(self) -> torch.Tensor | None:
@@ -108,7 +116,9 @@ class Stepper:
     def context_warmup(self, state: DecodeState, tokens: torch.Tensor) -> tuple[torch.Tensor, list[StepRecord]]:
         """One warm-up token per row: no bias; the QRHeads' read updates relevance."""
         n_cached = state.n_keys
-        out = self.backend.step(state, tokens, read=self.selector is not None)
+        with scheduled(phase=CONTEXT_WARMUP, step=self.n_steps, keep_method=True):
+            out = self.backend.step(state, tokens, read=self.selector is not None)
+        self.n_steps += 1
         if self.selector is not None and out.attention is not None:
             self.selector.update(out.attention)
         assert out.logits is not None
@@ -118,7 +128,9 @@ class Stepper:
              phase: Phase = DECODE) -> tuple[torch.Tensor, list[StepRecord]]:
         """One token per row with the method's full step."""
         n_cached = state.n_keys
-        logits, selection = self.method.step(self.backend, state, tokens, self.selector)
+        with scheduled(phase=phase, step=self.n_steps, keep_method=True):
+            logits, selection = self.method.step(self.backend, state, tokens, self.selector)
+        self.n_steps += 1
         return logits, self._records(phase, n_cached, tokens, selection)
 
     def _records(self, phase: Phase, n_cached: int, tokens: torch.Tensor,
@@ -150,28 +162,37 @@ class Prefix:
 
 def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
                    backend: BackendName | str = "bridge", chunk_size: int = runtime.DEFAULT_CHUNK,
-                   graphs: bool | None = None) -> Prefix:
-    """Prefill everything but the warm-up and generation-prompt tokens."""
+                   graphs: bool | None = None, hooks: Sequence[Hook] = (), name: str | None = None) -> Prefix:
+    """Prefill everything but the warm-up and generation-prompt tokens (`name`: the method it
+    serves, for `current_pass`; None when several share it)."""
     n_prefix = batch.n_prefix(config.warmup)
-    runner = make_backend(model, backend, None, tau=config.temperature, graphs=graphs)
+    runner = make_backend(model, backend, None, tau=config.temperature, graphs=graphs, hooks=hooks)
     valid = batch.valid
     t0 = time.perf_counter()
     reserve = batch.width - n_prefix + config.max_new_tokens
-    state = runner.prefill(batch.ids[:, :n_prefix].to(model.device), None if valid is None else valid[:, :n_prefix],
-                           chunk_size=chunk_size, reserve=reserve)
+    with scheduled(method=name):
+        state = runner.prefill(batch.ids[:, :n_prefix].to(model.device),
+                               None if valid is None else valid[:, :n_prefix], chunk_size=chunk_size, reserve=reserve)
     return Prefix(state, n_prefix, time.perf_counter() - t0)
 
 
 def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig, heads: HeadSet | None,
                  prefix: Prefix, backend: BackendName | str = "bridge", spans: Sequence[Spans | None] | None = None,
-                 graphs: bool | None = None, forced: Sequence[Sequence[int]] | None = None) -> list[GenerationResult]:
+                 graphs: bool | None = None, forced: Sequence[Sequence[int]] | None = None,
+                 hooks: Sequence[Hook] = (), name: str | None = None) -> list[GenerationResult]:
     """One method on every row, from a copy of the prefix; with `forced`, each row is fed its
-    gold tokens instead of its own (teacher forcing through the method's steps)."""
+    gold tokens instead of its own (teacher forcing through the method's steps). `hooks` run in
+    every pass (bridge only); `name` is the method's name for `current_pass` (config.method if None)."""
+    with scheduled(method=config.method if name is None else name):
+        return _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks)
+
+
+def _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks) -> list[GenerationResult]:
     assert batch.prepared is not None
     n_rows, width = len(batch.lengths), batch.width
     method = method_for(config)
     heads = method.heads(model, heads)
-    runner = make_backend(model, backend, heads, tau=config.temperature, graphs=graphs)
+    runner = make_backend(model, backend, heads, tau=config.temperature, graphs=graphs, hooks=hooks)
     if runner.max_batch is not None and n_rows > runner.max_batch:
         raise ConfigError(f"the {backend} backend decodes at most {runner.max_batch} prompt(s) at a time")
     span_mass = None
@@ -217,7 +238,7 @@ def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
                           n_prompt=len(p.ids), n_new=len(outs[i]), batch_size=n_rows)
         text = model.tokenizer.decode(outs[i], skip_special_tokens=True)
         results.append(GenerationResult(text, outs[i], list(p.ids), finished[i], timings, trace=traces[i],
-                                        method=config.method, forced=scores[i]))
+                                        method=config.method, forced=scores[i], prompt_text=p.text))
     return results
 
 
@@ -269,7 +290,7 @@ def _forced(stepper: Stepper, state: DecodeState, logits: torch.Tensor, golds: l
         j += 1
 
 
-def _prepare_all(model, prompts, configs, prepared) -> dict:
+def _prepare_all(model, prompts, configs, prepared, chat: bool) -> dict:
     """Encoded prompts per enable_thinking setting the configs use."""
     by_thinking: dict = {}
     if prepared is not None:
@@ -281,41 +302,14 @@ def _prepare_all(model, prompts, configs, prepared) -> dict:
         by_thinking[thinking.pop()] = list(prepared)
     for config in configs.values():
         if config.enable_thinking not in by_thinking:
-            by_thinking[config.enable_thinking] = [prepare_prompt(model, p, config.enable_thinking) for p in prompts]
+            by_thinking[config.enable_thinking] = [prepare_prompt(model, p, config.enable_thinking, chat=chat)
+                                                   for p in prompts]
     return by_thinking
-
-
-def check_config(config, what: str = "config") -> None:
-    check_type(what, config, DecodingConfig, example="e.g. DecodingConfig(method='dysco') or preset('paper')")
-
-
-def check_configs(configs) -> None:
-    """ConfigError unless `configs` maps names to DecodingConfig objects."""
-    if not isinstance(configs, Mapping) or not configs:
-        raise ConfigError(f"configs must be a non-empty mapping of name -> DecodingConfig, got {typed(configs)}")
-    for name, config in configs.items():
-        check_config(config, f"config {name!r}")
-
-
-def as_heads(model: LoadedModel, heads) -> HeadSet | None:
-    """The head set from the forms users write: a HeadSet; "shipped", an 'L17H3,L17H4' string or a
-    head file; or (layer, head) pairs. Anything else is a ConfigError naming those forms."""
-    if heads is None or isinstance(heads, HeadSet):
-        return heads
-    if isinstance(heads, (str, os.PathLike)):
-        return resolve_heads(model, heads)
-    pairs = list(heads) if isinstance(heads, (list, tuple)) else None
-    if pairs and all(isinstance(h, (list, tuple)) and len(h) == 2 and all(is_int(x) for x in h) for h in pairs):
-        spec = model.spec
-        return HeadSet([(int(layer), int(head)) for layer, head in pairs], model=spec.name, n_layers=spec.n_layers,
-                       n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads)
-    raise ConfigError(f"heads must be a HeadSet, (layer, head) pairs, 'shipped', an 'L17H3,L17H4' string or a "
-                      f"head file, got {typed(heads)}")
 
 
 def iter_methods(
     model: LoadedModel,
-    prompts: Sequence[str | Messages],
+    prompts: Sequence[Prompt] | torch.Tensor,
     configs: Mapping[str, DecodingConfig],
     heads: HeadSet | None = None,
     *,
@@ -324,15 +318,16 @@ def iter_methods(
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
     forced: Sequence[str | Sequence[int]] | None = None,
+    hooks: Sequence[Hook] | None = None,
+    chat: bool = True,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
     check_backend(backend)
     check_configs(configs)
+    check_bool("chat", chat)
+    user_hooks = check_hooks(model, hooks, backend)
     heads = as_heads(model, heads)
-    if isinstance(prompts, (str, Mapping)) or prompts is None:
-        raise ConfigError(f"prompts must be a list of prompts, got {typed(prompts)}; for one prompt use "
-                          "dysco_generate or compare_methods")
-    prompts = list(prompts)
+    prompts = prompt_list(prompts)
     if not prompts:
         raise ConfigError("no prompts to decode")
     for i, prompt in enumerate(prompts):
@@ -340,47 +335,35 @@ def iter_methods(
     if spans is not None and len(spans) != len(prompts):
         raise ConfigError(f"{len(spans)} span sets for {len(prompts)} prompts")
     gold = None if forced is None else forced_ids(model, forced, len(prompts))
-    by_thinking = _prepare_all(model, prompts, configs, prepared)
+    by_thinking = _prepare_all(model, prompts, configs, prepared, chat)
     batches = {t: PromptBatch.of(p, pad_id(model)) for t, p in by_thinking.items()}
     for batch in batches.values():
         for config in configs.values():
             model.check_fits(batch.width, config.max_new_tokens)
+
+    def key(name: str) -> tuple:
+        config = configs[name]
+        return (name,) if config.changes_prefill else (config.enable_thinking, config.warmup)
+
+    sharing: dict[tuple, list[str]] = {}
+    for name in configs:
+        sharing.setdefault(key(name), []).append(name)
     shared: dict[tuple, Prefix] = {}
     for name, config in configs.items():
         batch = batches[config.enable_thinking]
-        if config.changes_prefill:
-            prefix = prefill_prefix(model, batch, config, backend, graphs=graphs)
-        else:
-            key = (config.enable_thinking, config.warmup)
-            if key not in shared:
-                shared[key] = prefill_prefix(model, batch, config, backend, graphs=graphs)
-            prefix = shared[key]
-        yield name, decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, gold)
-
-
-def forced_ids(model: LoadedModel, forced: Sequence[str | Sequence[int]], n_prompts: int) -> list[list[int]]:
-    """Each prompt's gold continuation as token ids (text is encoded on its own, after the prompt)."""
-    if isinstance(forced, (str, Mapping)) or not isinstance(forced, Sequence):
-        raise ConfigError(f"forced must be a list with one gold answer per prompt, got {typed(forced)}")
-    if len(forced) != n_prompts:
-        raise ConfigError(f"{len(forced)} forced answers for {n_prompts} prompts")
-    out = []
-    for i, gold in enumerate(forced):
-        ids = encode_text(model.tokenizer, gold)[0] if isinstance(gold, str) else gold
-        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not all(is_int(t) for t in ids):
-            raise ConfigError(f"forced answer #{i} must be text or a list of token ids, got {typed(gold)}")
-        if not ids:
-            raise ConfigError(f"forced answer #{i} is empty: teacher forcing needs at least one gold token")
-        bad = [t for t in ids if not 0 <= t < model.hf_config.vocab_size]
-        if bad:
-            raise ConfigError(f"forced answer #{i} has token ids outside the vocabulary: {brief(bad)}")
-        out.append([int(t) for t in ids])
-    return out
+        if key(name) not in shared:
+            users = sharing[key(name)]
+            shared[key(name)] = prefill_prefix(model, batch, config, backend, graphs=graphs, hooks=user_hooks,
+                                               name=users[0] if len(users) == 1 else None)
+        yield name, decode_batch(model, batch, config, heads, shared[key(name)], backend, spans, graphs, gold,
+                                 hooks=user_hooks, name=name)
+        if len(sharing[key(name)]) == 1:
+            del shared[key(name)]  # nobody else reads it: free its cache now
 
 
 def generate_batch(
     model: LoadedModel,
-    prompts: Sequence[str | Messages],
+    prompts: Sequence[Prompt] | torch.Tensor,
     configs: Mapping[str, DecodingConfig],
     heads: HeadSet | None = None,
     *,
@@ -389,6 +372,8 @@ def generate_batch(
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
     forced: Sequence[str | Sequence[int]] | None = None,
+    hooks: Sequence[Hook] | None = None,
+    chat: bool = True,
 ) -> dict[str, list[GenerationResult]]:
     """Several methods on several prompts decoded together; one result per prompt per method.
 
@@ -402,7 +387,9 @@ def generate_batch(
 
     Args:
         model: the loaded model.
-        prompts: texts or chat-message lists.
+        prompts: a list of prompts (texts, chat-message lists, token-id lists or 1-D tensors),
+            or a `[B, N]` integer tensor: B prompts of N tokens each (no token is taken for a
+            pad; prompts of different lengths go as a list, and are left-padded here).
         configs: name -> method and parameters.
         heads: the QRHeads (H*) for the DySCO methods.
         spans: per prompt, named token spans whose relevance mass the traces report.
@@ -412,17 +399,22 @@ def generate_batch(
         graphs: CUDA graphs for the static backend (None: on CUDA devices).
         forced: per prompt, the gold continuation (text, encoded on its own after the prompt, or
             token ids) to teacher-force; None decodes freely.
+        hooks: TransformerLens forward hooks `[(name or filter, fn(tensor, hook)), ...]` run in
+            every pass, the prefill included (bridge backend only); `passes.current_pass()`
+            inside one tells the passes apart.
+        chat: render text and messages with the model's chat template (the default); False
+            tokenizes text as `model.bridge.to_tokens` does. Token ids never get a template.
 
     Returns:
         name -> one `GenerationResult` per prompt, in order.
     """
     return dict(iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
-                             graphs=graphs, forced=forced))
+                             graphs=graphs, forced=forced, hooks=hooks, chat=chat))
 
 
 def compare_methods(
     model: LoadedModel,
-    prompt: str | Messages,
+    prompt: Prompt,
     configs: Mapping[str, DecodingConfig],
     heads: HeadSet | None = None,
     *,
@@ -430,26 +422,30 @@ def compare_methods(
     prepared: PreparedPrompt | None = None,
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
+    hooks: Sequence[Hook] | None = None,
+    chat: bool = True,
 ) -> dict[str, GenerationResult]:
     """Several methods on one prompt, prefilling once for all that keep prefill attention.
 
     Args:
-        model, configs, heads, backend, graphs: as `generate_batch`.
-        prompt: text or chat messages.
+        model, configs, heads, backend, graphs, hooks, chat: as `generate_batch`.
+        prompt: text, chat messages, or token ids (a list of ints, a 1-D or `[1, N]` tensor).
         spans: named token spans of the prompt whose relevance mass the traces report.
         prepared: the prompt already encoded with the configs' one `enable_thinking`.
 
     Returns:
         name -> its `GenerationResult`.
     """
+    check_prompt(prompt)
     out = generate_batch(model, [prompt], configs, heads, spans=None if spans is None else [spans],
-                         prepared=None if prepared is None else [prepared], backend=backend, graphs=graphs)
+                         prepared=None if prepared is None else [prepared], backend=backend, graphs=graphs,
+                         hooks=hooks, chat=chat)
     return {name: results[0] for name, results in out.items()}
 
 
 def generate(
     model: LoadedModel,
-    prompt: str | Messages,
+    prompt: Prompt,
     config: DecodingConfig | None = None,
     *,
     heads: HeadSet | None = None,
@@ -457,16 +453,19 @@ def generate(
     prepared: PreparedPrompt | None = None,
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
+    hooks: Sequence[Hook] | None = None,
+    chat: bool = True,
     **fields,
 ) -> GenerationResult:
     """Generate with one method; returns text, tokens and a per-step `Trace`.
 
-    `generate(model, prompt, method="dysco", heads="shipped", beta=2.5, max_new_tokens=32)`
+    `generate(model, prompt_or_ids, method="dysco", heads="shipped", beta=2.5, max_new_tokens=32)`
     works as well as passing a `DecodingConfig`: keyword options are its fields and override it.
 
     Args:
         model: the loaded model.
-        prompt: text or chat messages.
+        prompt: text, chat messages, or token ids (a list of ints, a 1-D or `[1, N]` integer
+            tensor such as `model.bridge.to_tokens(text)`), used as given.
         config: the method and its parameters (None: vanilla decoding, 256 new tokens).
         heads: the QRHeads (H*) for the DySCO methods: a HeadSet, (layer, head) pairs,
             "shipped", an 'L17H3,L17H4' string or a head file.
@@ -474,38 +473,35 @@ def generate(
         prepared: the prompt already encoded with `prepare_prompt`.
         backend: "bridge" (TransformerLens hooks), "sdpa" (fast, same tokens) or "static" (fastest on a GPU).
         graphs: CUDA graphs for the static backend (None: on CUDA devices).
+        hooks: TransformerLens forward hooks `[(name or filter, fn(tensor, hook)), ...]`, run in
+            every pass after the method's own, the prompt's prefill included (bridge backend only);
+            `dysco_interp.decoding.current_pass()` inside one says which pass is running.
+        chat: render text and messages with the model's chat template (the default); False
+            tokenizes text as `model.bridge.to_tokens` does. `result.prompt_text` is what was encoded.
         **fields: `DecodingConfig` fields (`method`, `beta`, `top_k`, `max_new_tokens`, ...).
 
     Returns:
         A `GenerationResult` whose `trace` records every step.
 
-    Wrong argument types (a string for `config`, an unknown option, an empty prompt) are
-    ConfigErrors that say what to pass instead.
+    Wrong argument types (a string for `config`, an unknown option, an empty prompt, token ids
+    of another shape) are ConfigErrors that say what to pass instead.
     """
     config = DecodingConfig(method="vanilla") if config is None else config
     check_config(config)
     config = with_fields(config, fields)
     return compare_methods(model, prompt, {config.method: config}, heads, spans=spans, prepared=prepared,
-                           backend=backend, graphs=graphs)[config.method]
-
-
-def with_fields(config: DecodingConfig, fields: Mapping) -> DecodingConfig:
-    """`config` with some of its fields replaced; ConfigError naming an unknown one."""
-    names = [f.name for f in dataclasses.fields(DecodingConfig)]
-    unknown = sorted(set(fields) - set(names))
-    if unknown:
-        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; the decoding options are {', '.join(names)}")
-    return config.replace(**fields) if fields else config
+                           backend=backend, graphs=graphs, hooks=hooks, chat=chat)[config.method]
 
 
 def dysco_generate(
     model: LoadedModel,
-    prompt: str | Messages,
+    prompt: Prompt,
     heads: HeadSet | None = None,
     config: DecodingConfig = DecodingConfig(),
     **options,
 ) -> GenerationResult:
     """`generate` with the heads first and DySCO's paper parameters by default (`config` None is an
-    error); `options` are `generate`'s keyword options, `DecodingConfig` fields included."""
+    error); `options` are `generate`'s keyword options (`hooks`, `chat`, `backend`, ...),
+    `DecodingConfig` fields included."""
     check_config(config)
     return generate(model, prompt, config, heads=heads, **options)

@@ -99,7 +99,7 @@ class Dysco(Method):
     def heads(self, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
         if heads is None or len(heads) == 0:
             raise ConfigError(f"method {self.name!r} needs a non-empty head set (H*)")
-        return heads.validate_for(model.spec)
+        return heads.validate_for(model)  # the model, not its spec: its weights can match another name
 
     def step(self, backend, state, tokens, selector):
         assert selector is not None

@@ -1,16 +1,17 @@
-"""Prompts as the decode loop takes them: chat-encoded with their template tokens located, and
+"""Prompts as the decode loop takes them: text and messages chat-encoded with their template
+tokens located (or, with `chat=False`, tokenized as they are), token ids as given; and
 left-padded into one batch that shares the DySCO schedule."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, Union, get_args
 
 import torch
 
-from dysco_interp.chat import EncodedPrompt, Messages, as_messages, encode_chat
-from dysco_interp.checks import typed
+from dysco_interp.chat import EncodedPrompt, Messages, as_messages, encode_chat, encode_text
+from dysco_interp.checks import brief, check_bool, is_int, typed
 from dysco_interp.decoding.template import MASKING_MODES, TemplateMasking, reference_positions, template_positions
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import LoadedModel
@@ -19,15 +20,24 @@ Schedule = Literal["reference", "paper"]
 SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
 
 
+Prompt = Union[str, Messages, Sequence[int], torch.Tensor]  # text, chat messages or token ids
+
+
 @dataclass
 class PreparedPrompt:
-    encoded: EncodedPrompt
+    encoded: EncodedPrompt  # for raw prompts: no generation prompt (n_generation_prompt 0)
     masks: dict[TemplateMasking, torch.Tensor]  # masking mode -> bool [n_prompt]: the tokens it never selects
     reference_fallback: bool = False  # the template is of no family the reference lists: "reference" is "skeleton"
+    chat: bool = True  # rendered with the chat template (False: token ids, or text with chat=False)
 
     @property
     def ids(self) -> tuple[int, ...]:
         return self.encoded.input_ids
+
+    @property
+    def text(self) -> str:
+        """The prompt as text: the rendered chat, the text as given (chat=False), or the ids decoded."""
+        return self.encoded.text
 
     def template(self, mode: TemplateMasking = "reference") -> torch.Tensor:
         """Bool `[n_prompt]`: the chat-template tokens that masking `mode` never selects."""
@@ -35,12 +45,30 @@ class PreparedPrompt:
 
 
 def prepare_prompt(
-    model: LoadedModel, prompt: str | Messages | EncodedPrompt, enable_thinking: bool | None = None
+    model: LoadedModel, prompt: Prompt | EncodedPrompt, enable_thinking: bool | None = None, *, chat: bool = True
 ) -> PreparedPrompt:
-    """Chat-encode a prompt and find its template tokens."""
+    """Encode a prompt and find its template tokens.
+
+    Text and chat messages get the model's chat template (`chat=True`); with `chat=False`,
+    text is tokenized as `model.bridge.to_tokens(text)` does (BOS as that adds it). Token ids
+    (a list of ints, a 1-D or `[1, N]` integer tensor) are used as given. Prompts without a
+    template have no template tokens to mask and no generation prompt.
+    """
+    check_bool("chat", chat)
     if isinstance(prompt, EncodedPrompt):
         raise ConfigError("pass the prompt text or messages, so template tokens can be located")
-    messages = as_messages(prompt)
+    check_prompt(prompt)
+    ids = token_ids(prompt)
+    if ids is not None:
+        return raw_prompt(model, ids)
+    if not chat:
+        if not isinstance(prompt, str):
+            raise ConfigError("chat messages need the chat template: pass text with chat=False, or chat=True")
+        return text_prompt(model, prompt)
+    if getattr(model.tokenizer, "chat_template", None) is None:
+        raise ConfigError(f"{model.spec.name} has no chat template: pass chat=False (the text as it is) "
+                          "or token ids")
+    messages = as_messages(prompt)  # type: ignore[arg-type]
     encoded = encode_chat(model.tokenizer, messages, enable_thinking)
     skeleton = template_positions(encoded, messages, model.tokenizer, enable_thinking)
     reference = reference_positions(encoded, model.tokenizer)
@@ -51,18 +79,90 @@ def prepare_prompt(
     return PreparedPrompt(encoded, masks, reference_fallback=reference is None)
 
 
+def _untemplated(encoded: EncodedPrompt) -> PreparedPrompt:
+    none = torch.zeros(len(encoded), dtype=torch.bool)
+    return PreparedPrompt(encoded, dict.fromkeys(MASKING_MODES, none), chat=False)
+
+
+def raw_prompt(model: LoadedModel, ids: Sequence[int]) -> PreparedPrompt:
+    """Token ids as given; ConfigError for an id outside the vocabulary."""
+    vocab = model.hf_config.vocab_size
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ConfigError(f"prompt token ids outside the vocabulary (0..{vocab - 1}): {brief(bad)}")
+    text = model.tokenizer.decode(list(ids), skip_special_tokens=False)
+    return _untemplated(EncodedPrompt(text, tuple(ids), ((0, 0),) * len(ids), 0))
+
+
+def text_prompt(model: LoadedModel, text: str) -> PreparedPrompt:
+    """Text without the chat template, tokenized as `to_tokens` does (its BOS, no truncation)."""
+    ids = [int(t) for t in model.bridge.to_tokens(text, truncate=False, move_to_device=False)[0].tolist()]
+    plain, offsets = encode_text(model.tokenizer, text)
+    n_added = len(ids) - len(plain)
+    if n_added < 0 or ids[n_added:] != plain:
+        offsets = [(0, 0)] * len(ids)  # tokens that do not line up with the text: no character spans
+    else:
+        offsets = [(0, 0)] * n_added + offsets
+    return _untemplated(EncodedPrompt(text, tuple(ids), tuple(offsets), 0))
+
+
+def token_ids(prompt) -> list[int] | None:
+    """The ids of a prompt given as token ids (a list of ints, a 1-D or `[1, N]` integer tensor
+    or array); None for text and messages; ConfigError for ids of another shape or dtype."""
+    if isinstance(prompt, torch.Tensor) or hasattr(prompt, "__array__"):
+        t = torch.as_tensor(prompt)
+        if t.dtype == torch.bool or t.is_floating_point() or t.is_complex():
+            raise ConfigError(f"token ids must be an integer tensor, got dtype {t.dtype}")
+        if t.ndim == 2 and t.shape[0] == 1:
+            t = t[0]
+        if t.ndim != 1:
+            raise ConfigError(f"token ids must be of shape [N] or [1, N], got {tuple(t.shape)}; "
+                              "for a batch use generate_batch")
+        if t.numel() == 0:
+            raise ConfigError("token ids are empty")
+        return [int(x) for x in t.tolist()]
+    if isinstance(prompt, (list, tuple)) and prompt and is_int(prompt[0]):
+        if not all(is_int(t) for t in prompt):
+            raise ConfigError(f"token ids must be integers, got {brief(list(prompt[:8]))}")
+        return [int(t) for t in prompt]
+    return None
+
+
+def prompt_list(prompts) -> list:
+    """The prompts of `generate_batch`: a list of prompts, or a `[B, N]` tensor of B prompts of
+    N tokens each (nothing is taken for padding: prompts of different lengths go as a list)."""
+    if isinstance(prompts, torch.Tensor) or hasattr(prompts, "__array__"):
+        t = torch.as_tensor(prompts)
+        if t.ndim != 2:
+            raise ConfigError(f"a tensor of prompts must be [batch, tokens], got shape {tuple(t.shape)}; "
+                              "for one prompt use generate")
+        return list(t)
+    if isinstance(prompts, (str, Mapping)) or prompts is None or not isinstance(prompts, Sequence):
+        raise ConfigError(f"prompts must be a list of prompts, got {typed(prompts)}; for one prompt use "
+                          "dysco_generate or compare_methods")
+    if prompts and is_int(prompts[0]):
+        raise ConfigError(f"prompts is one list of token ids ({brief(list(prompts[:8]))}); pass a list of "
+                          "prompts ([ids]) or use generate")
+    return list(prompts)
+
+
 def check_prompt(prompt, what: str = "prompt") -> None:
-    """ConfigError unless `prompt` is non-empty text or a non-empty list of chat messages."""
+    """ConfigError unless `prompt` is non-empty text, a non-empty list of chat messages or token ids."""
     if prompt is None:
-        raise ConfigError(f"{what} is None; pass the prompt text or a list of chat messages")
+        raise ConfigError(f"{what} is None; pass the prompt text, a list of chat messages or token ids")
     if isinstance(prompt, str):
         if not prompt.strip():
             raise ConfigError(f"{what} is empty")
         return
     if isinstance(prompt, EncodedPrompt):
         return  # prepare_prompt explains why it wants the text
+    try:
+        if token_ids(prompt) is not None:
+            return
+    except ConfigError as e:
+        raise ConfigError(f"{what}: {e}") from None
     if not isinstance(prompt, (list, tuple)) or not prompt:
-        raise ConfigError(f"{what} must be text or a non-empty list of chat messages, got {typed(prompt)}")
+        raise ConfigError(f"{what} must be text, a non-empty list of chat messages or token ids, got {typed(prompt)}")
     for i, message in enumerate(prompt):
         if not (isinstance(message, Mapping) and isinstance(message.get("role"), str)
                 and isinstance(message.get("content"), str)):

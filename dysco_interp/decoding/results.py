@@ -132,6 +132,9 @@ class GenerationResult:
     trace: Trace | None = None  # per-step record of the DySCO loop (None for plain `generate`)
     method: str = "plain"
     forced: ForcedScores | None = None  # teacher-forced decoding: the scores of the gold tokens fed
+    # the prompt as text: the rendered chat template (chat=True), the text as given (chat=False),
+    # or the token ids decoded; `prompt_ids` are its tokens
+    prompt_text: str | None = None
 
     def token_steps(self, tokenizer=None) -> list[TokenStep]:
         """Every generated token with the step (selection, nucleus mass, top spans) that chose it;
@@ -148,6 +151,7 @@ class GenerationResult:
             "text": self.text,
             "tokens": list(self.tokens),
             "prompt_ids": list(self.prompt_ids),
+            "prompt_text": self.prompt_text,
             "finished": self.finished,
             "method": self.method,
             "timings": asdict(self.timings),
@@ -167,6 +171,7 @@ class GenerationResult:
         try:
             timing_names = {f.name for f in fields(Timings)}
             trace, forced = d["trace"], d["forced"]
+            prompt_text = d.get("prompt_text")  # absent from results saved before it was kept
             return cls(
                 text=str(d["text"]),
                 tokens=[int(t) for t in d["tokens"]],
@@ -176,6 +181,7 @@ class GenerationResult:
                 trace=None if trace is None else Trace.from_dict(trace),
                 method=str(d["method"]),
                 forced=None if forced is None else ForcedScores(list(forced["argmax"]), list(forced["logprob"])),
+                prompt_text=None if prompt_text is None else str(prompt_text),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise DataError(f"{source}: malformed generation result ({type(e).__name__}: {e})") from None

@@ -265,10 +265,13 @@ class HeadSet:
                 )
 
     def validate_for(self, spec: Any, allow_other_model: bool = False) -> "HeadSet":
-        """Check this set against a loaded model (ModelSpec, LoadedModel or geometry); returns self.
+        """Check this set against a loaded model (LoadedModel, ModelSpec or geometry); returns self.
 
         Indices must be in range; a recorded geometry must equal the model's; a recorded
         model id must match (loosely, see `normalize_model_id`) unless allow_other_model.
+        Given the LoadedModel, another id is accepted when the model holds the weights that
+        id refers to (`models.recognise`): an alias's converted folder, or a copy of it, fits
+        the alias's head files; another model of the same geometry is still refused.
         """
         geo = geometry_of(spec)
         mine = self.geometry
@@ -282,9 +285,15 @@ class HeadSet:
             or geo.name is None
             or normalize_model_id(self.model) == normalize_model_id(geo.name)
         )
+        if same_geometry and not same_name:
+            from dysco_interp.models.recognise import same_weights
+
+            same_name = same_weights(self.model, spec)
         if not (same_geometry and same_name):
             made = f"{self.model or 'an unnamed model'}" + (f" ({mine.describe()})" if mine else "")
-            hint = "" if not same_geometry else "; pass allow_other_model=True if it is the same model"
+            hint = "" if not same_geometry else (
+                "; to use them on it anyway, load them with load_heads(file, model, allow_other_model=True) "
+                f"or set the file's \"model\" to {geo.name!r}")
             raise HeadModelMismatchError(
                 f"head set made for model {made} but the loaded model is "
                 f"{geo.name or 'unnamed'} ({geo.describe()}){hint}"

@@ -71,7 +71,8 @@ def resolve_heads(model: Any, source: str | os.PathLike | None = None) -> HeadSe
 
     Args:
         model: a loaded model or its ModelSpec (the set is checked against it, and its name
-            is the shipped file's alias), or a model alias (the set is only read: a check
+            is the shipped file's alias; a loaded model's weights also find the alias whose
+            weights it holds, `shipped_alias`), or a model alias (the set is only read: a check
             before the model loads).
         source: "shipped" or None for the shipped file; anything else is a head file (or a
             'L-H,...' string) for `load_heads`.
@@ -81,10 +82,30 @@ def resolve_heads(model: Any, source: str | os.PathLike | None = None) -> HeadSe
         HeadSetError (HeadFileError, HeadModelMismatchError), a bad alias a ConfigError.
     """
     if isinstance(model, str):
-        alias, spec = model, None
+        alias, target = model, None
     else:
-        spec = getattr(model, "spec", model)
-        alias = spec.name
+        target = model  # a LoadedModel is checked by its weights too (`HeadSet.validate_for`)
+        alias = getattr(model, "spec", model).name
     if source is None or source == SHIPPED:
-        return shipped_heads(alias, spec=spec)
-    return load_heads(source, spec=spec)
+        return shipped_heads(shipped_alias(alias, target), spec=target)
+    return load_heads(source, spec=target)
+
+
+def shipped_alias(name: str, model: Any = None) -> str:
+    """The alias whose shipped head file fits a model: its own name, or, for a model loaded under
+    another name (a folder), the alias whose weights it holds; else the name (whose missing
+    file `shipped_heads` reports)."""
+    available = available_shipped_heads()
+    if name in available or model is None or not hasattr(model, "weights_fingerprint"):
+        return name
+    from dysco_interp.models.recognise import same_weights
+
+    spec = model.spec
+    for alias in available:
+        source = "dysco_interp/heads/" + "/".join((*_SHIPPED_DIR, f"{alias}.json"))
+        recorded = parse_json_text(_data(*_SHIPPED_DIR, f"{alias}.json").read_text(encoding="utf-8"), source)
+        # only a file of the same geometry is worth reading the alias's weights for
+        if (recorded.get("n_layers"), recorded.get("n_heads")) == (spec.n_layers, spec.n_heads) \
+                and same_weights(alias, model):
+            return alias
+    return name

@@ -1,16 +1,20 @@
 """Weights identities: strings that say what a model computes, stored beside every result
-(see `LoadedModel.weights_id` for which kind each source gets).
+(see `LoadedModel.weights_id` for which kind each source gets), and weights fingerprints,
+which two loads of the same weights share whatever their source, dtype or YaRN setting.
 
 Files are hashed once: each file's SHA-256 is kept in the cache folder by (path, size,
-mtime), so a 6.7 GB folder costs about 20 s on first use only.
+mtime), so a 6.7 GB folder costs about 20 s on first use only. A fingerprint reads only the
+first and last `FINGERPRINT_SAMPLE` values of each weight tensor, so it is cheap even for a
+folder that is not loaded (safetensors are read slice by slice).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Union
 
 import torch
 
@@ -101,3 +105,62 @@ def folder_weights_id(folder: Path) -> str:
 def gguf_weights_id(path: Path) -> str:
     """``gguf-sha256:<hex>``: a GGUF carries weights, config and tokenizer (as a packaged alias)."""
     return f"gguf-sha256:{file_hashes([path])[0]}"
+
+
+FINGERPRINT_SAMPLE = 4096  # values read from each end of each weight tensor
+
+
+def _canonical(values: torch.Tensor) -> bytes:
+    # bf16 bits: a model loaded at bf16 from fp32 files rounds to exactly these values
+    return values.detach().to("cpu", torch.float32).to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+
+
+def tensors_fingerprint(ends: Iterable[tuple[str, tuple[int, ...], torch.Tensor, torch.Tensor]]) -> str:
+    """``weights-fp:<hex>`` over (name, shape, first values, last values) of each weight tensor,
+    in name order; what two sources of the same weights agree on."""
+    digest = hashlib.sha256()
+    for name, shape, head, tail in sorted(ends, key=lambda e: e[0]):
+        digest.update(f"{name}|{tuple(shape)}\n".encode())
+        digest.update(_canonical(head))
+        digest.update(_canonical(tail))
+    return f"weights-fp:{digest.hexdigest()}"
+
+
+def model_fingerprint(hf_model: torch.nn.Module) -> str:
+    """The weights fingerprint of an HF model in memory (tied weights counted once, as files hold them)."""
+    k = FINGERPRINT_SAMPLE
+
+    def ends(t: torch.Tensor):
+        flat = t.detach().reshape(-1)
+        return flat[:k], flat[-k:]
+
+    return tensors_fingerprint((name, tuple(p.shape), *ends(p)) for name, p in hf_model.named_parameters())
+
+
+def folder_fingerprint(folder: Path) -> str | None:
+    """The weights fingerprint of a folder's safetensors files, read slice by slice; None when it
+    holds none (a .bin or GGUF folder) or they cannot be read."""
+    from safetensors import safe_open
+
+    files = sorted(Path(folder).glob("*.safetensors"))
+    if not files:
+        return None
+    k, out = FINGERPRINT_SAMPLE, []
+    try:
+        for path in files:
+            with safe_open(str(path), framework="pt") as f:
+                for name in f.keys():
+                    part = f.get_slice(name)
+                    shape = tuple(part.get_shape())
+                    if not shape:
+                        value = f.get_tensor(name).reshape(-1)
+                        out.append((name, shape, value, value))
+                        continue
+                    row = max(1, math.prod(shape[1:]))
+                    rows = min(shape[0], -(-k // row))  # enough leading rows for k values
+                    head = part[:rows].reshape(-1)[:k]
+                    tail = part[shape[0] - rows:].reshape(-1)[-k:]
+                    out.append((name, shape, head, tail))
+    except (OSError, ValueError, RuntimeError):
+        return None
+    return tensors_fingerprint(out)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 
 from dysco_interp.errors import ContextLengthError
-from dysco_interp.models.identity import WeightsId, in_memory_weights_id
+from dysco_interp.models.identity import WeightsId, in_memory_weights_id, model_fingerprint
 from dysco_interp.models.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ class LoadedModel:
     _reference_factory: Callable[[str], torch.nn.Module] = field(repr=False)
     # the identity, or how to compute it on first use; None: from the weights in memory
     _weights_id: WeightsId = field(default=None, repr=False)
+    _fingerprint: str | None = field(default=None, init=False, repr=False)
 
     def __repr__(self) -> str:
         # One line, TransformerLens-style: the dataclass default prints the whole module tree.
@@ -63,6 +64,16 @@ class LoadedModel:
             compute = self._weights_id or (lambda: in_memory_weights_id(self.prefill_model, self.tokenizer))
             self._weights_id = compute()
         return self._weights_id
+
+    @property
+    def weights_fingerprint(self) -> str:
+        """``weights-fp:<hex>``: the same for every load of the same weights (a registry alias,
+        its converted folder or a copy of it, a tiny model saved with `save_pretrained`), at any
+        dtype or YaRN factor; a head file made for a model is accepted by the same weights under
+        another name (`HeadSet.validate_for`). Read from the ends of every weight tensor."""
+        if self._fingerprint is None:
+            self._fingerprint = model_fingerprint(self.prefill_model)
+        return self._fingerprint
 
     @property
     def device(self) -> torch.device:

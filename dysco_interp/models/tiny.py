@@ -172,17 +172,10 @@ def tiny_config(style: str, vocab_size: int, **overrides):
     return cfg
 
 
-def tiny_model(
-    style: str = "llama",
-    *,
-    seed: int = 0,
-    dtype: torch.dtype = torch.float32,
-    device="cpu",
-    yarn_factor: float | None = None,
-    **overrides,
-) -> LoadedModel:
-    """A `LoadedModel` with random weights (seeded) and a tiny tokenizer of the style;
-    `overrides` set config fields (e.g. max_position_embeddings)."""
+def tiny_hf_model(style: str = "llama", *, seed: int = 0, dtype: torch.dtype = torch.float32,
+                  yarn_factor: float | None = None, **overrides):
+    """The HF causal LM of `tiny_model` (random weights, seeded, SDPA attention) and its tokenizer,
+    on the CPU: what `save_pretrained` writes to make a tiny model folder."""
     from transformers import AutoModelForCausalLM
 
     tokenizer = tiny_tokenizer(style)
@@ -197,5 +190,20 @@ def tiny_model(
         hf_model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
     hf_model.generation_config.eos_token_id = tokenizer.eos_token_id
     hf_model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return hf_model, tokenizer
+
+
+def tiny_model(
+    style: str = "llama",
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    device="cpu",
+    yarn_factor: float | None = None,
+    **overrides,
+) -> LoadedModel:
+    """A `LoadedModel` with random weights (seeded) and a tiny tokenizer of the style;
+    `overrides` set config fields (e.g. max_position_embeddings)."""
+    hf_model, tokenizer = tiny_hf_model(style, seed=seed, dtype=dtype, yarn_factor=yarn_factor, **overrides)
     hf_model.to(device)
     return from_hf(hf_model, tokenizer, TINY_PREFIX + style)

@@ -11,14 +11,23 @@ how a pass reads attention and applies the bias.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, get_args
 
-from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput, StopForward, stop_after
+from dysco_interp.decoding.backends.base import (
+    Backend,
+    DecodeState,
+    StepOutput,
+    StopForward,
+    no_hooks_message,
+    stop_after,
+)
 from dysco_interp.decoding.backends.bridge import BridgeBackend
 from dysco_interp.decoding.backends.sdpa import SdpaBackend
 from dysco_interp.decoding.backends.static import StaticBackend
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
+from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
 BackendName = Literal["bridge", "sdpa", "static"]
@@ -34,7 +43,7 @@ def check_backend(name: str) -> str:
 
 
 def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | None = None, *, tau: float = 1.0,
-                 graphs: bool | None = None) -> Backend:
+                 graphs: bool | None = None, hooks: Sequence[Hook] = ()) -> Backend:
     """The backend `name` for `model`.
 
     Args:
@@ -43,14 +52,15 @@ def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | N
         heads: the QRHeads whose attention the backend reads (None: it reads none).
         tau: UniAttnS's attention temperature (1.0: none).
         graphs: CUDA graphs for the static backend (None: on CUDA devices); True elsewhere is a ConfigError.
+        hooks: your TransformerLens forward hooks for every pass (the bridge only; elsewhere a ConfigError).
 
     Returns:
         A `Backend`.
     """
-    return REGISTRY[check_backend(name)](model, heads, tau=tau, graphs=graphs)
+    return REGISTRY[check_backend(name)](model, heads, tau=tau, graphs=graphs, hooks=hooks)
 
 
 __all__ = [
     "BACKENDS", "REGISTRY", "Backend", "BackendName", "BridgeBackend", "DecodeState", "SdpaBackend", "StaticBackend",
-    "StepOutput", "StopForward", "check_backend", "make_backend", "stop_after",
+    "StepOutput", "StopForward", "check_backend", "make_backend", "no_hooks_message", "stop_after",
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -32,6 +32,7 @@ from transformers.cache_utils import Cache
 from dysco_interp.decoding import runtime
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
+from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
 SelectBias = Callable[[torch.Tensor], torch.Tensor]
@@ -87,6 +88,11 @@ def stop_after(layer: torch.nn.Module) -> Iterator[None]:
         handle.remove()
 
 
+def no_hooks_message(backend: str) -> str:
+    return (f"hooks run only where the TransformerLens bridge runs: pass backend='bridge' (the {backend} "
+            "backend runs the SDPA twin, which has no hook points)")
+
+
 class Backend(ABC):
     """Where DySCO's passes run. Construct through `backends.make_backend`.
 
@@ -96,15 +102,22 @@ class Backend(ABC):
             methods that read none.
         tau: UniAttnS's attention temperature in every head (1.0: none).
         graphs: capture decoding passes as CUDA graphs (None: where the backend can).
+        hooks: the user's TransformerLens forward hooks `(name or filter, fn)`, run in every
+            pass after the method's own; only a backend with hook points takes them.
     """
 
     name: ClassVar[str]
     max_batch: ClassVar[int | None]  # rows decoded together at most (None: any)
     supports_graphs: ClassVar[bool] = False
+    runs_hooks: ClassVar[bool] = False  # its passes go through the bridge's hook points
 
-    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None):
+    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
+                 hooks: Sequence[Hook] = ()):
         if graphs and not self.supports_graphs:
             raise ConfigError(f"the {self.name} backend does not capture CUDA graphs; use backend='static'")
+        if hooks and not self.runs_hooks:
+            raise ConfigError(no_hooks_message(self.name))
+        self.user_hooks: list[Hook] = list(hooks)
         self.model = model
         self.heads = heads
         self.tau = float(tau)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +24,7 @@ from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.backends.base import Backend, DecodeState, SelectBias, StepOutput, StopForward, stop_after
 from dysco_interp.decoding.interventions import RelevanceReader
 from dysco_interp.heads import HeadSet
+from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel, share_weights_twin
 
 ATTN_IMPLEMENTATION = "dysco_sdpa"
@@ -173,8 +174,9 @@ class SdpaBackend(Backend):
     name = "sdpa"
     max_batch = None
 
-    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None):
-        super().__init__(model, heads, tau=tau, graphs=graphs)
+    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
+                 hooks: Sequence[Hook] = ()):
+        super().__init__(model, heads, tau=tau, graphs=graphs, hooks=hooks)
         self.hf = twin(model, ATTN_IMPLEMENTATION)
         self.read = read_heads(model, heads)
         self.max_layer = max(self.read) if self.read else None

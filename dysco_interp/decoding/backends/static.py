@@ -25,7 +25,7 @@ layers after L* on the hidden state L* gave (`layers_from`).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -45,6 +45,7 @@ from dysco_interp.decoding.backends.sdpa import (
 )
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
+from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
 ATTN_IMPLEMENTATION = "dysco_static"
@@ -273,8 +274,9 @@ class StaticBackend(Backend):
     max_batch = None
     supports_graphs = True
 
-    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None):
-        super().__init__(model, heads, tau=tau, graphs=graphs)
+    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
+                 hooks: Sequence[Hook] = ()):
+        super().__init__(model, heads, tau=tau, graphs=graphs, hooks=hooks)
         if graphs and model.device.type != "cuda":
             raise ConfigError("CUDA graphs need a CUDA device")
         self.graphs = model.device.type == "cuda" if graphs is None else graphs

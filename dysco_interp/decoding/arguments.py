@@ -1,0 +1,110 @@
+"""The forms users write to the decoding API, checked and normalised once: configs and their
+keyword options, heads, teacher-forced answers, and TransformerLens hooks. Every wrong form is
+a one-line ConfigError that names what to pass instead."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Mapping, Sequence
+
+from dysco_interp.chat import encode_text
+from dysco_interp.checks import brief, check_type, is_int, typed
+from dysco_interp.decoding.backends import check_backend, no_hooks_message
+from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet, resolve_heads
+from dysco_interp.hooks import Hook
+from dysco_interp.models import LoadedModel
+
+HOOKS_FORM = "hooks must be a list of (hook name or filter function, fn(tensor, hook)) pairs"
+
+
+def check_config(config, what: str = "config") -> None:
+    check_type(what, config, DecodingConfig, example="e.g. DecodingConfig(method='dysco') or preset('paper')")
+
+
+def check_configs(configs) -> None:
+    """ConfigError unless `configs` maps names to DecodingConfig objects."""
+    if not isinstance(configs, Mapping) or not configs:
+        raise ConfigError(f"configs must be a non-empty mapping of name -> DecodingConfig, got {typed(configs)}")
+    for name, config in configs.items():
+        check_config(config, f"config {name!r}")
+
+
+def as_heads(model: LoadedModel, heads) -> HeadSet | None:
+    """The head set from the forms users write: a HeadSet; "shipped", an 'L17H3,L17H4' string or a
+    head file; or (layer, head) pairs. Anything else is a ConfigError naming those forms."""
+    if heads is None or isinstance(heads, HeadSet):
+        return heads
+    if isinstance(heads, (str, os.PathLike)):
+        return resolve_heads(model, heads)
+    pairs = list(heads) if isinstance(heads, (list, tuple)) else None
+    if pairs and all(isinstance(h, (list, tuple)) and len(h) == 2 and all(is_int(x) for x in h) for h in pairs):
+        spec = model.spec
+        return HeadSet([(int(layer), int(head)) for layer, head in pairs], model=spec.name, n_layers=spec.n_layers,
+                       n_heads=spec.n_heads, n_kv_heads=spec.n_kv_heads)
+    raise ConfigError(f"heads must be a HeadSet, (layer, head) pairs, 'shipped', an 'L17H3,L17H4' string or a "
+                      f"head file, got {typed(heads)}")
+
+
+def forced_ids(model: LoadedModel, forced: Sequence[str | Sequence[int]], n_prompts: int) -> list[list[int]]:
+    """Each prompt's gold continuation as token ids (text is encoded on its own, after the prompt)."""
+    if isinstance(forced, (str, Mapping)) or not isinstance(forced, Sequence):
+        raise ConfigError(f"forced must be a list with one gold answer per prompt, got {typed(forced)}")
+    if len(forced) != n_prompts:
+        raise ConfigError(f"{len(forced)} forced answers for {n_prompts} prompts")
+    out = []
+    for i, gold in enumerate(forced):
+        ids = encode_text(model.tokenizer, gold)[0] if isinstance(gold, str) else gold
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence) or not all(is_int(t) for t in ids):
+            raise ConfigError(f"forced answer #{i} must be text or a list of token ids, got {typed(gold)}")
+        if not ids:
+            raise ConfigError(f"forced answer #{i} is empty: teacher forcing needs at least one gold token")
+        bad = [t for t in ids if not 0 <= t < model.hf_config.vocab_size]
+        if bad:
+            raise ConfigError(f"forced answer #{i} has token ids outside the vocabulary: {brief(bad)}")
+        out.append([int(t) for t in ids])
+    return out
+
+
+def with_fields(config: DecodingConfig, fields: Mapping) -> DecodingConfig:
+    """`config` with some of its fields replaced; ConfigError naming an unknown one."""
+    names = [f.name for f in dataclasses.fields(DecodingConfig)]
+    unknown = sorted(set(fields) - set(names))
+    if unknown:
+        raise ConfigError(f"unknown option(s) {', '.join(unknown)}; the decoding options are {', '.join(names)}")
+    return config.replace(**fields) if fields else config
+
+
+def check_hooks(model: LoadedModel, hooks, backend: str) -> list[Hook]:
+    """User hooks as TransformerLens takes them: `(name, fn)` with `name` a hook point of the
+    bridge or a filter `name -> bool`; they need the bridge backend."""
+    if hooks is None:
+        return []
+    if isinstance(hooks, (str, Mapping)) or not isinstance(hooks, Sequence):
+        raise ConfigError(f"{HOOKS_FORM}, got {typed(hooks)}")
+    if len(hooks) == 2 and (isinstance(hooks[0], str) or callable(hooks[0])) and callable(hooks[1]):
+        raise ConfigError(f"{HOOKS_FORM}: wrap one pair in a list, hooks=[(name, fn)]")
+    names = model.bridge.hook_dict
+    out: list[Hook] = []
+    for i, hook in enumerate(hooks):
+        if not (isinstance(hook, (list, tuple)) and len(hook) == 2):
+            raise ConfigError(f"{HOOKS_FORM}; hook #{i} is {typed(hook)}")
+        name, fn = hook
+        if not callable(fn):
+            raise ConfigError(f"hook #{i}: its function must be callable as fn(tensor, hook), got {typed(fn)}")
+        if isinstance(name, str):
+            if name not in names:
+                close = difflib.get_close_matches(name, list(names), n=2)
+                hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else \
+                    " (model.bridge.hook_dict lists them)"
+                raise ConfigError(f"hook #{i}: {name!r} is no hook point of {model.spec.name}{hint}")
+        elif not callable(name):
+            raise ConfigError(f"hook #{i}: the name must be a hook point name or a filter function, got {typed(name)}")
+        out.append((name, fn))
+    check_backend(backend)
+    if out and backend != "bridge":
+        raise ConfigError(no_hooks_message(backend))
+    return out
