@@ -104,6 +104,8 @@ PRESETS: dict[str, DecodingConfig] = {
 
 
 def preset(name: str, **changes) -> DecodingConfig:
+    """A named DecodingConfig from `PRESETS` ("paper", "paper-strong", "quick-check", "small-budget"),
+    with `changes` applied to its fields, e.g. `preset("paper", beta=3.0, max_new_tokens=64)`."""
     if not isinstance(name, str) or name not in PRESETS:
         raise ConfigError(f"unknown preset {brief(name)}; choose one of {', '.join(PRESETS)}")
     return PRESETS[name].replace(**changes)

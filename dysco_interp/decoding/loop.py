@@ -428,7 +428,13 @@ def compare_methods(
     """Several methods on one prompt, prefilling once for all that keep prefill attention.
 
     Args:
-        model, configs, heads, backend, graphs, hooks, chat: as `generate_batch`.
+        model: as `generate_batch`.
+        configs: as `generate_batch`.
+        heads: as `generate_batch`.
+        backend: as `generate_batch`.
+        graphs: as `generate_batch`.
+        hooks: as `generate_batch`.
+        chat: as `generate_batch`.
         prompt: text, chat messages, or token ids (a list of ints, a 1-D or `[1, N]` tensor).
         spans: named token spans of the prompt whose relevance mass the traces report.
         prepared: the prompt already encoded with the configs' one `enable_thinking`.

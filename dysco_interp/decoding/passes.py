@@ -23,19 +23,20 @@ PassPhase = Literal["prefill", "context-warmup", "intervention-warmup", "decode"
 class Pass:
     """One forward pass of the decode loop.
 
-    kind: "prefill" (the prompt up to the warm-up tokens, in chunks of `runtime.DEFAULT_CHUNK`
-        tokens), "plain" (the whole model, no bias: context warm-up, vanilla and UniAttnS
-        steps), "partial" (layers 0..L*, no bias, the cache left as it was: DySCO's read),
-        "biased" (the whole model with log(beta) on the selected keys) or "reuse"
-        (dysco-reuse's one pass: unbiased up to L*, biased after).
-    phase: "prefill", or the phase of the trace step it belongs to ("context-warmup",
-        "intervention-warmup", "decode").
-    step: that step's index in `result.trace.steps` (None for the prefill).
-    position: absolute position of the first token fed.
-    n_tokens: tokens fed (the prefix's length for the prefill, else 1).
-    layers: the layers it runs (hooks of later layers do not fire).
-    method: the name of the method being decoded (the configs' key in `compare_methods`);
-        None for a prefill that several methods share.
+    Attributes:
+        kind: "prefill" (the prompt up to the warm-up tokens, in chunks of `runtime.DEFAULT_CHUNK`
+            tokens), "plain" (the whole model, no bias: context warm-up, vanilla and UniAttnS
+            steps), "partial" (layers 0..L*, no bias, the cache left as it was: DySCO's read),
+            "biased" (the whole model with log(beta) on the selected keys) or "reuse"
+            (dysco-reuse's one pass: unbiased up to L*, biased after).
+        phase: "prefill", or the phase of the trace step it belongs to ("context-warmup",
+            "intervention-warmup", "decode").
+        step: that step's index in `result.trace.steps` (None for the prefill).
+        position: absolute position of the first token fed.
+        n_tokens: tokens fed (the prefix's length for the prefill, else 1).
+        layers: the layers it runs (hooks of later layers do not fire).
+        method: the name of the method being decoded (the configs' key in `compare_methods`);
+            None for a prefill that several methods share.
     """
 
     kind: PassKind

@@ -30,11 +30,12 @@ def aggregate_heads(
 ) -> torch.Tensor:
     """Mean attention row over heads, on absolute key positions: float32 `[B, n_keys]`.
 
-    rows: one tensor per layer, `[B, h_l, k_l]`: the last query row of the chosen
-      heads of that layer (each row a softmax over the keys it sees, so it sums to 1).
-    n_keys: absolute number of keys (cached + current token).
-    offsets: absolute position of each row's first key; default `n_keys - k_l`
-      (right-aligned, see the module docstring).
+    Args:
+        rows: one tensor per layer, `[B, h_l, k_l]`: the last query row of the chosen
+            heads of that layer (each row a softmax over the keys it sees, so it sums to 1).
+        n_keys: absolute number of keys (cached + current token).
+        offsets: absolute position of each row's first key; default `n_keys - k_l`
+            (right-aligned, see the module docstring).
 
     The mean is over all heads together (sum of every row / total number of heads),
     so a layer with two chosen heads weighs twice a layer with one, as in `mean_h a_h`.
@@ -201,8 +202,12 @@ def check_beta(beta: float) -> float:
 def scaling_bias(selected: torch.Tensor, beta: float, boost_current: bool = True) -> torch.Tensor:
     """The additive pre-softmax bias: log(beta) on selected keys, 0 elsewhere.
 
-    selected: bool `[B, n_keys]` on absolute positions; the last position is the
-      current token's own key, boosted too when `boost_current` (DySCO always does).
+    Args:
+        selected: bool `[B, n_keys]` on absolute positions; the last position is the
+            current token's own key, boosted too when `boost_current` (DySCO always does).
+        beta: the strength (> 0).
+        boost_current: whether the current token's own key gets log(beta) too.
+
     Returns float32 `[B, 1, 1, n_keys]`, broadcastable over heads and query rows of
     attention scores `[B, heads, q, n_keys]`. Adding it multiplies the selected keys'
     unnormalised weights by beta: softmax(a + bias).

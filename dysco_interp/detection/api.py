@@ -250,7 +250,9 @@ def detect_qr_heads(
     Args:
         model: the loaded model.
         examples: detection examples (None: synthetic needle-QA examples made from n, length, seed).
-        n, length, seed: the synthetic examples to make when `examples` is None.
+        n: how many synthetic examples to make when `examples` is None.
+        length: their prompt length in tokens.
+        seed: their seed.
         top_k: how many heads the returned set keeps.
         method: "qrscore", "qrscore-ndcg" or "copy-paste" (the copy-paste retrieval score).
         command: the command line recorded in the head set's provenance.
