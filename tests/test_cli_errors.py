@@ -253,3 +253,17 @@ def test_every_command_option_says_what_it_does():
                 missing += [f"{name} {a.option_strings or a.dest}" for a in sub._actions
                             if not a.help and a.dest != "help"]
     assert not missing
+
+
+def test_a_head_file_of_another_model_is_refused_with_the_flag_that_accepts_it(tmp_path, capsys):
+    from dysco_interp.heads import HeadSet
+    from dysco_interp.models.tiny import tiny_model
+
+    spec = tiny_model("llama").spec
+    path = HeadSet([(1, 0), (2, 1)], model="someone-elses-llama", n_layers=spec.n_layers, n_heads=spec.n_heads,
+                   n_kv_heads=spec.n_kv_heads).to_json(tmp_path / "heads.json")
+    argv = [*GEN, "--method", "dysco", "--heads", str(path), "--max-new-tokens", "2"]
+    assert main(argv) == 2
+    line = error_line(capsys.readouterr().err)
+    assert "made for model someone-elses-llama" in line and "--allow-other-model" in line
+    assert main([*argv, "--allow-other-model"]) == 0

@@ -75,14 +75,14 @@ def run_evaluate(args) -> int:
     methods = {m: decoding_config(args, m) for m in args.methods.split(",")}
     needs_heads = any(c.uses_heads for c in methods.values())
     if needs_heads:
-        check_head_file(args.heads, args.model)
+        check_head_file(args.heads, args.model, args.allow_other_model)
     if args.if_settings_differ == "error":
         device = resolve_device(args.device)
         known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device,
                                teacher_forced=args.teacher_forced)
         precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()})
     model = load_model_from_flags(args)
-    heads = resolve_heads(model, args.heads) if needs_heads else None
+    heads = resolve_heads(model, args.heads, args.allow_other_model) if needs_heads else None
     run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
                    backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
                    teacher_forced=args.teacher_forced)

@@ -62,9 +62,9 @@ def generate_and_print(args, prompt: str) -> int:
 
     config = decoding_config(args, args.method)
     if config.uses_heads:
-        check_head_file(args.heads, args.model)
+        check_head_file(args.heads, args.model, args.allow_other_model)
     model = load_model_from_flags(args)
-    heads = resolve_heads(model, args.heads) if config.uses_heads else None
+    heads = resolve_heads(model, args.heads, args.allow_other_model) if config.uses_heads else None
     result = dysco_generate(model, prompt, heads, config, backend=args.backend, chat=args.chat)
     if args.json:
         print(json.dumps({"model": args.model, "method": args.method, "text": result.text, "tokens": result.tokens,

@@ -44,7 +44,7 @@ def dysco_overrides(args) -> dict:
     return {field: value for field, value in given if value is not None}
 
 
-def check_head_file(arg: str, model: str) -> None:
+def check_head_file(arg: str, model: str, allow_other_model: bool = False) -> None:
     """Parse a head file before the model loads (a typo or a malformed file costs nothing);
     the check against the model's geometry comes after the load, in `resolve_heads`."""
     from dysco_interp.heads import SHIPPED, resolve_heads
@@ -52,7 +52,7 @@ def check_head_file(arg: str, model: str) -> None:
 
     # an alias is the name shipped files go by; other models' names are known after the load
     if arg != SHIPPED or model in packaged_models.REGISTRY or model.startswith("tiny-"):
-        resolve_heads(model, arg)
+        resolve_heads(model, arg, allow_other_model)
 
 
 def load_model_from_flags(args):

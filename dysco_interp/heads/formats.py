@@ -276,6 +276,10 @@ def _adopt_geometry(hs: HeadSet, spec: Any, allow_other_model: bool) -> HeadSet:
     hs.validate_for(spec, allow_other_model)
     geo = geometry_of(spec)
     if hs.geometry is not None:
+        if allow_other_model and hs.model and geo.name and hs.model != geo.name:
+            # accepted once, here: the set now names the model it runs on (later checks pass) and
+            # keeps where it came from
+            return dataclasses.replace(hs, model=geo.name, extra={**hs.extra, "source_model": hs.model})
         return hs
     extra = dict(hs.extra)
     if hs.model and geo.name and hs.model != geo.name:

@@ -293,7 +293,7 @@ class HeadSet:
             made = f"{self.model or 'an unnamed model'}" + (f" ({mine.describe()})" if mine else "")
             hint = "" if not same_geometry else (
                 "; to use them on it anyway, load them with load_heads(file, model, allow_other_model=True) "
-                f"or set the file's \"model\" to {geo.name!r}")
+                f"(command line: --allow-other-model) or set the file's \"model\" to {geo.name!r}")
             raise HeadModelMismatchError(
                 f"head set made for model {made} but the loaded model is "
                 f"{geo.name or 'unnamed'} ({geo.describe()}){hint}"

@@ -66,7 +66,7 @@ def paper_heads(model: str = "qwen3-8b") -> HeadSet:
     return HeadSet(**known[key])
 
 
-def resolve_heads(model: Any, source: str | os.PathLike | None = None) -> HeadSet:
+def resolve_heads(model: Any, source: str | os.PathLike | None = None, allow_other_model: bool = False) -> HeadSet:
     """The head set a heads option names: the model's shipped file, or a head file.
 
     Args:
@@ -76,6 +76,7 @@ def resolve_heads(model: Any, source: str | os.PathLike | None = None) -> HeadSe
             before the model loads).
         source: "shipped" or None for the shipped file; anything else is a head file (or a
             'L-H,...' string) for `load_heads`.
+        allow_other_model: accept a head file made for another model of the same geometry.
 
     Returns:
         The HeadSet; a missing or malformed file, or one made for another model, is a
@@ -88,7 +89,7 @@ def resolve_heads(model: Any, source: str | os.PathLike | None = None) -> HeadSe
         alias = getattr(model, "spec", model).name
     if source is None or source == SHIPPED:
         return shipped_heads(shipped_alias(alias, target), spec=target)
-    return load_heads(source, spec=target)
+    return load_heads(source, spec=target, allow_other_model=allow_other_model)
 
 
 def shipped_alias(name: str, model: Any = None) -> str:
