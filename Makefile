@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 # Elsewhere add e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu".
 TORCH_PIP_ARGS ?=
 
-.PHONY: setup demo lint docs test test-fast clean
+.PHONY: setup demo lint docs notebooks test test-fast clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,12 @@ lint: setup
 # Material for MkDocs prints a banner about MkDocs 2 on every build; the pins keep MkDocs 1
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# run the notebooks top to bottom and keep their outputs: they are committed so that GitHub and the
+# documentation site show them (the tests check that they are this code's)
+notebooks: setup
+	PATH="$(abspath $(VENV))/bin:$$PATH" OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 \
+		$(VENV)/bin/jupyter execute --inplace --timeout=1200 notebooks/*.ipynb
 
 test: lint docs
 	$(PY) -m pytest -q

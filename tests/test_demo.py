@@ -1,4 +1,5 @@
-"""`dysco-interp demo` on the default model: both routes, the gold one, and a self-contained replay HTML."""
+"""`dysco-interp demo` on the default model: the teacher-forced step table, both free routes, the
+verdict, and one self-contained HTML page."""
 
 import re
 
@@ -9,19 +10,28 @@ from dysco_interp.cli import main
 pytestmark = pytest.mark.real_model
 
 
-def test_demo_prints_both_routes_and_writes_the_replay(tmp_path, capsys):
-    out = tmp_path / "demo" / "attention_replay.html"
+def test_demo_prints_the_mechanism_and_both_routes_and_writes_the_page(tmp_path, capsys):
+    out = tmp_path / "demo" / "demo.html"
     assert main(["demo", "--max-new-tokens", "12", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "gold route:" in printed and "From " in printed.split("gold route:")[1]
-    assert re.search(r"^vanilla: .*steps right", printed, re.MULTILINE)
-    assert re.search(r"^dysco: .*steps right", printed, re.MULTILINE)
+    assert "K 8, β 1.5" in printed  # the small-budget preset by default
+    # one line per route step: the gold edge, where the heads looked, what each method predicted
+    steps = re.findall(r"^  (\d) +\S.* → .*\(rank \d+/\d+\).*[+-]\d\.\d\d +[+-]\d\.\d\d +(yes|no)/(yes|no)$",
+                       printed, re.MULTILINE)
+    assert [s[0] for s in steps] == ["1", "2", "3", "4"]
+    assert re.search(r"step accuracy: vanilla \d\.\d\d, DySCO \d\.\d\d", printed)
+    assert re.search(r"^vanilla, free greedy generation: .*steps right", printed, re.MULTILINE)
+    assert re.search(r"^dysco, free greedy generation: .*steps right", printed, re.MULTILINE)
     assert "DySCO selected" in printed and str(out) in printed
+    # the default model cannot show the effect: one line says so and names the model that can
+    assert re.search(r"^smollm2-135m is too small to show DySCO's effect on one instance: .*"
+                     r"dysco-interp demo --model qwen2.5-coder-1.5b", printed, re.MULTILINE)
 
     html = out.read_text()
     assert not re.search(r"<script[^>]+src=", html)  # plotly.js inlined: opens offline
-    assert "Plotly.newPlot" in html and "addFrames" in html
-    assert "vanilla" in html and "dysco" in html and "QRHeads" in html
+    assert html.count("Plotly.newPlot") == 3 and "addFrames" in html
+    assert "Teacher-forced on the gold route" in html and "Free greedy generation" in html
 
 
 def test_demo_rejects_a_bad_setting(tmp_path, capsys):

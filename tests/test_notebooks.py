@@ -38,18 +38,44 @@ def kernel_env() -> dict:
     env = dict(os.environ)
     # importable without an install, and one thread per process as in conftest
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", MPLBACKEND="Agg")
+    # no MPLBACKEND: the kernel's inline backend shows matplotlib figures as the notebooks intend
+    env.update(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env.pop("MPLBACKEND", None)
     return env
 
 
-def test_the_three_notebooks_are_there_with_outputs_cleared():
+MACHINE_PATHS = ("/tmp/", "/home/", "/root/", "/work/", "/Users/", "\\Users\\")
+
+
+def display_types(cell) -> list[str]:
+    """The rich outputs of a code cell (images, plotly figures), in order: what a reader sees
+    beyond text. Text streams vary with timings and progress bars; these do not."""
+    return [t for o in cell.outputs if o.output_type in ("display_data", "execute_result")
+            for t in sorted(o.data) if not t.startswith("text/")]
+
+
+def test_the_three_notebooks_are_committed_with_outputs_that_read_anywhere():
     names = ["01_quickstart.ipynb", "02_retrieval_heads.ipynb", "03_attention_replay.ipynb"]
     assert [p.name for p in NOTEBOOKS] == names
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         nbformat.validate(nb)
         code = [c for c in nb.cells if c.cell_type == "code"]
-        assert code and all(not c.outputs and c.execution_count is None for c in code), f"{path.name} has outputs"
+        # run top to bottom once: GitHub, nbconvert and the documentation site show these outputs
+        assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), f"{path.name}: not run in order"
+        assert all(c.outputs for c in code), f"{path.name}: a cell without output"
+        outputs = [o for c in code for o in c.outputs]
+        assert not [o for o in outputs if o.output_type == "error"], path.name
+        text = nbformat.writes(nb)
+        assert not [m for m in MACHINE_PATHS if m in text], f"{path.name} names a path of the machine that ran it"
+        for cell in code:
+            kinds = display_types(cell)
+            if "application/vnd.plotly.v1+json" in kinds:
+                # an interactive figure shows nowhere without JavaScript: a static image follows it
+                assert "image/png" in kinds[kinds.index("application/vnd.plotly.v1+json"):] or "image/png" in \
+                    display_types(code[code.index(cell) + 1]), f"{path.name}: a plotly figure without a static image"
+            # plotly.js from a CDN draws nothing offline
+            assert "cdn.plot.ly" not in str(cell.outputs)
 
 
 @pytest.mark.real_model
@@ -60,9 +86,12 @@ def test_notebook_runs_top_to_bottom(path, tmp_path):
         nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", kernel_manager_class=ThisPythonKernel,
         resources={"metadata": {"path": str(tmp_path)}},  # the kernel's working directory
     )
+    committed = [display_types(c) for c in nb.cells if c.cell_type == "code"]
     client.execute(env=kernel_env())
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
     streams = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert not [t for t in streams if "TqdmWarning" in t]  # progress bars that suit a notebook
     assert all(c.execution_count for c in nb.cells if c.cell_type == "code")
+    # the committed outputs are this code's: every cell shows the same kinds of figures
+    assert [display_types(c) for c in nb.cells if c.cell_type == "code"] == committed

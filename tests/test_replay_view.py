@@ -8,7 +8,16 @@ import torch
 
 from dysco_interp.analysis.replay import AttentionReplay
 from dysco_interp.errors import ConfigError
-from dysco_interp.viz.replay_view import GOLD_COLOR, SELECTED_OUTLINE, replay_figure, token_caption, write_replay_html
+from dysco_interp.viz.replay_view import (
+    GOLD_COLOR,
+    SELECTED_OUTLINE,
+    replay_figure,
+    replay_snapshot,
+    slider_label,
+    start_token,
+    token_caption,
+    write_replay_html,
+)
 
 
 def make_replay(method="dysco", n_tokens=3, selected=True):
@@ -28,7 +37,11 @@ def test_one_frame_per_token_with_gold_and_selection_marks():
                         title="replay of <Route>\nline two")
     assert fig.layout.title.text == "replay of &lt;Route&gt;<br>line two"
     assert len(fig.frames) == 3  # the longer run sets the slider
-    assert len(fig.data) == 6  # 3 rows x 2 runs
+    bars = [t for t in fig.data if t.type == "bar"]
+    assert len(bars) == 6  # 3 rows x 2 runs
+    legend = [t.name for t in fig.data if t.showlegend]
+    assert any("QRHeads" in n for n in legend) and any("gold edge" in n for n in legend)
+    assert any("red outline" in n for n in legend)  # the bars' colours and outlines explained in a legend
     dysco_qr = fig.frames[0].data[3]
     assert list(dysco_qr.y) == [0.1, 0.5, 0.2]
     assert dysco_qr.marker.color[1] == GOLD_COLOR and dysco_qr.text[1] == "★"
@@ -64,3 +77,52 @@ def test_bad_input_is_a_clear_error():
         replay_figure({})
     with pytest.raises(ConfigError, match="AttentionReplay"):
         replay_figure({"x": object()})
+
+
+def route_replay():
+    """A replay of "<Route>\nFrom A, take a bus to B." with a gold edge on every route token."""
+    pieces = ["<Route>", "\n", "From", " A", ",", " take", " a", " bus", " to", " B", "."]
+    n = len(pieces)
+    qr = torch.full((n, 3), 0.1)
+    return AttentionReplay(
+        method="dysco", names=["A → B", "B → C", "C → D"], spans=[(0, 4), (4, 8), (8, 12)], tokens=list(range(n)),
+        pieces=pieces, query_positions=list(range(11, 11 + n)), qr_heads=qr, all_heads=qr / 2, heads=[(1, 0)],
+        gold=[None, None] + [0] * (n - 2))
+
+
+def test_the_figure_opens_on_the_first_destination_city_with_token_text_on_the_slider():
+    rep = route_replay()
+    assert start_token(rep) == 9  # " B": the first token the QRHeads have to look up
+    fig = replay_figure(rep)
+    assert fig.layout.sliders[0].active == 9
+    assert [step.label for step in fig.layout.sliders[0].steps][:3] == ["&lt;Route&gt;", "⏎", "From"]
+    assert slider_label({"r": rep}, 9) == "B"
+    # the first frame shown is that token's, not token 0's
+    assert "<b>" in token_caption(rep, 9) and "token 9" in fig.layout.annotations[0].text
+    # no route line at all: the first token with a gold span, else 0
+    assert start_token(make_replay()) == 0
+    # a run that writes no route line does not pull the start back to its first token
+    assert start_token({"vanilla": make_replay("vanilla"), "dysco": rep}) == 9
+    with pytest.raises(ConfigError, match="start token"):
+        replay_figure(rep, start=99)
+
+
+def test_each_panel_says_how_much_attention_fell_outside_every_edge():
+    fig = replay_figure(route_replay())
+    notes = [a.text for a in fig.layout.annotations if a.text.startswith("outside every edge")]
+    assert notes == ["outside every edge: 70%", "outside every edge: 85%"]  # 1 - 3 x 0.1, 1 - 3 x 0.05
+    assert fig.layout.width is None and fig.layout.autosize  # the width follows the window
+
+
+def test_html_is_responsive_and_redraws_byte_identically(tmp_path):
+    a = write_replay_html(route_replay(), tmp_path / "a" / "replay.html").read_bytes()
+    b = write_replay_html(route_replay(), tmp_path / "b" / "replay.html").read_bytes()
+    assert a == b and b'"responsive": true' in a
+
+
+def test_static_snapshot_draws_the_start_token():
+    fig = replay_snapshot({"vanilla": make_replay("vanilla", selected=False), "dysco": route_replay()})
+    assert len(fig.axes) == 4  # neither run selected anything: QRHeads and all-heads rows, two runs
+    # the start token of the figure: the destination city of the run that writes a route line
+    assert fig.axes[0].get_title() == "vanilla: ended after 3 tokens"
+    assert fig.axes[1].get_title() == "dysco: token 9 ' B'"

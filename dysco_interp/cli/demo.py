@@ -1,5 +1,5 @@
-"""`dysco-interp demo`: the main job, vanilla vs DySCO on one Path Traversal instance, with an
-attention-replay HTML."""
+"""`dysco-interp demo`: the main job, what DySCO does on one seeded Path Traversal instance
+(teacher-forced and free, vanilla vs DySCO), printed and drawn as one offline HTML page."""
 
 from __future__ import annotations
 
@@ -11,20 +11,25 @@ from dysco_interp.cli.prepare import check_head_file, dysco_overrides, load_mode
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("demo", help="the main job: vanilla vs DySCO on one Path Traversal instance, "
-                                           "with an attention-replay HTML")
+    p = subparsers.add_parser("demo", help="the main job: what DySCO does on one seeded Path Traversal instance, "
+                                           "teacher-forced and free, vanilla vs DySCO, with an HTML page")
     flags.add_model_flag(p)
     flags.add_heads_flag(p)
     p.add_argument("--length", type=cli_args.positive_int, default=1024,
                    help="prompt tokens of the instance (default 1024)")
     p.add_argument("--hops", type=cli_args.positive_int, default=4, help="route length (default 4)")
-    p.add_argument("--seed", type=cli_args.seed, default=0, help="seed of the Path Traversal instance (default 0)")
+    p.add_argument("--seed", type=cli_args.seed, default=0,
+                   help="seed of the Path Traversal instance (default 0): the instance is "
+                        "generate_instance(tokenizer, length, seed, hops), never picked by hand")
     p.add_argument("--max-new-tokens", type=cli_args.positive_int, default=None,
-                   help="default: the gold answer's length + 8")
-    flags.add_dysco_flags(p)
+                   help="free generation's budget (default: the gold answer's length + 8; "
+                        "teacher forcing always feeds the whole gold route)")
+    # the budget chosen on a dev split (experiments.demo.DEFAULT_PRESET, not imported: the parser
+    # stays light); at 1K tokens the paper's preset selects a large share of the prompt
+    flags.add_dysco_flags(p, default_preset="small-budget")
     # checked when the command line is read: a folder here used to fail after the whole run
-    p.add_argument("--out", type=cli_args.output_file, default="dysco-demo/attention_replay.html",
-                   help="the replay HTML file to write")
+    p.add_argument("--out", type=cli_args.output_file, default="dysco-demo/demo.html",
+                   help="the HTML page to write (default dysco-demo/demo.html)")
     flags.add_device_flags(p)
     p.set_defaults(func=run_demo, yarn=None)
     return p
@@ -34,14 +39,14 @@ def run_demo(args) -> int:
     from dysco_interp.decoding.config import preset
     from dysco_interp.experiments import demo as demo_job
     from dysco_interp.heads import resolve_heads
-    from dysco_interp.viz.replay_view import write_replay_html
+    from dysco_interp.viz.demo_page import write_demo_page
 
     dysco = preset(args.preset, **dysco_overrides(args))
-    check_head_file(args.heads, args.model)
+    check_head_file(args.heads, args.model, args.allow_other_model)
     model = load_model_from_flags(args)
-    heads = resolve_heads(model, args.heads)
+    heads = resolve_heads(model, args.heads, args.allow_other_model)
     demo = demo_job.run_demo(model, heads, length=args.length, seed=args.seed, hops=args.hops,
                             dysco=dysco, max_new_tokens=args.max_new_tokens)
-    html = write_replay_html(demo.replays, args.out, title=demo.title)
+    html = write_demo_page(demo, args.out)
     print(demo_job.format_report(demo, html))
     return 0

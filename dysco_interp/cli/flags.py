@@ -45,15 +45,18 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_heads_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heads", default="shipped", help="head file (any supported format) or 'shipped'")
+    parser.add_argument("--allow-other-model", action="store_true",
+                        help="use a head file made for another model of the same layers and heads")
 
 
-def add_dysco_flags(parser: argparse.ArgumentParser) -> None:
+def add_dysco_flags(parser: argparse.ArgumentParser, default_preset: str = "paper") -> None:
     """--preset and the overrides of its strength and key selection (--beta, --p, --k)."""
     from dysco_interp.decoding.config import PRESETS
     from dysco_interp.decoding.prompts import SCHEDULES
     from dysco_interp.decoding.template import MASKING_MODES
 
-    parser.add_argument("--preset", default="paper", choices=list(PRESETS), help="DySCO parameters (default: paper)")
+    parser.add_argument("--preset", default=default_preset, choices=list(PRESETS),
+                        help=f"DySCO parameters (default: {default_preset})")
     parser.add_argument("--beta", type=cli_args.positive_float, default=None, help="override the preset's strength")
     parser.add_argument("--p", dest="nucleus_p", type=cli_args.probability, default=None,
                         help="override the preset's top_p")

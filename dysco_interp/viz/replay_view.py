@@ -1,21 +1,27 @@
-"""The attention replay as an interactive plotly figure, and as one offline HTML file.
+"""The attention replay as an interactive plotly figure, as one offline HTML file, and as a static
+matplotlib snapshot of one token (for places that show no JavaScript: GitHub, nbconvert, a slide).
 
 One column per run (e.g. vanilla and DySCO side by side), one frame per generated token,
-moved by a slider. Rows: per-span attention of the QRHeads, of all heads, and the fraction
-of each span's tokens DySCO selected. The gold span of the token's route step is orange
-(and starred); spans of which DySCO selected at least half the tokens get a red outline.
+moved by a slider labelled with the token's text. Rows: per-span attention of the QRHeads, of
+all heads, and the fraction of each span's tokens DySCO selected. The gold span of the token's
+route step is orange (and starred); spans of which DySCO selected at least half the tokens get a
+red outline; each panel says how much of the attention fell outside every span. The figure
+opens on the first token that names a route step's destination (`start_token`), and its width
+follows the window.
 """
 
 from __future__ import annotations
 
 import html
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from dysco_interp.analysis.replay import AttentionReplay
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
+from dysco_interp.viz.render_html import plot_div_id
 
 ROW_COLORS = {"qr_heads": "#4c78a8", "all_heads": "#72b7b2", "selected": "#b279a2"}
 ROW_TITLES = {
@@ -26,6 +32,10 @@ SELECTED_OUTLINE = "#d62728"
 SELECTED_AT = 0.5  # outline spans with at least this fraction of their tokens selected
 CONTEXT_CHARS = 70  # generated text shown before the current token
 ROW_PX = 230  # height of one row of bar charts
+LABEL_CHARS = 12  # slider labels: the token's text, cut to this
+# the line before a route step's destination city ("From X, take a train to"; the space before
+# the city usually starts the city's first token)
+_BEFORE_DESTINATION = re.compile(r"take an? \S+ to ?$")
 
 
 def _as_runs(replays: AttentionReplay | Mapping[str, AttentionReplay]) -> dict[str, AttentionReplay]:
@@ -89,21 +99,77 @@ def _bar(rep: AttentionReplay, row: str, j: int) -> dict:
     }
 
 
-def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], title: str = "Attention replay"):
-    """A plotly Figure with one frame per generated token (slider and play button)."""
+def destination_token(rep: AttentionReplay) -> int | None:
+    """The first token that names a route step's destination (the first edge look-up), if any."""
+    line = ""
+    for j, piece in enumerate(rep.pieces):
+        if rep.gold is not None and rep.gold[j] is not None and _BEFORE_DESTINATION.search(line):
+            return j
+        line = (line + piece).rsplit("\n", 1)[-1]
+    return None
+
+
+def start_token(replays: AttentionReplay | Mapping[str, AttentionReplay]) -> int:
+    """The token a replay opens on: the earliest destination city any run names, else the first
+    token with a gold span, else 0. A run that never writes a route line does not pull it to 0."""
+    runs = _as_runs(replays)
+    found = [j for j in (destination_token(r) for r in runs.values()) if j is not None]
+    if found:
+        return min(found)
+    golds = [j for r in runs.values() if r.gold is not None for j, g in enumerate(r.gold) if g is not None]
+    return min(golds, default=0)
+
+
+def slider_label(runs: Mapping[str, AttentionReplay], j: int) -> str:
+    """The token's text in the first run that has a token j, visible and short."""
+    rep = next(r for r in runs.values() if j < len(r))
+    text = rep.pieces[j].strip(" ") or repr(rep.pieces[j])
+    return _visible(text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…")
+
+
+def outside_share(rep: AttentionReplay, row: str, j: int) -> float | None:
+    """Share of the row's attention that fell on no span (the rows sum to 1 over all keys)."""
+    if row == "selected" or j >= len(rep):
+        return None
+    return max(0.0, 1.0 - float(getattr(rep, row)[j].sum()))
+
+
+def _legend_traces(with_selection: bool) -> list[dict]:
+    # legend-only entries: the bars' colours vary per bar, which a plotly legend cannot show
+    items: list[tuple[str, str, str, int | None]] = [
+        ("QRHeads' attention", "square", ROW_COLORS["qr_heads"], None),
+             ("all heads' attention", "square", ROW_COLORS["all_heads"], None),
+             ("gold edge of the token's route step ★", "square", GOLD_COLOR, None)]
+    if with_selection:
+        items += [("DySCO selected that share of the span", "square", ROW_COLORS["selected"], None),
+                  (f"red outline: DySCO selected ≥{SELECTED_AT:.0%} of the span", "square-open", SELECTED_OUTLINE, 3)]
+    return [{"x": [None], "y": [None], "mode": "markers", "name": name, "hoverinfo": "skip", "showlegend": True,
+             "marker": {"symbol": symbol, "size": 14, "color": color,
+                        **({"line": {"width": width, "color": color}} if width else {})}}
+            for name, symbol, color, width in items]
+
+
+def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], title: str = "Attention replay",
+                  start: int | None = None):
+    """A plotly Figure with one frame per generated token (slider and play button).
+
+    `start`: the token shown first (default `start_token`); its width follows
+    the window (`write_replay_html` and `to_html` make it responsive).
+    """
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     runs = _as_runs(replays)
     rows = ["qr_heads", "all_heads"] + (["selected"] if any(r.selected is not None for r in runs.values()) else [])
     n_frames = max(len(r) for r in runs.values())
+    first = start_token(runs) if start is None else start
+    if not 0 <= first < n_frames:
+        raise ConfigError(f"start token {first} is outside the {n_frames} generated tokens")
     fig = make_subplots(
         rows=len(rows), cols=len(runs), shared_xaxes=True, vertical_spacing=0.06, horizontal_spacing=0.06
     )
-    # fixed pixel layout: the bottom margin holds rotated edge names, the note and the slider
-    plot_px, top_px, bottom_px = ROW_PX * len(rows), 150, 300
-    width_px, left_px, right_px = max(760, 640 * len(runs)), 80, 40
-    slider_x = 100 / (width_px - left_px - right_px)  # leaves room for the play buttons
+    # pixel heights: the top holds the title, legend and captions; the bottom the rotated edge names and slider
+    plot_px, top_px, bottom_px = ROW_PX * len(rows), 230, 250
 
     def below(px: int) -> float:  # paper y of a point px pixels under the plots
         return -px / plot_px
@@ -112,10 +178,12 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
     for r, c, row, rep in cells:
         fig.add_trace(
             go.Bar(x=list(range(len(rep.names))), textposition="outside", hoverinfo="text", showlegend=False,
-                   **_bar(rep, row, 0)),
+                   **_bar(rep, row, first)),
             row=r, col=c,
         )
         fig.update_yaxes(title_text=ROW_TITLES[row] if c == 1 else None, row=r, col=c)
+    for trace in _legend_traces("selected" in rows):
+        fig.add_trace(go.Scatter(**trace), row=1, col=1)
     for c, rep in enumerate(runs.values(), 1):
         labelled = len(rep.names) <= 40
         fig.update_xaxes(
@@ -135,48 +203,56 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
                 out[axes[r, c].yaxis.plotly_name] = {"range": [0, top]}
         return out
 
+    def in_cell(r: int, c: int, text: str, **where) -> dict:
+        x_id, y_id = axes[r, c].yaxis.anchor, axes[r, c].xaxis.anchor  # "x5", "y5"
+        return {"text": text, "showarrow": False, "xref": f"{x_id} domain", "yref": f"{y_id} domain", **where}
+
     def annotations(j: int) -> list[dict]:
         out = []
         for c, (name, rep) in enumerate(runs.items(), 1):
             out.append({"text": f"<b>{_visible(name)}</b><br>{token_caption(rep, j)}", "x": (c - 0.5) / len(runs),
                         "y": 1.02, "xref": "paper", "yref": "paper", "xanchor": "center", "yanchor": "bottom",
-                        "showarrow": False, "font": {"size": 11}, "align": "left"})
+                        "showarrow": False, "font": {"size": 12}, "align": "left"})
+            for r, row in enumerate(rows, 1):
+                share = outside_share(rep, row, j)
+                if share is not None:
+                    out.append(in_cell(r, c, f"outside every edge: {share:.0%}", x=1, y=1, xanchor="right",
+                                       yanchor="top", font={"size": 11, "color": "#555"}, bgcolor="white"))
             if "selected" in rows and rep.selected is None:
-                x_id, y_id = axes[len(rows), c].yaxis.anchor, axes[len(rows), c].xaxis.anchor  # "x5", "y5"
-                out.append({"text": f"no selection ({_visible(rep.method or name)})", "showarrow": False,
-                            "x": 0.5, "y": 0.5, "xref": f"{x_id} domain", "yref": f"{y_id} domain",
-                            "font": {"color": "#888"}})
-        out.append({"text": "bars: context spans in prompt order · orange ★: gold edge of the token's route "
-                            f"step · red outline: DySCO selected ≥{SELECTED_AT:.0%} of the span's tokens<br>"
-                            "attention: mean over heads of the row that produced the token, summed over the span "
-                            "(teacher-forced pass, no DySCO bias)",
-                    "x": 0, "y": below(200), "xref": "paper", "yref": "paper", "showarrow": False,
-                    "xanchor": "left", "yanchor": "top", "align": "left", "font": {"size": 10, "color": "#555"}})
+                out.append(in_cell(len(rows), c, f"no selection ({_visible(rep.method or name)})", x=0.5, y=0.5,
+                                   font={"color": "#888"}))
+        out.append({"text": "attention: mean over heads of the row that produced the token, summed over each "
+                            "edge line (a teacher-forced pass of the model without DySCO's bias)",
+                    "x": 0, "y": below(185), "xref": "paper", "yref": "paper", "showarrow": False,
+                    "xanchor": "left", "yanchor": "top", "align": "left", "font": {"size": 11, "color": "#555"}})
         return out
 
+    n_data = len(cells)
     fig.frames = [
         go.Frame(name=str(j), data=[go.Bar(**_bar(rep, row, j)) for _, _, row, rep in cells],
-                 traces=list(range(len(cells))), layout={"annotations": annotations(j), **y_ranges(j)})
+                 traces=list(range(n_data)), layout={"annotations": annotations(j), **y_ranges(j)})
         for j in range(n_frames)
     ]
-    fig.update_layout(annotations=annotations(0), **y_ranges(0))
+    fig.update_layout(annotations=annotations(first), **y_ranges(first))
     show = {"mode": "immediate", "frame": {"duration": 0, "redraw": True}, "transition": {"duration": 0}}
     fig.update_layout(
         # a title's lines stay lines (the modebar sits at the top right of the first one)
-        title={"text": "<br>".join(html.escape(line) for line in title.split("\n")), "x": 0.01, "y": 0.975,
-               "yanchor": "top"},
+        title={"text": "<br>".join(html.escape(line) for line in title.split("\n")), "x": 0.01, "y": 0.985,
+               "yanchor": "top", "font": {"size": 16}},
         height=plot_px + top_px + bottom_px,
-        width=width_px,
-        margin={"t": top_px, "b": bottom_px, "l": left_px, "r": right_px},
+        autosize=True,
+        margin={"t": top_px, "b": bottom_px, "l": 80, "r": 30},
         plot_bgcolor="white",
         bargap=0.15,
+        legend={"orientation": "h", "x": 0, "y": 1 + 150 / plot_px, "yanchor": "bottom", "font": {"size": 13}},
         sliders=[{
-            "active": 0, "y": below(240), "yanchor": "top", "len": 1 - slider_x, "x": slider_x,
-            "currentvalue": {"prefix": "generated token "},
-            "steps": [{"label": str(j), "method": "animate", "args": [[str(j)], show]} for j in range(n_frames)],
+            "active": first, "y": below(215), "yanchor": "top", "x": 0.1, "len": 0.9,
+            "currentvalue": {"prefix": "generated token: ", "font": {"size": 14}},
+            "steps": [{"label": slider_label(runs, j), "method": "animate", "args": [[str(j)], show]}
+                      for j in range(n_frames)],
         }],
         updatemenus=[{
-            "type": "buttons", "x": 0.0, "y": below(240), "yanchor": "top", "xanchor": "left", "direction": "left",
+            "type": "buttons", "x": 0.0, "y": below(215), "yanchor": "top", "xanchor": "left", "direction": "left",
             "buttons": [
                 {"label": "▶", "method": "animate",
                  "args": [None, {**show, "frame": {"duration": 400, "redraw": True}, "fromcurrent": True}]},
@@ -188,14 +264,57 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
     return fig
 
 
+def replay_snapshot(replays: AttentionReplay | Mapping[str, AttentionReplay], token: int | None = None,
+                    title: str = "Attention replay"):
+    """One token of the replay as a matplotlib Figure (default: `start_token`), for static outputs."""
+    import matplotlib.pyplot as plt
+
+    runs = _as_runs(replays)
+    rows = ["qr_heads", "all_heads"] + (["selected"] if any(r.selected is not None for r in runs.values()) else [])
+    j = start_token(runs) if token is None else token
+    fig, axes = plt.subplots(len(rows), len(runs), figsize=(6.5 * len(runs), 2.3 * len(rows) + 2.2),
+                             squeeze=False, sharex="col", sharey="row")
+    for c, (name, rep) in enumerate(runs.items()):
+        for r, row in enumerate(rows):
+            ax = axes[r][c]
+            values = [math.nan if v is None else v for v in _row_values(rep, row, j)]
+            gold = rep.gold[j] if rep.gold is not None and j < len(rep) else None
+            chosen = _row_values(rep, "selected", j) if rep.selected is not None else [None] * len(values)
+            ax.bar(range(len(values)), values,
+                   color=[GOLD_COLOR if i == gold else ROW_COLORS[row] for i in range(len(values))],
+                   edgecolor=[SELECTED_OUTLINE if s is not None and s >= SELECTED_AT else "none" for s in chosen],
+                   linewidth=2)
+            if row == "selected":
+                ax.set_ylim(0, 1.05)
+                if rep.selected is None:
+                    ax.text(0.5, 0.5, f"no selection ({rep.method or name})", transform=ax.transAxes, ha="center",
+                            color="#888")
+            share = outside_share(rep, row, j)
+            if share is not None:
+                ax.text(1, 1, f"outside every edge: {share:.0%}", transform=ax.transAxes, ha="right", va="top",
+                        fontsize=8, color="#555")
+            if c == 0:
+                ax.set_ylabel(ROW_TITLES[row].replace("<br>", "\n"))
+            if r == 0:
+                ax.set_title(f"{name}: token {j} {rep.pieces[j].replace(chr(10), '⏎')!r}" if j < len(rep)
+                             else f"{name}: ended after {len(rep)} tokens", fontsize=10)
+        axes[-1][c].set_xticks(range(len(rep.names)), rep.names, rotation=45, ha="right", fontsize=7)
+    fig.suptitle(title.split("\n")[0] + "\norange: gold edge of the step · red outline: DySCO selected "
+                 f"≥{SELECTED_AT:.0%} of the span", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def write_replay_html(
     replays: AttentionReplay | Mapping[str, AttentionReplay], path: str | Path, title: str = "Attention replay"
 ) -> Path:
     """Write the figure as one self-contained HTML file (plotly.js inlined; opens offline)."""
     path = Path(path)
     with atomic_open(path) as f:  # a page of several MB: never leave half of one behind
-        replay_figure(replays, title).write_html(f, include_plotlyjs=True, full_html=True, auto_play=False)
+        replay_figure(replays, title).write_html(f, include_plotlyjs=True, full_html=True, auto_play=False,
+                                                 div_id=plot_div_id(path), config={"responsive": True})
     return path
 
 
-__all__ = ["replay_figure", "token_caption", "write_replay_html"]
+__all__ = ["destination_token", "outside_share", "replay_figure", "replay_snapshot", "slider_label", "start_token",
+           "token_caption", "write_replay_html"]
