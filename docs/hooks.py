@@ -18,6 +18,7 @@ import html
 import os
 import posixpath
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,6 +33,10 @@ SITE_PAGES = {"README.md": "index.md", "figures/README.md": "figures/index.md"}
 MAX_LINKED_BYTES = 2_000_000
 # argparse wraps usage lines to the terminal width; a fixed width keeps the page the same everywhere
 USAGE_COLUMNS = "80"
+
+# nbconvert cannot draw a plotly figure without JavaScript and says so once per figure; the
+# notebooks show a static image right after each (tests/test_notebooks.py checks)
+warnings.filterwarnings("ignore", message="Your element with mimetype", category=UserWarning)
 
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)((?:\s+\"[^\"]*\")?)\)")
