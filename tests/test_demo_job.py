@@ -58,6 +58,7 @@ def test_each_step_is_read_where_its_city_is_predicted():
     assert first.correct == {"vanilla": False, "dysco": True}  # every token of the name must be the argmax
     assert second.edge == "C → D" and second.qr_rank == 1 and second.selected is None  # no selection at that step
     assert second.correct == {"vanilla": True, "dysco": False}
+    assert first.to_dict()["logprob"]["dysco"] == pytest.approx(-0.75) and first.to_dict()["qr_rank"] == 1
     assert step_totals(steps) == {"vanilla": {"step_accuracy": 0.5, "city_logprob": pytest.approx(-2.75)},
                                   "dysco": {"step_accuracy": 0.5, "city_logprob": pytest.approx(-0.875)}}
 

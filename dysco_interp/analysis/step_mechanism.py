@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -38,7 +38,7 @@ class StepMechanism:
     correct: dict[str, bool]  # method -> every token of the city name is the argmax
 
     def to_dict(self) -> dict:
-        return dict(self.__dict__)
+        return asdict(self)
 
 
 def _rank(values: torch.Tensor, index: int) -> int:
