@@ -34,6 +34,8 @@ def main(argv=None) -> int:
     p.add_argument("--method", default="dysco", choices=["dysco", "dysco-reuse"],
                    help="the DySCO step timed against vanilla (dysco-reuse: one pass, bias after the deepest QRHead)")
     p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa", "static"])
+    p.add_argument("--decode-attention", choices=["sdpa", "float32"], default=None,
+                   help="the static backend's decoding attention: fused SDPA (its default) or the float32 reference")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--contexts", default="2048,4096")
@@ -63,7 +65,8 @@ def main(argv=None) -> int:
     bandwidth = bench.copy_bandwidth(model.device)
     rows = []
     for row in bench.bench_rows(model, heads, config, args.backend, [int(x) for x in args.contexts.split(",")],
-                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size):
+                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size,
+                                args.decode_attention):
         rows.append(row)
         print(
             f"context {row['context']:>7}: "
@@ -75,7 +78,8 @@ def main(argv=None) -> int:
         )
     command = "python analyses/bench_decode.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_json(args.out, bench.bench_result(model, name, heads, args.heads, config, args.backend,
-                                            bool(args.random_geometry), bandwidth, command, rows))
+                                            bool(args.random_geometry), bandwidth, command, rows,
+                                            args.decode_attention))
     print(f"wrote {args.out}")
     return 0
 

@@ -43,8 +43,10 @@ def test_one_step_of_each_operation_matches_the_bridge(tiny):
     heads = heads_for(tiny)
     ids = torch.randint(20, 500, (1, 40), generator=torch.Generator().manual_seed(1))
     out = {}
-    for name in backends.BACKENDS:
-        b = backends.make_backend(tiny, name, heads)
+    # the static backend's two decoding attentions: fused SDPA (its default) and the float32 reference
+    runs = {name: (name, None) for name in backends.BACKENDS} | {"static-float32": ("static", "float32")}
+    for name, (backend, decode_attention) in runs.items():
+        b = backends.make_backend(tiny, backend, heads, decode_attention=decode_attention)
         state = b.prefill(ids[:, :-2], None)
         partial = b.partial(state, ids[:, -2]).attention
         step = b.step(state, ids[:, -2], read=True)
@@ -52,7 +54,7 @@ def test_one_step_of_each_operation_matches_the_bridge(tiny):
         bias = relevance.scaling_bias(torch.nn.functional.pad(read > read.mean(), (0, 1)), 3.0)
         biased = b.step(state, ids[:, -1], bias=bias).logits
         out[name] = (partial, read, logits, biased)
-    for fast in ("sdpa", "static"):
+    for fast in ("sdpa", "static", "static-float32"):
         for ours, ref in zip(out[fast], out["bridge"]):
             torch.testing.assert_close(ours, ref, atol=2e-5, rtol=1e-4)
         torch.testing.assert_close(out[fast][0], out[fast][1])  # the partial pass reads what the full one does
@@ -154,6 +156,27 @@ def test_replayed_graphs_give_the_eager_tokens_and_selections(style):
         for ours, ref, other in zip(replayed[name], eager[name], sdpa[name]):
             assert ours.tokens == ref.tokens == other.tokens, name
             assert selections(ours) == selections(ref) == selections(other), name
+
+
+def test_the_static_decoding_attentions_give_the_same_tokens_and_selections(tiny):
+    heads = heads_for(tiny)
+    prompts = [PROMPT, *OTHERS]
+    out = {}
+    for mode in ("sdpa", "float32"):
+        def make(model, heads=None, *, mode=mode, **kwargs):
+            return backends.StaticBackend(model, heads, decode_attention=mode, **kwargs)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setitem(backends.REGISTRY, "static", make)
+            out[mode] = generate_batch(tiny, prompts, METHODS, heads, backend="static")
+    for name in METHODS:
+        for ours, ref in zip(out["sdpa"][name], out["float32"][name]):
+            assert ours.tokens == ref.tokens, name
+            assert selections(ours) == selections(ref), name
+    with pytest.raises(ConfigError, match="decode_attention"):
+        backends.make_backend(tiny, "sdpa", heads, decode_attention="float32")
+    with pytest.raises(ConfigError, match="decode_attention must be one of"):
+        backends.make_backend(tiny, "static", heads, decode_attention="flash")
 
 
 def test_every_backend_has_one_interface_and_refuses_the_same_things(tiny_llama):

@@ -153,9 +153,11 @@ class BenchDecoder:
     their own copy of the prefilled context; the only code of the benchmark that drives decoding,
     through the public backend, `PromptBatch.from_ids` and `Stepper` API."""
 
-    def __init__(self, model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str):
+    def __init__(self, model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str,
+                 decode_attention: str | None = None):
         self.model, self.heads, self.config, self.backend = model, heads, config, backend
-        self.plain = make_backend(model, backend, None)
+        self.decode_attention = decode_attention
+        self.plain = make_backend(model, backend, None, decode_attention=decode_attention)
 
     def prefill(self, context: torch.Tensor, reserve: int) -> DecodeState:
         """`context` `[B, n]` with room for `reserve` more tokens."""
@@ -165,7 +167,7 @@ class BenchDecoder:
         """vanilla on a clone of `prefix`, DySCO on `prefix` itself, its relevance uniform over
         the context as if warmed up."""
         vanilla = prefix.clone()
-        dysco_backend = make_backend(self.model, self.backend, self.heads)
+        dysco_backend = make_backend(self.model, self.backend, self.heads, decode_attention=self.decode_attention)
         stepper = Stepper(dysco_backend, self.config, PromptBatch.from_ids(context))
         batch, n_context = context.shape
         stepper.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
@@ -176,13 +178,14 @@ class BenchDecoder:
 
 
 def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, n_context: int,
-                  n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1) -> dict:
+                  n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1,
+                  decode_attention: str | None = None) -> dict:
     """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory."""
     device = model.device
     gen = torch.Generator().manual_seed(n_context)
     ids = torch.randint(10, min(len(model.tokenizer), 30000), (batch, n_context + n_steps + n_warmup + 1),
                         generator=gen)
-    decoder = BenchDecoder(model, heads, config, backend)
+    decoder = BenchDecoder(model, heads, config, backend, decode_attention)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
@@ -249,13 +252,13 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
 
 def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, contexts: list[int],
                n_steps: int, n_warmup: int, bandwidth: float | None, profile_dir: str | None = None,
-               batch: int = 1) -> Iterator[dict]:
+               batch: int = 1, decode_attention: str | None = None) -> Iterator[dict]:
     """`bench_context` for each context length, with the layer floor and, given the device's
     copy bandwidth (`copy_bandwidth`), the bandwidth floor."""
     floor = layer_floor(model, heads, config.method)
     n_weight_bytes = weight_bytes(model)
     for n in contexts:
-        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch)
+        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, decode_attention)
         row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
         if bandwidth:
             step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30
@@ -265,13 +268,16 @@ def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backe
 
 
 def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: str, config: DecodingConfig,
-                 backend: str, random_weights: bool, bandwidth: float | None, command: str, rows: list[dict]) -> dict:
+                 backend: str, random_weights: bool, bandwidth: float | None, command: str, rows: list[dict],
+                 decode_attention: str | None = None) -> dict:
     """The benchmark's JSON document: the setting, the machine, the versions and the rows."""
     device = model.device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     return {
         "benchmark": "decode-step",
         "backend": backend,
+        # the static backend's decoding attention (None: the backend's only one)
+        "decode_attention": decode_attention if decode_attention or backend != "static" else "sdpa",
         "model": name,
         "random_weights": random_weights,
         "dtype": dtype_name(model.dtype),

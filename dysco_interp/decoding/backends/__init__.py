@@ -43,7 +43,8 @@ def check_backend(name: str) -> str:
 
 
 def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | None = None, *, tau: float = 1.0,
-                 graphs: bool | None = None, hooks: Sequence[Hook] = ()) -> Backend:
+                 graphs: bool | None = None, hooks: Sequence[Hook] = (),
+                 decode_attention: str | None = None) -> Backend:
     """The backend `name` for `model`.
 
     Args:
@@ -53,11 +54,18 @@ def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | N
         tau: UniAttnS's attention temperature (1.0: none).
         graphs: CUDA graphs for the static backend (None: on CUDA devices); True elsewhere is a ConfigError.
         hooks: your TransformerLens forward hooks for every pass (the bridge only; elsewhere a ConfigError).
+        decode_attention: the static backend's decoding attention, "sdpa" (fused, its default) or
+            "float32" (the reference); None for the other backends.
 
     Returns:
         A `Backend`.
     """
-    return REGISTRY[check_backend(name)](model, heads, tau=tau, graphs=graphs, hooks=hooks)
+    name = check_backend(name)
+    if decode_attention is None:
+        return REGISTRY[name](model, heads, tau=tau, graphs=graphs, hooks=hooks)
+    if name != "static":
+        raise ConfigError(f"decode_attention chooses the static backend's attention; the {name} backend has none")
+    return StaticBackend(model, heads, tau=tau, graphs=graphs, hooks=hooks, decode_attention=decode_attention)
 
 
 __all__ = [

@@ -11,11 +11,17 @@ the whole cache at every step. Here:
   replayed; on the CPU the same code runs eagerly, which the parity tests check.
 Prefill runs through the SDPA backend's attention function (`sdpa.prefill_into`).
 
-The decoding attention of the single query is exact: q.K per KV head (the query heads of
-a group share one product, so K and V are never repeated) with float32 scores, a float32
-softmax, then probabilities (in the model dtype, as fused kernels do) times V, split over
-key chunks so the long reduction runs in parallel. The QRHeads' rows are slices of those
-probabilities. The partial pass writes the slot too; the full pass that follows rewrites it.
+The decoding attention of the single query has two exact implementations (`decode_attention`):
+- "sdpa" (the default): one fused SDPA call per layer, the query heads of each KV head packed as
+  the query rows (K and V are never repeated), the mask and bias added in the model dtype, the
+  way fused decoding kernels take them (in bf16, log 2 is 0.6914). The QRHeads' rows come from
+  their own q.K, float32 scores and a float32 softmax, only in the layers that hold QRHeads;
+- "float32": q.K per KV head with float32 scores, a float32 softmax over every head, then
+  probabilities (in the model dtype) times V, split over key chunks so the long reduction runs
+  in parallel; the QRHeads' rows are slices of those probabilities. It is the reference the
+  parity tests and the benchmark compare with.
+Sliding-window layers always take the float32 path. The partial pass writes the slot too; the
+full pass that follows rewrites it.
 
 A reuse step ("dysco-reuse") is two captured passes: the layers up to L* (the same pass as
 the partial one, stopped by `base.stop_after`), then the selection on the host, then the
@@ -179,11 +185,17 @@ class StaticState(DecodeState):
                            next_position=self.next_position.clone())
 
 
+DECODE_ATTENTION = ("sdpa", "float32")
+
+
 @dataclass
 class StaticControl(AttentionControl):
     """A decoding pass over the whole buffers; `slot` places sliding windows."""
 
     slot: torch.Tensor | None = None
+    decode_attention: str = "sdpa"
+    # layer -> the QRHeads read there, as ints (a device tensor cannot be read during a capture)
+    read_lists: dict[int, list[int]] = field(default_factory=dict)
 
 
 def bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -230,6 +242,34 @@ def probabilities_times_values(probs: torch.Tensor, value: torch.Tensor) -> torc
     return out.reshape(batch, 1, n_heads, dim).to(value.dtype)
 
 
+def fused_decode(query, key, value, mask, scale: float, groups: int) -> torch.Tensor:
+    """One query per head through SDPA over the whole buffer, the mask in the model dtype:
+    `[B, 1, heads, d]` (HF's layout). The query heads of a KV head are the query rows of one
+    call, so keys and values are read once per KV head."""
+    batch, n_heads, _, dim = query.shape
+    packed = query.reshape(batch, n_heads // groups, groups, dim)
+    out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask.to(query.dtype),
+                                                           scale=scale)
+    return out.reshape(batch, 1, n_heads, dim)
+
+
+def head_probabilities(query, key, mask, scale: float, groups: int, heads: Sequence[int]) -> torch.Tensor:
+    """The float32 softmax rows of the chosen query heads only, `[B, len(heads), capacity]`:
+    one float32 q.K per KV head they belong to (a view of the buffer, never a copy)."""
+    batch, _, _, dim = query.shape
+    capacity = key.shape[2]
+    by_group: dict[int, torch.Tensor] = {}
+    rows = []
+    for head in heads:
+        kv = head // groups
+        if kv not in by_group:
+            q = query[:, kv * groups:(kv + 1) * groups, 0, :]  # [B, groups, d]
+            scores = bmm_float32(q, key[:, kv].transpose(1, 2)) * scale + mask.view(batch, 1, capacity)
+            by_group[kv] = scores.softmax(dim=-1)
+        rows.append(by_group[kv][:, head - kv * groups])
+    return torch.stack(rows, dim=1)
+
+
 def static_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                      dysco_control: AttentionControl | None = None, **kwargs):
     """Decoding passes of the static backend; everything else (prefill) is `dysco_attention`."""
@@ -241,8 +281,13 @@ def static_attention(module, query, key, value, attention_mask, dropout: float =
         raise ValueError("static decoding passes take one token per row")
     scale = (scaling if scaling is not None else query.shape[-1] ** -0.5) / ctl.tau
     groups = getattr(module, "num_key_value_groups", 1)
-    probs = decode_probabilities(query, key, attention_mask, scale, groups,
-                                 getattr(module, "sliding_window", None), ctl.slot)
+    window = getattr(module, "sliding_window", None)
+    if ctl.decode_attention == "sdpa" and window is None:
+        heads_read = ctl.read_lists.get(module.layer_idx)
+        if heads_read is not None:
+            ctl.rows[module.layer_idx] = head_probabilities(query, key, attention_mask, scale, groups, heads_read)
+        return fused_decode(query, key, value, attention_mask, scale, groups), None
+    probs = decode_probabilities(query, key, attention_mask, scale, groups, window, ctl.slot)
     heads = ctl.read.get(module.layer_idx)
     if heads is not None:
         ctl.rows[module.layer_idx] = probs[:, heads]
@@ -267,7 +312,8 @@ def layers_from(decoder: torch.nn.Module, start: int) -> Iterator[None]:
 class StaticBackend(Backend):
     """SDPA prefill into fixed buffers; decoding passes captured as CUDA graphs on a GPU.
 
-    `graphs=None` captures on CUDA devices and runs eagerly elsewhere.
+    `graphs=None` captures on CUDA devices and runs eagerly elsewhere. `decode_attention`:
+    "sdpa" (fused, the default) or "float32" (the reference), see the module docstring.
     """
 
     name = "static"
@@ -275,13 +321,18 @@ class StaticBackend(Backend):
     supports_graphs = True
 
     def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
-                 hooks: Sequence[Hook] = ()):
+                 hooks: Sequence[Hook] = (), decode_attention: str = "sdpa"):
         super().__init__(model, heads, tau=tau, graphs=graphs, hooks=hooks)
+        if decode_attention not in DECODE_ATTENTION:
+            raise ConfigError(f"decode_attention must be one of {', '.join(DECODE_ATTENTION)}, "
+                              f"got {decode_attention!r}")
+        self.decode_attention = decode_attention
         if graphs and model.device.type != "cuda":
             raise ConfigError("CUDA graphs need a CUDA device")
         self.graphs = model.device.type == "cuda" if graphs is None else graphs
         self.hf = twin(model, ATTN_IMPLEMENTATION)
         self.read = read_heads(model, heads)
+        self.read_lists = {layer: [int(h) for h in hs.tolist()] for layer, hs in self.read.items()}
         self.max_layer = max(self.read) if self.read else None
 
     @torch.inference_mode()
@@ -301,9 +352,9 @@ class StaticBackend(Backend):
         "head" (layers 0..L*, unbiased, read; returns L*'s output instead of logits), "biased",
         and "tail" (layers L*+1.. on `hidden`, biased)."""
         def run():
-            ctl = StaticControl(tau=self.tau, slot=state.slot)
+            ctl = StaticControl(tau=self.tau, slot=state.slot, decode_attention=self.decode_attention)
             if kind in ("read", "head"):
-                ctl.read = self.read
+                ctl.read, ctl.read_lists = self.read, self.read_lists
             inputs = {"input_ids": state.ids} if kind != "tail" else {"inputs_embeds": hidden}
             mask = state.biased if kind in ("biased", "tail") else state.mask
             with self._layers(kind):
@@ -318,7 +369,7 @@ class StaticBackend(Backend):
 
         if not self.graphs:
             return run()
-        key = (self, kind)
+        key = (self, kind, self.decode_attention)
         if key not in state.graphs:
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
