@@ -122,6 +122,10 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
         meta["device"] = machine["device"]
     variant = ((doc.get("config") or {}) if isinstance(doc, Mapping) else {}).get("method")
     variant = variant if isinstance(variant, str) else None  # a benchmark may time a DySCO variant
+    # the static backend's decoding attention; files from before the fused one timed the float32 path
+    attention = doc.get("decode_attention") if isinstance(doc, Mapping) else None
+    if attention is None and meta.get("backend") == "static":
+        attention = "float32"
     rows: Sequence[Mapping] = _rows_of(doc)
     if any("method" in r for r in rows):
         rows = _join_per_method_rows(rows)
@@ -136,6 +140,8 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
                                             info.get("model"), _SHORT_DTYPES.get(info.get("dtype"), info.get("dtype")),
                                             _short_context(context), f"batch {batch}" if batch and batch != 1 else None)
                           if x)
+        if attention:
+            label = f"{label}, {attention} attention"
         if variant not in (None, "dysco"):
             label = f"{label}, {variant}"
         row = {"source": source, "label": label or source, "variant": variant, "context": context, "batch": batch,
