@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-from dysco_interp.analysis import bench
+from dysco_interp.analysis import bench, bench_peer
 from dysco_interp.analysis.report import write_json
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
@@ -44,6 +44,9 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 for the CPU benchmark)")
     p.add_argument("--out", default="figures/bench_decode.json")
+    p.add_argument("--peer", action="store_true",
+                   help="also time plain transformers (StaticCache + torch.compile, vanilla) on the same contexts "
+                        "and store it as the 'peer' entry with our speed over its")
     p.add_argument("--profile", default=None, help="folder for a torch.profiler table of one extra step per method")
     args = p.parse_args(argv)
 
@@ -76,10 +79,22 @@ def main(argv=None) -> int:
             + (f"  bandwidth floor {row['bandwidth_floor_ms']:.2f} ms" if bandwidth else ""),
             flush=True,
         )
+    peer = None
+    if args.peer:
+        compiled = model.device.type == "cuda"  # reduce-overhead captures CUDA graphs
+        peer_rows = []
+        for n in [int(x) for x in args.contexts.split(",")]:
+            if model.device.type == "cuda":
+                torch.cuda.empty_cache()
+            ids = bench.bench_ids(model, n, args.steps, args.warmup, args.batch_size)
+            row, _ = bench_peer.peer_row(model, ids, n, args.steps, args.warmup, compile=compiled)
+            peer_rows.append(row)
+            print(f"context {n:>7}: peer {row['peer_step_ms']:9.2f} ms ({row['peer_tok_per_s']:.1f} tok/s)", flush=True)
+        peer = {"method": bench_peer.PEER + ("" if compiled else " (eager: no CUDA device)"), "rows": peer_rows}
     command = "python analyses/bench_decode.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_json(args.out, bench.bench_result(model, name, heads, args.heads, config, args.backend,
                                             bool(args.random_geometry), bandwidth, command, rows,
-                                            args.decode_attention))
+                                            args.decode_attention, peer))
     print(f"wrote {args.out}")
     return 0
 

@@ -63,3 +63,25 @@ def test_the_scripts_are_clis():
         proc = subprocess.run([sys.executable, str(REPO / "analyses" / f"{name}.py"), "--help"],
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0 and "--out" in proc.stdout, proc.stderr[-2000:]
+
+
+def test_the_peer_decodes_the_benchmark_context_and_its_speed_divides_ours(model):
+    import torch
+
+    from dysco_interp.analysis import bench_peer
+
+    n, steps, warmup = 40, 3, 1
+    ids = bench.bench_ids(model, n, steps, warmup, batch=1)
+    row, logits = bench_peer.peer_row(model, ids, n, steps, warmup, compile=False, chunk_size=16)
+    assert row["context"] == n and row["peer_step_ms"] > 0 and row["compiled"] is False
+    # the peer's last step saw the context and every token fed after it: a full forward's last logits
+    with torch.inference_mode():
+        full = model.prefill_model(input_ids=ids[:, : n + steps + warmup]).logits[:, -1].float()
+    torch.testing.assert_close(logits, full, atol=1e-4, rtol=1e-4)
+    heads = tiny_heads(model)
+    ours = list(bench.bench_rows(model, heads, DecodingConfig(), "sdpa", [n], steps, warmup, None))
+    doc = bench.bench_result(model, "tiny", heads, "test", DecodingConfig(), "sdpa", False, None, "cmd", ours,
+                             peer={"method": bench_peer.PEER, "rows": [row]})
+    assert doc["peer"]["rows"] == [row]
+    assert doc["rows"][0]["vanilla_over_peer"] == pytest.approx(
+        doc["rows"][0]["vanilla_tok_per_s"] / row["peer_tok_per_s"], rel=1e-2)

@@ -177,14 +177,20 @@ class BenchDecoder:
 # ---------------------------------------------------------------------------- one context length
 
 
+def bench_ids(model: LoadedModel, n_context: int, n_steps: int, n_warmup: int, batch: int = 1) -> torch.Tensor:
+    """The random context and the tokens fed after it, `[batch, n_context + n_warmup + n_steps + 1]`,
+    fixed by the context length (the peer is fed the same)."""
+    gen = torch.Generator().manual_seed(n_context)
+    return torch.randint(10, min(len(model.tokenizer), 30000), (batch, n_context + n_steps + n_warmup + 1),
+                         generator=gen)
+
+
 def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, n_context: int,
                   n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1,
                   decode_attention: str | None = None) -> dict:
     """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory."""
     device = model.device
-    gen = torch.Generator().manual_seed(n_context)
-    ids = torch.randint(10, min(len(model.tokenizer), 30000), (batch, n_context + n_steps + n_warmup + 1),
-                        generator=gen)
+    ids = bench_ids(model, n_context, n_steps, n_warmup, batch)
     decoder = BenchDecoder(model, heads, config, backend, decode_attention)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -269,8 +275,17 @@ def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backe
 
 def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: str, config: DecodingConfig,
                  backend: str, random_weights: bool, bandwidth: float | None, command: str, rows: list[dict],
-                 decode_attention: str | None = None) -> dict:
-    """The benchmark's JSON document: the setting, the machine, the versions and the rows."""
+                 decode_attention: str | None = None, peer: dict | None = None) -> dict:
+    """The benchmark's JSON document: the setting, the machine, the versions and the rows; with
+    `peer` (`{"method", "rows"}` from `bench_peer`), each row also gets our vanilla tokens/s over
+    the peer's at its context."""
+    if peer is not None:
+        by_context = {r["context"]: r for r in peer["rows"]}
+        for row in rows:
+            other = by_context.get(row["context"])
+            if other is not None:
+                row["vanilla_over_peer"] = round(row["vanilla_tok_per_s"] / other["peer_tok_per_s"], 3)
+                row["dysco_over_peer"] = round(row["dysco_tok_per_s"] / other["peer_tok_per_s"], 3)
     device = model.device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
     return {
@@ -292,4 +307,5 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         "command": command,
         "rows": rows,
+        "peer": peer,
     }
