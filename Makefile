@@ -12,7 +12,7 @@ TORCH_PIP_ARGS ?=
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q $(TORCH_PIP_ARGS) torch==2.13.0
-	$(PY) -m pip install -q -e '.[test,docs]'
+	$(PY) -m pip install -q -e '.[test]'
 	$(VENV)/bin/dysco-interp install-model smollm2-135m
 	touch $@
 
@@ -25,8 +25,13 @@ lint: setup
 	$(PY) -m ruff check
 	$(PY) -m mypy
 
+# the documentation tools, installed only when the site is built (the main job does not need them)
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[test,docs]'
+	touch $@
+
 # Material for MkDocs prints a banner about MkDocs 2 on every build; the pins keep MkDocs 1
-docs: setup
+docs: $(VENV)/.docs-installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # run the notebooks top to bottom and keep their outputs: they are committed so that GitHub and the
@@ -38,7 +43,7 @@ notebooks: setup
 test: lint docs
 	$(PY) -m pytest -q
 
-test-fast: lint
+test-fast: lint $(VENV)/.docs-installed
 	$(PY) -m pytest -q -m "not real_model"
 
 clean:
