@@ -20,6 +20,7 @@ import torch
 
 from dysco_interp.analysis import bench, bench_peer
 from dysco_interp.analysis.report import write_json
+from dysco_interp.decoding.backends.static import DECODE_ATTENTION
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import load_model, resolve_device, resolve_dtype
@@ -34,7 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("--method", default="dysco", choices=["dysco", "dysco-reuse"],
                    help="the DySCO step timed against vanilla (dysco-reuse: one pass, bias after the deepest QRHead)")
     p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa", "static"])
-    p.add_argument("--decode-attention", choices=["sdpa", "float32"], default=None,
+    p.add_argument("--decode-attention", choices=list(DECODE_ATTENTION), default=None,
                    help="the static backend's decoding attention: fused SDPA (its default) or the float32 reference")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
@@ -67,7 +68,8 @@ def main(argv=None) -> int:
     floor = bench.layer_floor(model, heads, args.method)
     bandwidth = bench.copy_bandwidth(model.device)
     rows = []
-    for row in bench.bench_rows(model, heads, config, args.backend, [int(x) for x in args.contexts.split(",")],
+    contexts = [int(x) for x in args.contexts.split(",")]
+    for row in bench.bench_rows(model, heads, config, args.backend, contexts,
                                 args.steps, args.warmup, bandwidth, args.profile, args.batch_size,
                                 args.decode_attention):
         rows.append(row)
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
     if args.peer:
         compiled = model.device.type == "cuda"  # reduce-overhead captures CUDA graphs
         peer_rows = []
-        for n in [int(x) for x in args.contexts.split(",")]:
+        for n in contexts:
             if model.device.type == "cuda":
                 torch.cuda.empty_cache()
             ids = bench.bench_ids(model, n, args.steps, args.warmup, args.batch_size)

@@ -27,6 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForCausalLM
 
 from dysco_interp.decoding.backends import DecodeState, make_backend
+from dysco_interp.decoding.backends.static import DEFAULT_DECODE_ATTENTION
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import Stepper
 from dysco_interp.decoding.prompts import PromptBatch
@@ -292,7 +293,7 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
         "benchmark": "decode-step",
         "backend": backend,
         # the static backend's decoding attention (None: the backend's only one)
-        "decode_attention": decode_attention if decode_attention or backend != "static" else "sdpa",
+        "decode_attention": decode_attention or (DEFAULT_DECODE_ATTENTION if backend == "static" else None),
         "model": name,
         "random_weights": random_weights,
         "dtype": dtype_name(model.dtype),

@@ -177,17 +177,29 @@ def route_score_text(score: RouteScore, n_hops: int) -> str:
             f"(LongProc partial accuracy {score.partial_accuracy:.2f}){tags}")
 
 
+def step_cells(demo: DemoResult) -> list[dict[str, str]]:
+    """Each route step's cells as text, for the printed table and the page's: the gold edge, its
+    attention and rank under the QRHeads and all heads, the QRHeads' attention outside every edge,
+    DySCO's share of the gold edge, each method's log p(city), and whether each argmax names it."""
+    n_edges = demo.instance.n_edges
+    return [{
+        "step": str(s.step + 1), "edge": s.edge,
+        "qr": f"{s.qr_mass:.2f} (rank {s.qr_rank}/{n_edges})",
+        "all": f"{s.all_mass:.3f} (rank {s.all_rank}/{n_edges})",
+        "outside": f"{s.outside_edges:.0%}",
+        "selected": "-" if s.selected is None else f"{s.selected:.0%}",
+        "vanilla": f"{s.logprob['vanilla']:+.2f}", "dysco": f"{s.logprob['dysco']:+.2f}",
+        "right": "/".join(("yes" if s.correct[m] else "no") for m in ("vanilla", "dysco")),
+    } for s in demo.steps]
+
+
 def step_table(demo: DemoResult) -> list[str]:
     """The teacher-forced route, one line per step."""
-    n_edges = demo.instance.n_edges
     rows = [("step", "gold edge", "QRHeads on it", "all heads on it", "DySCO selected", "log p(city) vanilla",
              "DySCO", "argmax right")]
-    for s in demo.steps:
-        right = "/".join(("yes" if s.correct[m] else "no") for m in ("vanilla", "dysco"))
-        rows.append((str(s.step + 1), s.edge, f"{s.qr_mass:.2f} (rank {s.qr_rank}/{n_edges})",
-                     f"{s.all_mass:.3f} (rank {s.all_rank}/{n_edges})",
-                     "-" if s.selected is None else f"{s.selected:.0%} of it", f"{s.logprob['vanilla']:+.2f}",
-                     f"{s.logprob['dysco']:+.2f}", right))
+    for c in step_cells(demo):
+        selected = c["selected"] if c["selected"] == "-" else f"{c['selected']} of it"
+        rows.append((c["step"], c["edge"], c["qr"], c["all"], selected, c["vanilla"], c["dysco"], c["right"]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
@@ -248,4 +260,4 @@ def format_report(demo: DemoResult, html_path: str | Path | None = None) -> str:
 
 
 __all__ = ["ANSWER_MARGIN", "DEFAULT_PRESET", "MEASURED", "DemoResult", "MeasuredEffect", "format_report",
-           "gold_cities", "route_score_text", "run_demo", "step_table", "verdict"]
+           "gold_cities", "route_score_text", "run_demo", "step_cells", "step_table", "verdict"]

@@ -13,7 +13,7 @@ import html
 from pathlib import Path
 
 from dysco_interp.atomic import atomic_open
-from dysco_interp.experiments.demo import DemoResult, config_label, route_score_text, verdict
+from dysco_interp.experiments.demo import DemoResult, config_label, route_score_text, step_cells, verdict
 from dysco_interp.viz.replay_view import replay_figure
 
 METHOD_COLORS = {"vanilla": "#9d9d9d", "dysco": "#e45756"}
@@ -70,21 +70,18 @@ def _plot(fig, div_id: str, first: bool) -> str:
                        auto_play=False)
 
 
+# the page's step table: (cell of `step_cells`, header, right-aligned number)
+STEP_COLUMNS = (("step", "step", False), ("edge", "gold edge", False), ("qr", "QRHeads on it", True),
+                ("all", "all heads on it", True), ("outside", "QRHeads outside every edge", True),
+                ("selected", "DySCO selected", True), ("vanilla", "log p(city) vanilla", True),
+                ("dysco", "DySCO", True), ("right", "argmax names it (vanilla / DySCO)", False))
+
+
 def _step_rows(demo: DemoResult) -> str:
-    n = demo.instance.n_edges
-    head = ("<tr><th>step</th><th>gold edge</th><th>QRHeads on it</th><th>all heads on it</th>"
-            "<th>QRHeads outside every edge</th><th>DySCO selected</th><th>log p(city) vanilla</th>"
-            "<th>DySCO</th><th>argmax names it (vanilla / DySCO)</th></tr>")
-    rows = []
-    for s in demo.steps:
-        yes = "/".join("yes" if s.correct[m] else "no" for m in ("vanilla", "dysco"))
-        rows.append(
-            f"<tr><td>{s.step + 1}</td><td>{html.escape(s.edge)}</td>"
-            f"<td class=num>{s.qr_mass:.2f} (rank {s.qr_rank}/{n})</td>"
-            f"<td class=num>{s.all_mass:.3f} (rank {s.all_rank}/{n})</td><td class=num>{s.outside_edges:.0%}</td>"
-            f"<td class=num>{'-' if s.selected is None else f'{s.selected:.0%}'}</td>"
-            f"<td class=num>{s.logprob['vanilla']:+.2f}</td><td class=num>{s.logprob['dysco']:+.2f}</td>"
-            f"<td>{yes}</td></tr>")
+    head = "<tr>" + "".join(f"<th>{title}</th>" for _, title, _ in STEP_COLUMNS) + "</tr>"
+    rows = ["<tr>" + "".join(f"<td{' class=num' if num else ''}>{html.escape(cells[key])}</td>"
+                             for key, _, num in STEP_COLUMNS) + "</tr>"
+            for cells in step_cells(demo)]
     return f"<table>{head}{''.join(rows)}</table>"
 
 

@@ -76,13 +76,26 @@ def _row_values(rep: AttentionReplay, row: str, j: int) -> list[float | None]:
     return [None if math.isnan(v) else round(v, 5) for v in table[j].tolist()]
 
 
-def _bar(rep: AttentionReplay, row: str, j: int) -> dict:
-    """One bar trace's data for token j: heights, gold colour, selection outline, hover."""
+def _rows(runs: Mapping[str, AttentionReplay]) -> list[str]:
+    """The figure's rows: attention of the QRHeads and of all heads, and DySCO's selection if any run has one."""
+    return ["qr_heads", "all_heads"] + (["selected"] if any(r.selected is not None for r in runs.values()) else [])
+
+
+def _bar_style(rep: AttentionReplay, row: str, j: int):
+    """Token j's bars in one row: heights, the gold span's index, each span's selected share,
+    colours (the gold span orange) and whether each is outlined (selected at least SELECTED_AT)."""
     values = _row_values(rep, row, j)
     gold = rep.gold[j] if rep.gold is not None and j < len(rep) else None
     chosen = _row_values(rep, "selected", j) if rep.selected is not None else [None] * len(values)
     colors = [GOLD_COLOR if i == gold else ROW_COLORS[row] for i in range(len(values))]
-    widths = [3 if c is not None and c >= SELECTED_AT else 0 for c in chosen]
+    outlined = [c is not None and c >= SELECTED_AT for c in chosen]
+    return values, gold, chosen, colors, outlined
+
+
+def _bar(rep: AttentionReplay, row: str, j: int) -> dict:
+    """One bar trace's data for token j: heights, gold colour, selection outline, hover."""
+    values, gold, chosen, colors, outlined = _bar_style(rep, row, j)
+    widths = [3 if o else 0 for o in outlined]
     details = rep.details or rep.names
     hover = [
         f"{_visible(rep.names[i])}<br>{_visible(details[i])}<br>"
@@ -138,8 +151,8 @@ def _legend_traces(with_selection: bool) -> list[dict]:
     # legend-only entries: the bars' colours vary per bar, which a plotly legend cannot show
     items: list[tuple[str, str, str, int | None]] = [
         ("QRHeads' attention", "square", ROW_COLORS["qr_heads"], None),
-             ("all heads' attention", "square", ROW_COLORS["all_heads"], None),
-             ("gold edge of the token's route step ★", "square", GOLD_COLOR, None)]
+        ("all heads' attention", "square", ROW_COLORS["all_heads"], None),
+        ("gold edge of the token's route step ★", "square", GOLD_COLOR, None)]
     if with_selection:
         items += [("DySCO selected that share of the span", "square", ROW_COLORS["selected"], None),
                   (f"red outline: DySCO selected ≥{SELECTED_AT:.0%} of the span", "square-open", SELECTED_OUTLINE, 3)]
@@ -153,14 +166,14 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
                   start: int | None = None):
     """A plotly Figure with one frame per generated token (slider and play button).
 
-    `start`: the token shown first (default `start_token`); its width follows
-    the window (`write_replay_html` and `to_html` make it responsive).
+    `start`: the token shown first (default `start_token`). Its width follows the window
+    (`write_replay_html` and `to_html` make it responsive).
     """
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     runs = _as_runs(replays)
-    rows = ["qr_heads", "all_heads"] + (["selected"] if any(r.selected is not None for r in runs.values()) else [])
+    rows = _rows(runs)
     n_frames = max(len(r) for r in runs.values())
     first = start_token(runs) if start is None else start
     if not 0 <= first < n_frames:
@@ -227,10 +240,9 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
                     "xanchor": "left", "yanchor": "top", "align": "left", "font": {"size": 11, "color": "#555"}})
         return out
 
-    n_data = len(cells)
     fig.frames = [
         go.Frame(name=str(j), data=[go.Bar(**_bar(rep, row, j)) for _, _, row, rep in cells],
-                 traces=list(range(n_data)), layout={"annotations": annotations(j), **y_ranges(j)})
+                 traces=list(range(len(cells))), layout={"annotations": annotations(j), **y_ranges(j)})
         for j in range(n_frames)
     ]
     fig.update_layout(annotations=annotations(first), **y_ranges(first))
@@ -270,20 +282,16 @@ def replay_snapshot(replays: AttentionReplay | Mapping[str, AttentionReplay], to
     import matplotlib.pyplot as plt
 
     runs = _as_runs(replays)
-    rows = ["qr_heads", "all_heads"] + (["selected"] if any(r.selected is not None for r in runs.values()) else [])
+    rows = _rows(runs)
     j = start_token(runs) if token is None else token
     fig, axes = plt.subplots(len(rows), len(runs), figsize=(6.5 * len(runs), 2.3 * len(rows) + 2.2),
                              squeeze=False, sharex="col", sharey="row")
     for c, (name, rep) in enumerate(runs.items()):
         for r, row in enumerate(rows):
             ax = axes[r][c]
-            values = [math.nan if v is None else v for v in _row_values(rep, row, j)]
-            gold = rep.gold[j] if rep.gold is not None and j < len(rep) else None
-            chosen = _row_values(rep, "selected", j) if rep.selected is not None else [None] * len(values)
-            ax.bar(range(len(values)), values,
-                   color=[GOLD_COLOR if i == gold else ROW_COLORS[row] for i in range(len(values))],
-                   edgecolor=[SELECTED_OUTLINE if s is not None and s >= SELECTED_AT else "none" for s in chosen],
-                   linewidth=2)
+            values, _, _, colors, outlined = _bar_style(rep, row, j)
+            ax.bar(range(len(values)), [math.nan if v is None else v for v in values], color=colors,
+                   edgecolor=[SELECTED_OUTLINE if o else "none" for o in outlined], linewidth=2)
             if row == "selected":
                 ax.set_ylim(0, 1.05)
                 if rep.selected is None:

@@ -186,6 +186,7 @@ class StaticState(DecodeState):
 
 
 DECODE_ATTENTION = ("sdpa", "float32")
+DEFAULT_DECODE_ATTENTION = "sdpa"
 
 
 @dataclass
@@ -193,7 +194,7 @@ class StaticControl(AttentionControl):
     """A decoding pass over the whole buffers; `slot` places sliding windows."""
 
     slot: torch.Tensor | None = None
-    decode_attention: str = "sdpa"
+    decode_attention: str = DEFAULT_DECODE_ATTENTION
     # layer -> the QRHeads read there, as ints (a device tensor cannot be read during a capture)
     read_lists: dict[int, list[int]] = field(default_factory=dict)
 
@@ -320,7 +321,7 @@ class StaticBackend(Backend):
     supports_graphs = True
 
     def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
-                 hooks: Sequence[Hook] = (), decode_attention: str = "sdpa"):
+                 hooks: Sequence[Hook] = (), decode_attention: str = DEFAULT_DECODE_ATTENTION):
         super().__init__(model, heads, tau=tau, graphs=graphs, hooks=hooks)
         if decode_attention not in DECODE_ATTENTION:
             raise ConfigError(f"decode_attention must be one of {', '.join(DECODE_ATTENTION)}, "
