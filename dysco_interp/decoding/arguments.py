@@ -11,8 +11,9 @@ from collections.abc import Mapping, Sequence
 
 from dysco_interp.chat import encode_text
 from dysco_interp.checks import brief, check_type, is_int, typed
-from dysco_interp.decoding.backends import check_backend, no_hooks_message
+from dysco_interp.decoding.backends import REGISTRY, check_backend, no_hooks_message
 from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.prompts import outside_vocab
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, resolve_heads
 from dysco_interp.hooks import Hook
@@ -62,7 +63,7 @@ def forced_ids(model: LoadedModel, forced: Sequence[str | Sequence[int]], n_prom
             raise ConfigError(f"forced answer #{i} must be text or a list of token ids, got {typed(gold)}")
         if not ids:
             raise ConfigError(f"forced answer #{i} is empty: teacher forcing needs at least one gold token")
-        bad = [t for t in ids if not 0 <= t < model.hf_config.vocab_size]
+        bad = outside_vocab(model, ids)
         if bad:
             raise ConfigError(f"forced answer #{i} has token ids outside the vocabulary: {brief(bad)}")
         out.append([int(t) for t in ids])
@@ -80,7 +81,7 @@ def with_fields(config: DecodingConfig, fields: Mapping) -> DecodingConfig:
 
 def check_hooks(model: LoadedModel, hooks, backend: str) -> list[Hook]:
     """User hooks as TransformerLens takes them: `(name, fn)` with `name` a hook point of the
-    bridge or a filter `name -> bool`; they need the bridge backend."""
+    bridge or a filter `name -> bool`; they need a backend that runs hooks (the bridge)."""
     if hooks is None:
         return []
     if isinstance(hooks, (str, Mapping)) or not isinstance(hooks, Sequence):
@@ -104,7 +105,8 @@ def check_hooks(model: LoadedModel, hooks, backend: str) -> list[Hook]:
         elif not callable(name):
             raise ConfigError(f"hook #{i}: the name must be a hook point name or a filter function, got {typed(name)}")
         out.append((name, fn))
-    check_backend(backend)
-    if out and backend != "bridge":
+    # checked here too, before any prompt is encoded; the backend's own check is the same rule
+    runs_hooks = REGISTRY[check_backend(backend)].runs_hooks
+    if out and not runs_hooks:
         raise ConfigError(no_hooks_message(backend))
     return out

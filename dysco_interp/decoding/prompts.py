@@ -84,10 +84,15 @@ def _untemplated(encoded: EncodedPrompt) -> PreparedPrompt:
     return PreparedPrompt(encoded, dict.fromkeys(MASKING_MODES, none), chat=False)
 
 
+def outside_vocab(model: LoadedModel, ids: Sequence[int]) -> list[int]:
+    """The ids that name no token of the model's vocabulary."""
+    return [t for t in ids if not 0 <= t < model.hf_config.vocab_size]
+
+
 def raw_prompt(model: LoadedModel, ids: Sequence[int]) -> PreparedPrompt:
     """Token ids as given; ConfigError for an id outside the vocabulary."""
     vocab = model.hf_config.vocab_size
-    bad = [t for t in ids if not 0 <= t < vocab]
+    bad = outside_vocab(model, ids)
     if bad:
         raise ConfigError(f"prompt token ids outside the vocabulary (0..{vocab - 1}): {brief(bad)}")
     text = model.tokenizer.decode(list(ids), skip_special_tokens=False)
