@@ -153,6 +153,11 @@ class AttentionReplay:
     def __len__(self) -> int:
         return len(self.tokens)
 
+    def outside_spans(self, row: str, j: int) -> float:
+        """Share of token j's attention (`row`: "qr_heads" or "all_heads") that fell on no span:
+        each head's row sums to 1 over all keys, so what the spans lack lies elsewhere."""
+        return max(0.0, 1.0 - float(getattr(self, row)[j].sum()))
+
     def to_dict(self) -> dict:
         def rows(t):
             return None if t is None else [[None if math.isnan(v) else round(v, 6) for v in r] for r in t.tolist()]

@@ -85,7 +85,7 @@ def step_mechanisms(
             qr_rank=_rank(replay.qr_heads[at[0]], gold),
             all_mass=float(replay.all_heads[at[0], gold]),
             all_rank=_rank(replay.all_heads[at[0]], gold),
-            outside_edges=max(0.0, 1.0 - float(replay.qr_heads[at[0]].sum())),
+            outside_edges=replay.outside_spans("qr_heads", at[0]),
             selected=None if chosen is None or math.isnan(chosen) else chosen,
             logprob={name: sum(f.logprob[i] for i in at) for name, f in scores.items()},
             correct={name: all(f.argmax[i] == t for i, t in zip(at, targets)) for name, f in scores.items()},

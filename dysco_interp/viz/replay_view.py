@@ -141,10 +141,10 @@ def slider_label(runs: Mapping[str, AttentionReplay], j: int) -> str:
 
 
 def outside_share(rep: AttentionReplay, row: str, j: int) -> float | None:
-    """Share of the row's attention that fell on no span (the rows sum to 1 over all keys)."""
+    """`AttentionReplay.outside_spans` where the row has one (not the selection, not past the run)."""
     if row == "selected" or j >= len(rep):
         return None
-    return max(0.0, 1.0 - float(getattr(rep, row)[j].sum()))
+    return rep.outside_spans(row, j)
 
 
 def _legend_traces(with_selection: bool) -> list[dict]:
