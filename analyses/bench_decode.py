@@ -37,6 +37,10 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa", "static"])
     p.add_argument("--decode-attention", choices=list(DECODE_ATTENTION), default=None,
                    help="the static backend's decoding attention: fused SDPA (its default) or the float32 reference")
+    p.add_argument("--no-compile", action="store_true",
+                   help="the static backend's written-out decoder without compiled kernels (to time what they bring)")
+    p.add_argument("--yarn", type=float, default=None, metavar="FACTOR",
+                   help="YaRN rope scaling by FACTOR (the paper's Qwen3 setting past 32K tokens is 4)")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--contexts", default="2048,4096")
@@ -55,23 +59,25 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
     if args.random_geometry:
         device = resolve_device(args.device)
-        model = bench.random_model(args.random_geometry, device, resolve_dtype(args.dtype, device))
+        model = bench.random_model(args.random_geometry, device, resolve_dtype(args.dtype, device), args.yarn)
         name = model.spec.name
     else:
-        model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
+        model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False, yarn_factor=args.yarn)
         name = args.model
     try:
         heads = bench.bench_heads(model, name, args.heads, args.random_geometry)
     except ConfigError as e:
         raise SystemExit(str(e)) from None
     config = DecodingConfig(method=args.method)
+    options = bench.StaticOptions(args.decode_attention, False if args.no_compile else None)
+    if args.backend != "static" and (args.decode_attention or args.no_compile):
+        raise SystemExit("--decode-attention and --no-compile set the static backend's decoding: add --backend static")
     floor = bench.layer_floor(model, heads, args.method)
     bandwidth = bench.copy_bandwidth(model.device)
     rows = []
     contexts = [int(x) for x in args.contexts.split(",")]
     for row in bench.bench_rows(model, heads, config, args.backend, contexts,
-                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size,
-                                args.decode_attention):
+                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size, options):
         rows.append(row)
         print(
             f"context {row['context']:>7}: "
@@ -96,7 +102,7 @@ def main(argv=None) -> int:
     command = "python analyses/bench_decode.py " + " ".join(argv if argv is not None else sys.argv[1:])
     write_json(args.out, bench.bench_result(model, name, heads, args.heads, config, args.backend,
                                             bool(args.random_geometry), bandwidth, command, rows,
-                                            args.decode_attention, peer))
+                                            options, peer))
     print(f"wrote {args.out}")
     return 0
 

@@ -173,7 +173,7 @@ def test_the_static_decoding_attentions_give_the_same_tokens_and_selections(tiny
         for ours, ref in zip(out["sdpa"][name], out["float32"][name]):
             assert ours.tokens == ref.tokens, name
             assert selections(ours) == selections(ref), name
-    with pytest.raises(ConfigError, match="decode_attention"):
+    with pytest.raises(ConfigError, match="decode_attention sets the static"):
         backends.make_backend(tiny, "sdpa", heads, decode_attention="float32")
     with pytest.raises(ConfigError, match="decode_attention must be one of"):
         backends.make_backend(tiny, "static", heads, decode_attention="flash")
@@ -199,3 +199,48 @@ def test_every_backend_has_one_interface_and_refuses_the_same_things(tiny_llama)
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA device"):
             backends.make_backend(tiny_llama, "static", heads, graphs=True)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_the_llama_family_prefills_in_chunks_through_the_written_out_layers(style):
+    model = tiny_model(style)
+    ids = torch.randint(20, 500, (2, 50), generator=torch.Generator().manual_seed(3))
+    for tau in (1.0, 0.5):
+        static = backends.make_backend(model, "static", None, tau=tau)
+        assert (static.decoder is None) == (style == "gemma3")  # sliding windows take the transformers forward
+        ours = static.prefill(ids, None, chunk_size=7)  # seven chunks, the last one short
+        ref = backends.make_backend(model, "sdpa", None, tau=tau).prefill(ids, None, chunk_size=50)
+        assert ours.n_keys == ref.n_keys == 50
+        for layer in range(model.spec.n_layers):
+            if ref.cache.layers[layer].keys.shape[2] < 50:  # a sliding layer's cache keeps its window only
+                continue
+            keys, values = ours.cache.buffers[layer]
+            torch.testing.assert_close(keys[:, :, :50], ref.cache.layers[layer].keys, atol=2e-5, rtol=1e-4)
+            torch.testing.assert_close(values[:, :, :50], ref.cache.layers[layer].values, atol=2e-5, rtol=1e-4)
+        # the first decoding step reads those buffers: its logits are the SDPA backend's
+        token = torch.tensor([77, 78])
+        torch.testing.assert_close(static.step(ours, token).logits,
+                                   backends.make_backend(model, "sdpa", None, tau=tau).step(ref, token).logits,
+                                   atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("method", ["dysco", "dysco-reuse"])
+def test_a_dysco_step_on_the_static_backend_never_waits_for_the_device(method):
+    from dysco_interp.decoding.loop import Stepper
+    from dysco_interp.decoding.prompts import PromptBatch
+
+    model = tiny_model("qwen3", device="cuda")
+    ids = torch.randint(20, 500, (1, 64), generator=torch.Generator().manual_seed(5))
+    backend = backends.make_backend(model, "static", heads_for(model))
+    state = backend.prefill(ids[:, :60].cuda(), None, reserve=8)
+    stepper = Stepper(backend, DecodingConfig(method=method, top_p=0.7), PromptBatch.from_ids(ids[:, :60]))
+    stepper.relevance = torch.full((1, 60), 1 / 60, device="cuda")
+    for i in range(3):  # the first steps capture their graphs; the last one replays them
+        tokens = ids[:, 60 + i].cuda()
+        if i == 2:
+            torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
+        try:
+            stepper.method.step(backend, state, tokens, stepper.selector)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")

@@ -5,8 +5,8 @@ alternately from copies of that cache (drift hits both alike), after warm-up ste
 medians, tokens per second, their ratio, and on a GPU the peak memory of each method's
 steps. The layer floor of DySCO over vanilla is 1 + (L* + 1) / L (the partial pass runs
 layers 0..L*); on a GPU the bandwidth floor of one step is (weight bytes + KV bytes) /
-measured copy bandwidth. With a batch of B random sequences, tokens per second count the
-tokens of all rows.
+measured copy bandwidth, and DySCO's is that times its layer floor. With a batch of B random
+sequences, tokens per second count the tokens of all rows.
 
 Decoding is driven in one place only, `BenchDecoder`: everything else here times, counts
 bytes and writes rows.
@@ -18,6 +18,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +27,14 @@ import transformers
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForCausalLM
 
-from dysco_interp.decoding.backends import DecodeState, make_backend
-from dysco_interp.decoding.backends.static import DEFAULT_DECODE_ATTENTION
+from dysco_interp.decoding.backends import Backend, DecodeState, StaticBackend, make_backend
+from dysco_interp.decoding.backends.decode_attention import DEFAULT_DECODE_ATTENTION
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import Stepper
 from dysco_interp.decoding.prompts import PromptBatch
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, paper_heads, resolve_heads
-from dysco_interp.models import LoadedModel, dtype_name, from_hf
+from dysco_interp.models import LoadedModel, dtype_name, from_hf, with_yarn
 from dysco_interp.models.tiny import tiny_config, tiny_tokenizer
 
 # Qwen3-8B's shape (config.json of Qwen/Qwen3-8B); weights are random, speed does not depend on them.
@@ -48,11 +49,13 @@ METHODS = ("vanilla", "dysco")
 Step = Callable[[torch.Tensor], object]  # feeds one token per row
 
 
-def random_model(geometry: str, device: torch.device, dtype: torch.dtype) -> LoadedModel:
-    """A LoadedModel of a real model's shape with random weights, built on the device."""
+def random_model(geometry: str, device: torch.device, dtype: torch.dtype,
+                 yarn_factor: float | None = None) -> LoadedModel:
+    """A LoadedModel of a real model's shape with random weights, built on the device (with
+    `yarn_factor`, its rope scaled by YaRN, as the paper runs Qwen3 past 32K)."""
     shape = dict(GEOMETRIES[geometry])
     style, vocab = shape.pop("style"), shape.pop("vocab_size")
-    config = tiny_config(style, vocab_size=vocab, **shape)
+    config = with_yarn(tiny_config(style, vocab_size=vocab, **shape), yarn_factor)
     with torch.device(device):
         hf = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
     return from_hf(hf, tiny_tokenizer(style), f"{geometry}-random")
@@ -149,16 +152,35 @@ def profile_step(fn: Step, token: torch.Tensor, path: str) -> None:
 # ---------------------------------------------------------------------------- driving the decoder
 
 
+@dataclass(frozen=True)
+class StaticOptions:
+    """How the static backend decodes in a benchmark (None: its defaults); other backends take none."""
+
+    decode_attention: str | None = None
+    compile_kernels: bool | None = None
+
+    def make(self, model: LoadedModel, backend: str, heads: HeadSet | None) -> Backend:
+        return make_backend(model, backend, heads, decode_attention=self.decode_attention,
+                            compile_kernels=self.compile_kernels)
+
+    def described(self, model: LoadedModel) -> dict:
+        static = self.make(model, "static", None)
+        assert isinstance(static, StaticBackend)
+        decoder = static.decoder
+        return {"decode_attention": static.decode_attention, "written_out_decoder": decoder is not None,
+                "compiled_kernels": decoder is not None and decoder.compiled}
+
+
 class BenchDecoder:
     """A plain prefill, then a vanilla step and a DySCO step (`config.method`) that each advance
     their own copy of the prefilled context; the only code of the benchmark that drives decoding,
     through the public backend, `PromptBatch.from_ids` and `Stepper` API."""
 
     def __init__(self, model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str,
-                 decode_attention: str | None = None):
+                 options: StaticOptions | None = None):
         self.model, self.heads, self.config, self.backend = model, heads, config, backend
-        self.decode_attention = decode_attention
-        self.plain = make_backend(model, backend, None, decode_attention=decode_attention)
+        self.options = options or StaticOptions()
+        self.plain = self.options.make(model, backend, None)
 
     def prefill(self, context: torch.Tensor, reserve: int) -> DecodeState:
         """`context` `[B, n]` with room for `reserve` more tokens."""
@@ -168,7 +190,7 @@ class BenchDecoder:
         """vanilla on a clone of `prefix`, DySCO on `prefix` itself, its relevance uniform over
         the context as if warmed up."""
         vanilla = prefix.clone()
-        dysco_backend = make_backend(self.model, self.backend, self.heads, decode_attention=self.decode_attention)
+        dysco_backend = self.options.make(self.model, self.backend, self.heads)
         stepper = Stepper(dysco_backend, self.config, PromptBatch.from_ids(context))
         batch, n_context = context.shape
         stepper.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
@@ -188,11 +210,11 @@ def bench_ids(model: LoadedModel, n_context: int, n_steps: int, n_warmup: int, b
 
 def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, n_context: int,
                   n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1,
-                  decode_attention: str | None = None) -> dict:
+                  options: StaticOptions | None = None) -> dict:
     """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory."""
     device = model.device
     ids = bench_ids(model, n_context, n_steps, n_warmup, batch)
-    decoder = BenchDecoder(model, heads, config, backend, decode_attention)
+    decoder = BenchDecoder(model, heads, config, backend, options)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         before = torch.cuda.memory_allocated(device)
@@ -259,24 +281,28 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
 
 def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, contexts: list[int],
                n_steps: int, n_warmup: int, bandwidth: float | None, profile_dir: str | None = None,
-               batch: int = 1, decode_attention: str | None = None) -> Iterator[dict]:
+               batch: int = 1, options: StaticOptions | None = None) -> Iterator[dict]:
     """`bench_context` for each context length, with the layer floor and, given the device's
     copy bandwidth (`copy_bandwidth`), the bandwidth floor."""
     floor = layer_floor(model, heads, config.method)
     n_weight_bytes = weight_bytes(model)
     for n in contexts:
-        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, decode_attention)
+        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, options)
         row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
         if bandwidth:
             step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30
             row["bandwidth_floor_ms"] = round(step_bytes / bandwidth * 1e3, 3)
             row["bandwidth_floor_tok_per_s"] = round(batch * bandwidth / step_bytes, 2)
+            # DySCO's own floor: its partial pass reads layers 0..L* (weights and KV) once more
+            row["dysco_bandwidth_floor_ms"] = round(row["bandwidth_floor_ms"] * floor, 3)
+            row["vanilla_share_of_floor"] = round(row["bandwidth_floor_ms"] / row["vanilla_step_ms"], 4)
+            row["dysco_share_of_floor"] = round(row["dysco_bandwidth_floor_ms"] / row["dysco_step_ms"], 4)
         yield row
 
 
 def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: str, config: DecodingConfig,
                  backend: str, random_weights: bool, bandwidth: float | None, command: str, rows: list[dict],
-                 decode_attention: str | None = None, peer: dict | None = None) -> dict:
+                 options: StaticOptions | None = None, peer: dict | None = None) -> dict:
     """The benchmark's JSON document: the setting, the machine, the versions and the rows; with
     `peer` (`{"method", "rows"}` from `bench_peer`), each row also gets our vanilla tokens/s over
     the peer's at its context."""
@@ -293,7 +319,10 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
         "benchmark": "decode-step",
         "backend": backend,
         # the static backend's decoding attention (None: the backend's only one)
-        "decode_attention": decode_attention or (DEFAULT_DECODE_ATTENTION if backend == "static" else None),
+        "decode_attention": (options or StaticOptions()).decode_attention or (
+            DEFAULT_DECODE_ATTENTION if backend == "static" else None),
+        # and whether its passes ran through the written-out decoder, with compiled kernels
+        "static": (options or StaticOptions()).described(model) if backend == "static" else None,
         "model": name,
         "random_weights": random_weights,
         "dtype": dtype_name(model.dtype),

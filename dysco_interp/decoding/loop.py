@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import torch
 
 from dysco_interp.checks import check_bool
-from dysco_interp.decoding import runtime
 from dysco_interp.decoding.arguments import as_heads, check_config, check_configs, check_hooks, forced_ids, with_fields
 from dysco_interp.decoding.backends import Backend, BackendName, DecodeState, check_backend, make_backend
 from dysco_interp.decoding.config import DecodingConfig
@@ -161,7 +160,7 @@ class Prefix:
 
 
 def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
-                   backend: BackendName | str = "bridge", chunk_size: int = runtime.DEFAULT_CHUNK,
+                   backend: BackendName | str = "bridge", chunk_size: int | None = None,
                    graphs: bool | None = None, hooks: Sequence[Hook] = (), name: str | None = None) -> Prefix:
     """Prefill everything but the warm-up and generation-prompt tokens (`name`: the method it
     serves, for `current_pass`; None when several share it)."""

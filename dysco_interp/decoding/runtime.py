@@ -53,6 +53,15 @@ def as_ids(model: LoadedModel, ids: torch.Tensor | Sequence[int]) -> torch.Tenso
     return t.to(model.device)
 
 
+def check_chunk_size(chunk_size: int) -> None:
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+
+
+def chunk_or_default(chunk_size: int | None) -> int:
+    return DEFAULT_CHUNK if chunk_size is None else chunk_size
+
+
 def cache_length(cache: Cache) -> int:
     return cache.get_seq_length()
 
@@ -72,8 +81,7 @@ def prefill(
 ) -> tuple[Cache, torch.Tensor]:
     """Run the prompt into a cache; return (cache, float32 logits of the last position)."""
     ids = as_ids(model, input_ids)
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    check_chunk_size(chunk_size)
     cache = new_cache(model) if cache is None else cache
     model.check_fits(cache_length(cache) + ids.shape[1])
     hooks = list(hooks)

@@ -23,6 +23,7 @@ from dysco_interp.decoding.backends.base import (
     stop_after,
 )
 from dysco_interp.decoding.backends.bridge import BridgeBackend
+from dysco_interp.decoding.backends.decode_attention import DEFAULT_DECODE_ATTENTION
 from dysco_interp.decoding.backends.sdpa import SdpaBackend
 from dysco_interp.decoding.backends.static import StaticBackend
 from dysco_interp.errors import ConfigError
@@ -44,7 +45,7 @@ def check_backend(name: str) -> str:
 
 def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | None = None, *, tau: float = 1.0,
                  graphs: bool | None = None, hooks: Sequence[Hook] = (),
-                 decode_attention: str | None = None) -> Backend:
+                 decode_attention: str | None = None, compile_kernels: bool | None = None) -> Backend:
     """The backend `name` for `model`.
 
     Args:
@@ -56,16 +57,20 @@ def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | N
         hooks: your TransformerLens forward hooks for every pass (the bridge only; elsewhere a ConfigError).
         decode_attention: the static backend's decoding attention, "sdpa" (fused, its default) or
             "float32" (the reference); None for the other backends.
+        compile_kernels: whether the static backend compiles its fused decoder's small operations
+            (None: on CUDA devices); None for the other backends.
 
     Returns:
         A `Backend`.
     """
     name = check_backend(name)
-    if decode_attention is None:
+    if decode_attention is None and compile_kernels is None:
         return REGISTRY[name](model, heads, tau=tau, graphs=graphs, hooks=hooks)
     if name != "static":
-        raise ConfigError(f"decode_attention chooses the static backend's attention; the {name} backend has none")
-    return StaticBackend(model, heads, tau=tau, graphs=graphs, hooks=hooks, decode_attention=decode_attention)
+        given = "decode_attention" if decode_attention is not None else "compile_kernels"
+        raise ConfigError(f"{given} sets the static backend's decoding; the {name} backend has none")
+    return StaticBackend(model, heads, tau=tau, graphs=graphs, hooks=hooks,
+                         decode_attention=decode_attention or DEFAULT_DECODE_ATTENTION, compile_kernels=compile_kernels)
 
 
 __all__ = [

@@ -133,9 +133,11 @@ class Backend(ABC):
             raise ConfigError("a decoding step reads the QRHeads' attention in unbiased passes only")
 
     @abstractmethod
-    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int = runtime.DEFAULT_CHUNK,
+    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
                 reserve: int = 0) -> DecodeState:
-        """The prompt `ids` `[B, n]` (left-padded where `valid` `[B, n]` is False) into a fresh state."""
+        """The prompt `ids` `[B, n]` (left-padded where `valid` `[B, n]` is False) into a fresh state,
+        `chunk_size` tokens at a time (None: the backend's choice, `runtime.DEFAULT_CHUNK` unless it
+        says otherwise)."""
 
     @abstractmethod
     def step(self, state: DecodeState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,

@@ -46,14 +46,15 @@ class BridgeBackend(Backend):
         self.reader.set_length(n_keys)
         return self.reader
 
-    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int = runtime.DEFAULT_CHUNK,
+    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
                 reserve: int = 0) -> DecodeState:
         if ids.shape[0] != 1 or valid is not None:
             raise ConfigError("the bridge backend decodes one prompt at a time; "
                               "use backend='sdpa' or 'static' for batches")
         # with no hooks at all, runtime.prefill takes the SDPA twin (no n x n score matrix)
         with running("prefill", 0, ids.shape[1], self.all_layers):
-            cache, _ = runtime.prefill(self.model, ids, chunk_size=chunk_size, hooks=self.temperature + self.user_hooks)
+            cache, _ = runtime.prefill(self.model, ids, chunk_size=runtime.chunk_or_default(chunk_size),
+                                       hooks=self.temperature + self.user_hooks)
         return DecodeState(cache, ids.shape[1])
 
     def step(self, state: DecodeState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,

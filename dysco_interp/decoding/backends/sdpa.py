@@ -143,6 +143,7 @@ def prefill_into(hf: torch.nn.Module, model: LoadedModel, state: DecodeState, id
     """The prompt, chunked, into an empty state; left pads sit at position 0 and each row
     counts from 0 at its first real token."""
     ids = ids.to(model.device)
+    runtime.check_chunk_size(chunk_size)
     model.check_fits(ids.shape[1])
     positions = None
     if valid is not None:
@@ -184,10 +185,10 @@ class SdpaBackend(Backend):
     def attention(self, rows: dict[int, torch.Tensor], n_keys: int) -> torch.Tensor:
         return relevance.aggregate_heads([rows[layer] for layer in sorted(rows)], n_keys)
 
-    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int = runtime.DEFAULT_CHUNK,
+    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
                 reserve: int = 0) -> DecodeState:
         return prefill_into(self.hf, self.model, DecodeState(runtime.new_cache(self.model), 0), ids, valid,
-                            chunk_size, self.tau)
+                            runtime.chunk_or_default(chunk_size), self.tau)
 
     def _decode(self, state: DecodeState, tokens: torch.Tensor, ctl: AttentionControl) -> torch.Tensor:
         self.model.check_fits(state.n_keys + 1)

@@ -9,23 +9,20 @@ the whole cache at every step. Here:
   and empty slots, plus log(beta) on DySCO's selected keys;
 - each pass (plain, reading, partial, biased) is captured once per state on a GPU and
   replayed; on the CPU the same code runs eagerly, which the parity tests check.
-Prefill runs through the SDPA backend's attention function (`sdpa.prefill_into`).
 
-The decoding attention of the single query has two exact implementations (`decode_attention`):
-- "sdpa" (the default): one fused SDPA call per layer over the grouped keys (`enable_gqa`: K and
-  V are never repeated), the mask and bias added in the model dtype, the way fused decoding
-  kernels take them (in bf16, log 2 is 0.6914). The QRHeads' rows come from
-  their own q.K, float32 scores and a float32 softmax, only in the layers that hold QRHeads;
-- "float32": q.K per KV head with float32 scores, a float32 softmax over every head, then
-  probabilities (in the model dtype) times V, split over key chunks so the long reduction runs
-  in parallel; the QRHeads' rows are slices of those probabilities. It is the reference the
-  parity tests and the benchmark compare with.
-Sliding-window layers always take the float32 path. The partial pass writes the slot too; the
-full pass that follows rewrites it.
+Models of the Llama family (Llama, Qwen2, Qwen3) run their passes, and unpadded prompts their
+prefill, through `fused_decoder.FusedDecoder`: the layers written out over the same weights,
+with their small operations fused into single kernels on CUDA. Other models (sliding-window
+layers among them) run the transformers forward with `static_attention` as their attention
+function, and prefill through the SDPA backend's (`sdpa.prefill_into`), as padded prompts do.
+
+The decoding attention of the single query is "sdpa" (fused, the default) or "float32" (the
+reference); see `decode_attention`. Sliding-window layers always take the float32 path. The
+partial pass writes the slot too; the full pass that follows rewrites it.
 
 A reuse step ("dysco-reuse") is two captured passes: the layers up to L* (the same pass as
-the partial one, stopped by `base.stop_after`), then the selection on the host, then the
-layers after L* on the hidden state L* gave (`layers_from`).
+the partial one), then the selection on the host, then the layers after L* on the hidden
+state L* gave.
 """
 
 from __future__ import annotations
@@ -41,6 +38,16 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.backends.base import Backend, DecodeState, SelectBias, StepOutput, StopForward, stop_after
+from dysco_interp.decoding.backends.decode_attention import (
+    DECODE_ATTENTION,
+    DEFAULT_DECODE_ATTENTION,
+    GRANULE,
+    decode_probabilities,
+    fused_decode,
+    head_probabilities,
+    probabilities_times_values,
+)
+from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
 from dysco_interp.decoding.backends.sdpa import (
     AttentionControl,
     decoder_layers,
@@ -55,7 +62,7 @@ from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
 ATTN_IMPLEMENTATION = "dysco_static"
-GRANULE = 256  # capacity is a multiple of this, so keys split into equal chunks
+CUDA_PREFILL_CHUNK = 8192  # large products and few launches; the flash kernel needs no mask
 
 
 def capacity_for(n_tokens: int) -> int:
@@ -185,10 +192,6 @@ class StaticState(DecodeState):
                            next_position=self.next_position.clone())
 
 
-DECODE_ATTENTION = ("sdpa", "float32")
-DEFAULT_DECODE_ATTENTION = "sdpa"
-
-
 @dataclass
 class StaticControl(AttentionControl):
     """A decoding pass over the whole buffers; `slot` places sliding windows."""
@@ -197,77 +200,6 @@ class StaticControl(AttentionControl):
     decode_attention: str = DEFAULT_DECODE_ATTENTION
     # layer -> the QRHeads read there, as ints (a device tensor cannot be read during a capture)
     read_lists: dict[int, list[int]] = field(default_factory=dict)
-
-
-def bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
-        return torch.bmm(a, b, out_dtype=torch.float32)
-    return torch.bmm(a.float(), b.float())
-
-
-def decode_probabilities(query, key, mask, scale: float, groups: int, window: int | None = None,
-                         slot: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax attention of one query per head over the whole buffer, float32 `[B, heads, capacity]`.
-
-    query `[B, heads, 1, d]`; key `[B, kv_heads, capacity, d]`; mask float32 `[B, 1, 1, capacity]`.
-    """
-    batch, n_heads, _, dim = query.shape
-    n_kv, capacity = key.shape[1], key.shape[2]
-    q = query.reshape(batch * n_kv, groups, dim)
-    scores = bmm_float32(q, key.reshape(batch * n_kv, capacity, dim).transpose(1, 2))
-    scores = scores.view(batch, n_heads, capacity) * scale + mask.view(batch, 1, capacity)
-    if window is not None:  # keys at or before slot - window are out of a sliding layer's reach
-        assert slot is not None
-        old = torch.arange(capacity, device=key.device) <= slot - window
-        scores = scores.masked_fill(old, -torch.inf)
-    return scores.softmax(dim=-1)
-
-
-def key_chunk(capacity: int) -> int:
-    for chunk in (2048, 1024, 512, GRANULE):
-        if capacity % chunk == 0:
-            return chunk
-    return capacity
-
-
-def probabilities_times_values(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    """`[B, heads, capacity]` weights times V `[B, kv_heads, capacity, d]` -> `[B, 1, heads, d]` (HF's layout)."""
-    batch, n_heads, capacity = probs.shape
-    n_kv, dim = value.shape[1], value.shape[3]
-    groups, chunk = n_heads // n_kv, key_chunk(capacity)
-    n_chunks = capacity // chunk
-    p = probs.to(value.dtype).view(batch * n_kv, groups, n_chunks, chunk).transpose(1, 2)
-    p = p.reshape(batch * n_kv * n_chunks, groups, chunk)
-    parts = bmm_float32(p, value.reshape(batch * n_kv * n_chunks, chunk, dim))
-    out = parts.view(batch, n_kv, n_chunks, groups, dim).sum(dim=2)
-    return out.reshape(batch, 1, n_heads, dim).to(value.dtype)
-
-
-def fused_decode(query, key, value, mask, scale: float, groups: int) -> torch.Tensor:
-    """One query per head through SDPA over the whole buffer, the mask in the model dtype:
-    `[B, 1, heads, d]` (HF's layout). Grouped-query attention stays grouped (`enable_gqa`): keys
-    and values are never repeated per query head. Packing a KV head's query heads as the query
-    rows instead takes ten times longer on an H100 (too few blocks for one query row each)."""
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask.to(query.dtype),
-                                                           scale=scale, enable_gqa=groups > 1)
-    return out.transpose(1, 2)
-
-
-def head_probabilities(query, key, mask, scale: float, groups: int, heads: Sequence[int]) -> torch.Tensor:
-    """The float32 softmax rows of the chosen query heads only, `[B, len(heads), capacity]`:
-    one float32 q.K per KV head they belong to (a view of the buffer, never a copy)."""
-    batch, _, _, dim = query.shape
-    capacity = key.shape[2]
-    by_group: dict[int, torch.Tensor] = {}
-    rows = []
-    for head in heads:
-        kv = head // groups
-        if kv not in by_group:
-            q = query[:, kv * groups:(kv + 1) * groups, 0, :]  # [B, groups, d]
-            scores = bmm_float32(q, key[:, kv].transpose(1, 2)) * scale + mask.view(batch, 1, capacity)
-            by_group[kv] = scores.softmax(dim=-1)
-        rows.append(by_group[kv][:, head - kv * groups])
-    return torch.stack(rows, dim=1)
 
 
 def static_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
@@ -314,6 +246,8 @@ class StaticBackend(Backend):
 
     `graphs=None` captures on CUDA devices and runs eagerly elsewhere. `decode_attention`:
     "sdpa" (fused, the default) or "float32" (the reference), see the module docstring.
+    `compile_kernels=None` compiles the fused decoder's small operations on CUDA devices
+    (False: they run as written; True elsewhere is a ConfigError).
     """
 
     name = "static"
@@ -321,25 +255,43 @@ class StaticBackend(Backend):
     supports_graphs = True
 
     def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
-                 hooks: Sequence[Hook] = (), decode_attention: str = DEFAULT_DECODE_ATTENTION):
+                 hooks: Sequence[Hook] = (), decode_attention: str = DEFAULT_DECODE_ATTENTION,
+                 compile_kernels: bool | None = None):
         super().__init__(model, heads, tau=tau, graphs=graphs, hooks=hooks)
         if decode_attention not in DECODE_ATTENTION:
             raise ConfigError(f"decode_attention must be one of {', '.join(DECODE_ATTENTION)}, "
                               f"got {decode_attention!r}")
         self.decode_attention = decode_attention
-        if graphs and model.device.type != "cuda":
+        on_cuda = model.device.type == "cuda"
+        if graphs and not on_cuda:
             raise ConfigError("CUDA graphs need a CUDA device")
-        self.graphs = model.device.type == "cuda" if graphs is None else graphs
+        if compile_kernels and not on_cuda:
+            raise ConfigError("compiled decoding kernels need a CUDA device")
+        self.graphs = on_cuda if graphs is None else graphs
         self.hf = twin(model, ATTN_IMPLEMENTATION)
+        compile_kernels = on_cuda if compile_kernels is None else compile_kernels
+        self.decoder = None if unsupported(self.hf) else FusedDecoder(
+            self.hf, Kernels.compiled() if compile_kernels else EAGER)
         self.read = read_heads(model, heads)
         self.read_lists = {layer: [int(h) for h in hs.tolist()] for layer, hs in self.read.items()}
         self.max_layer = max(self.read) if self.read else None
 
     @torch.inference_mode()
-    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int = runtime.DEFAULT_CHUNK,
+    def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
                 reserve: int = 0) -> StaticState:
+        """`chunk_size=None`: `CUDA_PREFILL_CHUNK` tokens a chunk for the fused decoder on a GPU,
+        `runtime.DEFAULT_CHUNK` otherwise."""
         empty = DecodeState(SlotCache(self.model.spec.n_layers, capacity_for(ids.shape[1] + reserve)), 0)
-        return StaticState.of(prefill_into(self.hf, self.model, empty, ids, valid, chunk_size, self.tau))
+        if self.decoder is None or valid is not None:
+            return StaticState.of(prefill_into(self.hf, self.model, empty, ids, valid,
+                                               runtime.chunk_or_default(chunk_size), self.tau))
+        if chunk_size is None:
+            chunk_size = CUDA_PREFILL_CHUNK if self.model.device.type == "cuda" else runtime.DEFAULT_CHUNK
+        runtime.check_chunk_size(chunk_size)
+        self.model.check_fits(ids.shape[1])
+        self.decoder.prefill(ids.to(self.model.device), empty.cache.update, chunk_size, self.tau)
+        empty.n_keys = ids.shape[1]
+        return StaticState.of(empty)
 
     @staticmethod
     def _static(state: DecodeState) -> StaticState:
@@ -352,6 +304,8 @@ class StaticBackend(Backend):
         "head" (layers 0..L*, unbiased, read; returns L*'s output instead of logits), "biased",
         and "tail" (layers L*+1.. on `hidden`, biased)."""
         def run():
+            if self.decoder is not None:
+                return self._fused_pass(state, kind, hidden)
             ctl = StaticControl(tau=self.tau, slot=state.slot, decode_attention=self.decode_attention)
             if kind in ("read", "head"):
                 ctl.read, ctl.read_lists = self.read, self.read_lists
@@ -385,6 +339,22 @@ class StaticBackend(Backend):
         if kind == "head":  # the tail graph reads this very tensor
             return out, rows
         return out.clone(), rows
+
+    def _fused_pass(self, state: StaticState, kind: str, hidden: torch.Tensor | None):
+        assert self.decoder is not None
+        n_layers = self.decoder.n_layers
+        split = n_layers if self.max_layer is None else self.max_layer + 1
+        start, stop = (split, n_layers) if kind == "tail" else (0, split if kind == "head" else n_layers)
+        step = DecodePass(state.biased if kind in ("biased", "tail") else state.mask, state.slot, tau=self.tau,
+                          decode_attention=self.decode_attention,
+                          read=self.read_lists if kind in ("read", "head") else {})
+        x = hidden if kind == "tail" else self.decoder.embed(state.ids)
+        assert x is not None
+        x, normed = self.decoder.decode(x, state.position, state.cache.buffers, step, start, stop)
+        if kind == "head":
+            return x, step.rows
+        assert normed is not None
+        return self.decoder.logits(normed), step.rows
 
     def _layers(self, kind: str) -> contextlib.AbstractContextManager:
         if kind not in ("head", "tail"):

@@ -1,0 +1,94 @@
+"""Attention of one decoding query per row over fixed key/value buffers: pure tensor math.
+
+Two exact implementations (`DECODE_ATTENTION`), both over the whole buffer with an additive mask
+(0 for real keys, -inf for pads and empty slots, plus log(beta) on DySCO's selected keys):
+- "sdpa" (the default): one fused SDPA call per layer over the grouped keys (`enable_gqa`: K and
+  V are never repeated), the mask and bias in the model dtype, the way fused decoding kernels
+  take them (in bf16, log 2 is 0.6914). The QRHeads' rows come from their own q.K, float32
+  scores and a float32 softmax (`head_probabilities`);
+- "float32": q.K per KV head with float32 scores, a float32 softmax over every head, then
+  probabilities (in the model dtype) times V, split over key chunks so the long reduction runs
+  in parallel; the QRHeads' rows are slices of those probabilities. It is the reference the
+  parity tests and the benchmark compare with.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+DECODE_ATTENTION = ("sdpa", "float32")
+DEFAULT_DECODE_ATTENTION = "sdpa"
+GRANULE = 256  # buffer capacities are a multiple of this, so keys split into equal chunks
+
+
+def bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if a.is_cuda and a.dtype in (torch.bfloat16, torch.float16):
+        return torch.bmm(a, b, out_dtype=torch.float32)
+    return torch.bmm(a.float(), b.float())
+
+
+def decode_probabilities(query, key, mask, scale: float, groups: int, window: int | None = None,
+                         slot: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax attention of one query per head over the whole buffer, float32 `[B, heads, capacity]`.
+
+    query `[B, heads, 1, d]`; key `[B, kv_heads, capacity, d]`; mask float32 `[B, 1, 1, capacity]`.
+    """
+    batch, n_heads, _, dim = query.shape
+    n_kv, capacity = key.shape[1], key.shape[2]
+    q = query.reshape(batch * n_kv, groups, dim)
+    scores = bmm_float32(q, key.reshape(batch * n_kv, capacity, dim).transpose(1, 2))
+    scores = scores.view(batch, n_heads, capacity) * scale + mask.view(batch, 1, capacity)
+    if window is not None:  # keys at or before slot - window are out of a sliding layer's reach
+        assert slot is not None
+        old = torch.arange(capacity, device=key.device) <= slot - window
+        scores = scores.masked_fill(old, -torch.inf)
+    return scores.softmax(dim=-1)
+
+
+def key_chunk(capacity: int) -> int:
+    for chunk in (2048, 1024, 512, GRANULE):
+        if capacity % chunk == 0:
+            return chunk
+    return capacity
+
+
+def probabilities_times_values(probs: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """`[B, heads, capacity]` weights times V `[B, kv_heads, capacity, d]` -> `[B, 1, heads, d]` (HF's layout)."""
+    batch, n_heads, capacity = probs.shape
+    n_kv, dim = value.shape[1], value.shape[3]
+    groups, chunk = n_heads // n_kv, key_chunk(capacity)
+    n_chunks = capacity // chunk
+    p = probs.to(value.dtype).view(batch * n_kv, groups, n_chunks, chunk).transpose(1, 2)
+    p = p.reshape(batch * n_kv * n_chunks, groups, chunk)
+    parts = bmm_float32(p, value.reshape(batch * n_kv * n_chunks, chunk, dim))
+    out = parts.view(batch, n_kv, n_chunks, groups, dim).sum(dim=2)
+    return out.reshape(batch, 1, n_heads, dim).to(value.dtype)
+
+
+def fused_decode(query, key, value, mask, scale: float, groups: int) -> torch.Tensor:
+    """One query per head through SDPA over the whole buffer, the mask in the model dtype:
+    `[B, 1, heads, d]` (HF's layout). Grouped-query attention stays grouped (`enable_gqa`): keys
+    and values are never repeated per query head. Packing a KV head's query heads as the query
+    rows instead takes ten times longer on an H100 (too few blocks for one query row each)."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask.to(query.dtype),
+                                                           scale=scale, enable_gqa=groups > 1)
+    return out.transpose(1, 2)
+
+
+def head_probabilities(query, key, mask, scale: float, groups: int, heads: Sequence[int]) -> torch.Tensor:
+    """The float32 softmax rows of the chosen query heads only, `[B, len(heads), capacity]`:
+    one float32 q.K per KV head they belong to (a view of the buffer, never a copy)."""
+    batch, _, _, dim = query.shape
+    capacity = key.shape[2]
+    by_group: dict[int, torch.Tensor] = {}
+    rows = []
+    for head in heads:
+        kv = head // groups
+        if kv not in by_group:
+            q = query[:, kv * groups:(kv + 1) * groups, 0, :]  # [B, groups, d]
+            scores = bmm_float32(q, key[:, kv].transpose(1, 2)) * scale + mask.view(batch, 1, capacity)
+            by_group[kv] = scores.softmax(dim=-1)
+        rows.append(by_group[kv][:, head - kv * groups])
+    return torch.stack(rows, dim=1)

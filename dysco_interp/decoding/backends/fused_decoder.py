@@ -1,0 +1,235 @@
+"""The decoder of Llama-family models (Llama, Qwen2, Qwen3) written out over the model's own weights.
+
+The static backend's passes run here instead of through the transformers forward when the model
+is of a family this file knows. At batch 1 a decoding step is bound by memory bandwidth, and
+the transformers forward spends a third of an 8B model's step on some 1,500 small kernels:
+RMSNorm's five, rotary's eight per tensor, the residual adds, the mask casts. Here each of
+those groups is one function, compiled by `torch.compile` on CUDA into one kernel (the
+residual add folded into the next norm), and the mask is cast to the model dtype once per pass.
+The matrix products stay cuBLAS calls on the unchanged weight tensors, so nothing is copied.
+
+Prefill goes chunk by chunk through the same layers; a chunk attends to the keys before it and
+causally within itself through SDPA's lower-right causal bias, which runs the flash kernel on a
+GPU without materialising a mask.
+
+The math is the transformers code's, operation for operation (the parity tests compare tokens
+and selections with the TransformerLens bridge); compiled kernels may round bf16 intermediates
+differently, as any fused kernel does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch.nn.attention.bias import causal_lower_right
+from torch.nn.functional import linear, scaled_dot_product_attention, silu
+
+from dysco_interp.decoding.backends.decode_attention import (
+    decode_probabilities,
+    fused_decode,
+    head_probabilities,
+    probabilities_times_values,
+)
+
+FAMILIES = ("llama", "qwen2", "qwen3")
+
+
+def unsupported(hf: torch.nn.Module) -> str | None:
+    """Why the model cannot run here (None: it can)."""
+    config = hf.config
+    if config.model_type not in FAMILIES:
+        return f"model type {config.model_type!r} is not one of {', '.join(FAMILIES)}"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r}"
+    if any(getattr(layer.self_attn, "sliding_window", None) for layer in hf.model.layers):
+        return "sliding-window layers"
+    return None
+
+
+# ---------------------------------------------------------------------------- the fused pieces
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    dtype = x.dtype
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(dtype)
+
+
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual stream after adding `delta`, and its norm."""
+    x = x + delta
+    return x, rms_norm(x, weight, eps)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+
+def attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                     head_dim: int, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Projections `[B, s, heads * d]` to rotated queries and keys and values `[B, heads, s, d]`
+    (Qwen3 normalises each head's query and key first)."""
+    batch, seq = q.shape[:2]
+    q, k, v = (t.view(batch, seq, -1, head_dim) for t in (q, k, v))
+    if q_norm is not None and k_norm is not None:
+        q, k = rms_norm(q, q_norm, eps), rms_norm(k, k_norm, eps)
+    cos, sin = cos[:, :, None], sin[:, :, None]
+    return rotate(q, cos, sin).transpose(1, 2), rotate(k, cos, sin).transpose(1, 2), v.transpose(1, 2)
+
+
+def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    return silu(gate) * up
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The fused pieces, compiled (one kernel each on CUDA) or as plain eager functions."""
+
+    rms_norm: Callable = rms_norm
+    add_rms_norm: Callable = add_rms_norm
+    attention_inputs: Callable = attention_inputs
+    silu_mul: Callable = silu_mul
+
+    @classmethod
+    def compiled(cls) -> "Kernels":
+        def compile_(fn: Callable) -> Callable:
+            return torch.compile(fn, fullgraph=True)
+        return cls(compile_(rms_norm), compile_(add_rms_norm), compile_(attention_inputs), compile_(silu_mul))
+
+
+EAGER = Kernels()
+
+
+# ---------------------------------------------------------------------------- one pass
+
+
+@dataclass
+class DecodePass:
+    """What one decoding pass over fixed buffers does: its mask (float32 `[B, 1, 1, capacity]`,
+    bias included), where the token's key goes, and which QRHeads it reads."""
+
+    mask: torch.Tensor
+    slot: torch.Tensor  # long [1]
+    tau: float = 1.0
+    decode_attention: str = "sdpa"
+    read: Mapping[int, Sequence[int]] = field(default_factory=dict)  # layer -> query heads, as ints
+    rows: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> float32 rows [B, h, capacity]
+
+
+Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+class FusedDecoder:
+    """The layers of `hf` (a model `unsupported` accepts) as explicit passes.
+
+    `kernels`: `Kernels.compiled()` fuses the small operations on CUDA; `EAGER` runs them as
+    written (the CPU, and the reference the GPU checks compare with).
+    """
+
+    def __init__(self, hf: torch.nn.Module, kernels: Kernels = EAGER):
+        reason = unsupported(hf)
+        if reason is not None:
+            raise ValueError(f"the fused decoder cannot run this model: {reason}")
+        self.hf, self.kernels = hf, kernels
+        self.compiled = kernels is not EAGER
+        self.layers = list(hf.model.layers)
+        attn = self.layers[0].self_attn
+        self.head_dim, self.groups = attn.head_dim, attn.num_key_value_groups
+        self.n_layers = len(self.layers)
+
+    def embed(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.hf.model.embed_tokens(ids)
+
+    def logits(self, normed: torch.Tensor) -> torch.Tensor:
+        """float32 logits of the last position of the final norm's output."""
+        return self.hf.lm_head(normed[:, -1:])[:, -1].float()
+
+    def _norm_after(self, index: int) -> torch.nn.Module:
+        """The norm the residual stream goes through after layer `index`'s MLP."""
+        return self.layers[index + 1].input_layernorm if index + 1 < self.n_layers else self.hf.model.norm
+
+    def layers_between(self, x: torch.Tensor, positions: torch.Tensor, start: int, stop: int, attend: Attend,
+                       kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Layers start..stop-1 on the residual stream `x` `[B, s, D]`; returns the stream and, when
+        `stop` is the last layer, its final norm (which the logits read)."""
+        k = kernels
+        cos, sin = self.hf.model.rotary_emb(x, positions)
+        first = self.layers[start].input_layernorm
+        h = k.rms_norm(x, first.weight, first.variance_epsilon)
+        normed = None
+        for index in range(start, stop):
+            layer = self.layers[index]
+            attn, mlp = layer.self_attn, layer.mlp
+            q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+            q, key, value = k.attention_inputs(
+                linear(h, attn.q_proj.weight, attn.q_proj.bias), linear(h, attn.k_proj.weight, attn.k_proj.bias),
+                linear(h, attn.v_proj.weight, attn.v_proj.bias), cos, sin, self.head_dim,
+                None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,
+                0.0 if q_norm is None else q_norm.variance_epsilon)
+            out = attend(index, q, key, value)  # [B, s, heads * d]
+            post = layer.post_attention_layernorm
+            x, h = k.add_rms_norm(x, linear(out, attn.o_proj.weight, attn.o_proj.bias), post.weight,
+                                  post.variance_epsilon)
+            gate = linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
+            down = linear(k.silu_mul(gate, linear(h, mlp.up_proj.weight, mlp.up_proj.bias)), mlp.down_proj.weight,
+                          mlp.down_proj.bias)
+            if index + 1 < stop or stop == self.n_layers:
+                norm = self._norm_after(index)
+                x, h = k.add_rms_norm(x, down, norm.weight, norm.variance_epsilon)
+                normed = h if index + 1 == self.n_layers else None
+            else:
+                x = x + down
+        return x, normed
+
+    def decode(self, x: torch.Tensor, positions: torch.Tensor, cache_buffers: Sequence, step: DecodePass,
+               start: int = 0, stop: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One token per row (`x` `[B, 1, D]`) through layers start..stop-1: its key and value go
+        to `step.slot` of each layer's buffers (`cache_buffers[layer]` = (keys, values)
+        `[B, kv_heads, capacity, d]`), and it attends over the whole buffers under `step.mask`."""
+        stop = self.n_layers if stop is None else stop
+        model_mask = step.mask.to(x.dtype)  # once per pass, not per layer
+
+        def attend(index: int, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+            keys, values = cache_buffers[index]
+            keys.index_copy_(2, step.slot, key)
+            values.index_copy_(2, step.slot, value)
+            scale = self.layers[index].self_attn.scaling / step.tau
+            heads = step.read.get(index)
+            if step.decode_attention == "sdpa":
+                if heads is not None:
+                    step.rows[index] = head_probabilities(q, keys, step.mask, scale, self.groups, heads)
+                out = fused_decode(q, keys, values, model_mask, scale, self.groups)
+            else:
+                probs = decode_probabilities(q, keys, step.mask, scale, self.groups)
+                if heads is not None:  # views, not an index tensor: a capture cannot copy one to the device
+                    step.rows[index] = torch.stack([probs[:, head] for head in heads], dim=1)
+                out = probabilities_times_values(probs, values)
+            return out.reshape(*out.shape[:2], -1)
+
+        return self.layers_between(x, positions, start, stop, attend, self.kernels)
+
+    def prefill(self, ids: torch.Tensor, append: Callable[[torch.Tensor, torch.Tensor, int], tuple],
+                chunk_size: int, tau: float = 1.0) -> None:
+        """The prompt `ids` `[B, n]` (no pads) chunk by chunk: `append(keys, values, layer)` stores a
+        chunk's keys and values after the earlier ones and returns everything stored so far."""
+        n = ids.shape[1]
+        for start in range(0, n, chunk_size):
+            chunk = ids[:, start:start + chunk_size]
+            positions = torch.arange(start, start + chunk.shape[1], device=ids.device).expand(chunk.shape[0], -1)
+
+            def attend(index: int, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+                keys, values = append(key, value, index)
+                causal = causal_lower_right(q.shape[2], keys.shape[2])  # earlier keys all visible
+                out = scaled_dot_product_attention(q, keys, values, attn_mask=causal,
+                                                   scale=self.layers[index].self_attn.scaling / tau,
+                                                   enable_gqa=self.groups > 1)
+                return out.transpose(1, 2).reshape(*q.shape[:1], q.shape[2], -1)
+
+            # the final norm and logits are not needed: decoding starts from the next token
+            self.layers_between(self.embed(chunk), positions, 0, self.n_layers, attend, EAGER)
