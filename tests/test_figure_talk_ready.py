@@ -51,6 +51,9 @@ def test_overhead_labels_are_short():
     assert short_label(row) == "qwen3-8b shape · H100 static · 64K × 4 · dysco-reuse"
     assert short_label({"source": "evaluation stores", "model": "m", "task": "path_traversal", "context": 2048,
                         "batch": 50}) == "m · eval run (path traversal) · 2K × 50"
+    # the static backend's float32 reference attention and YaRN are configurations of their own
+    assert short_label({**_meas("x", 131072, 1), "attention": "float32", "yarn": 4.0}) == \
+        "qwen3-8b shape · H100 static (float32 attention) · 128K YaRN 4"
 
 
 def test_committed_overhead_report_names_no_machine_of_its_own():

@@ -268,6 +268,11 @@ def test_decode_rows_reads_flat_nested_and_per_method_layouts():
     assert [(r["context"], r["slowdown"]) for r in rows] == [(1024, 2.0), (4096, None)]
     rows, notes = decode_rows({"rows": [{"tokens": 5}]}, "prefill.json")
     assert rows == [] and "skipped" in notes[0]
+    static = {"backend": "static", "yarn_factor": 4.0, "rows": [{"context": 131072, "vanilla_tok_per_s": 2.0,
+                                                                   "dysco_tok_per_s": 1.0}]}
+    (row,), _ = decode_rows(static, "yarn.json")  # a static file that names no attention timed the float32 one
+    assert row["attention"] == "float32" and row["yarn"] == 4.0
+    assert row["label"] == "static, ctx 128K, float32 attention, YaRN 4"
 
 
 def test_record_speed_rows_take_medians_of_default_runs():

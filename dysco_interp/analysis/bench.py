@@ -36,6 +36,7 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, paper_heads, resolve_heads
 from dysco_interp.models import LoadedModel, dtype_name, from_hf, with_yarn
 from dysco_interp.models.tiny import tiny_config, tiny_tokenizer
+from dysco_interp.models.yarn import yarn_factor
 
 # Qwen3-8B's shape (config.json of Qwen/Qwen3-8B); weights are random, speed does not depend on them.
 GEOMETRIES: dict[str, dict[str, Any]] = {
@@ -325,6 +326,7 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
         "static": (options or StaticOptions()).described(model) if backend == "static" else None,
         "model": name,
         "random_weights": random_weights,
+        "yarn_factor": yarn_factor(model.hf_config),
         "dtype": dtype_name(model.dtype),
         "heads": {"source": heads_source, "n": len(heads), "deepest_layer": heads.max_layer, "labels": heads.labels()},
         "n_layers": model.spec.n_layers,

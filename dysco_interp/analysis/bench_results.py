@@ -126,6 +126,7 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
     attention = doc.get("decode_attention") if isinstance(doc, Mapping) else None
     if attention is None and meta.get("backend") == "static":
         attention = "float32"
+    yarn = doc.get("yarn_factor") if isinstance(doc, Mapping) else None
     rows: Sequence[Mapping] = _rows_of(doc)
     if any("method" in r for r in rows):
         rows = _join_per_method_rows(rows)
@@ -142,10 +143,12 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
                           if x)
         if attention:
             label = f"{label}, {attention} attention"
+        if isinstance(yarn, (int, float)):
+            label = f"{label}, YaRN {yarn:g}"
         if variant not in (None, "dysco"):
             label = f"{label}, {variant}"
         row = {"source": source, "label": label or source, "variant": variant, "context": context, "batch": batch,
-               **info}
+               "attention": attention, "yarn": yarn, **info}
         for m, (tok, mem) in values.items():
             row[f"{m}_tok_per_s"] = tok
             row[f"{m}_peak_gib"] = mem

@@ -225,9 +225,13 @@ def short_label(row: dict) -> str:
     size = f"{n // 1024}K" if isinstance(n, int) and n % 1024 == 0 and n else str(n or "?")
     if is_batched(row):
         size += f" × {batch}"
+    if row.get("yarn"):
+        size += f" YaRN {row['yarn']:g}"
     if row.get("source") == "evaluation stores":
         return f"{model} · eval run ({str(row.get('task') or 'task').replace('_', ' ')}) · {size}"
     where = " ".join(str(x) for x in (short_device(row.get("device") or row.get("gpu")), row.get("backend")) if x)
+    if row.get("attention") == "float32":  # the static backend's reference attention, before fused decoding
+        where += " (float32 attention)"
     variant = row.get("variant")
     label = " · ".join(x for x in (model, where, size) if x)
     return f"{label} · {variant}" if variant not in (None, "dysco") else label

@@ -33,6 +33,12 @@ def with_yarn(config: PretrainedConfig, factor: float | None) -> PretrainedConfi
     return config
 
 
+def yarn_factor(config: PretrainedConfig) -> float | None:
+    """The YaRN factor the config's rope is scaled by, or None."""
+    rope = getattr(config, "rope_parameters", None) or {}
+    return float(rope["factor"]) if rope.get("rope_type") == "yarn" else None
+
+
 def yarn_suffix(factor: float | None) -> str:
     """``;yarn=<factor>`` for a weights id recorded before the config change, or ""."""
     return "" if factor is None else f";yarn={float(factor):g}"

@@ -1,0 +1,59 @@
+"""How far the static backend's fast decoding paths are from its float32 reference on a real model.
+
+Per prompt length: a long real-text prompt (this package's own source and a question), then each
+path's logits and QRHead relevance against the float32 reference with the same DySCO bias
+(dysco_interp/analysis/decode_exactness.py says what is compared and why).
+
+    python analyses/decode_exactness.py --model qwen2.5-coder-1.5b --device cuda --dtype bfloat16 \
+        --lengths 8192,30720 --out figures/exactness/qwen2.5-coder-1.5b_bf16.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+
+import torch
+import transformers
+
+from dysco_interp.analysis.decode_exactness import compare_paths, source_prompt
+from dysco_interp.analysis.report import command_line, write_json
+from dysco_interp.heads import resolve_heads
+from dysco_interp.models import load_model
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="qwen2.5-coder-0.5b")
+    p.add_argument("--heads", default="shipped", help="head file or 'shipped'")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--lengths", default="8192", help="prompt lengths in tokens, comma-separated")
+    p.add_argument("--out", default="figures/exactness/decode_exactness.json")
+    args = p.parse_args(argv)
+    try:
+        lengths = [int(x) for x in args.lengths.split(",")]
+    except ValueError:
+        raise SystemExit(f"--lengths takes integers separated by commas, got {args.lengths!r}") from None
+    model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
+    heads = resolve_heads(model, args.heads)
+    rows = {}
+    for n in lengths:
+        rows[str(n)] = compare_paths(model, heads, source_prompt(model, n))
+        print(n, rows[str(n)], flush=True)
+    device = model.device
+    write_json(args.out, {
+        "model": args.model, "dtype": str(model.dtype).removeprefix("torch."), "heads": args.heads,
+        "machine": {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                    "platform": platform.platform()},
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "command": command_line("analyses/decode_exactness.py", argv if argv is not None else sys.argv[1:]),
+        "lengths": rows,
+    })
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
