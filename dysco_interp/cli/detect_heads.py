@@ -151,15 +151,13 @@ def _command_line() -> str:
 
 
 def run_detect(args) -> int:
-    import dataclasses
-
     import torch
 
-    from dysco_interp.detection import COPY_PASTE, detect, head_overlap, resolve_method, split_half
-    from dysco_interp.hooks import sliding_layers
-    from dysco_interp.models import load_model
-    from dysco_interp.viz.heatmap import save_head_heatmaps
+    from dysco_interp.experiments import distributed
 
+    # under torchrun: this rank's device; every rank refuses bad input itself, before the model loads
+    launch = distributed.torchrun_launch()
+    args.device = distributed.rank_device(launch, args.device)
     _check_args(args)
     reference = _load_compare(args.compare)
     data_file = _data_file(args)
@@ -168,6 +166,21 @@ def run_detect(args) -> int:
         args.on_interrupt = f"finished examples are kept in {args.resume_dir}; the same command resumes"
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    with distributed.process_group(launch, args.device) as world:
+        with distributed.quiet_unless_main(world):
+            result, examples, model = _detect(args, reference, file_examples)
+        top_k, note = informative_top(result, args.top_k, args.method)  # every rank: each stops on no signal
+        if not world.is_main:
+            return 0  # rank 0 prints and writes the results of the whole run
+    return _report(args, result, examples, model, reference, top_k, note)
+
+
+def _detect(args, reference, file_examples):
+    """Load the model and score the heads (this rank's share of the examples under torchrun)."""
+    from dysco_interp.detection import COPY_PASTE, detect, resolve_method
+    from dysco_interp.hooks import sliding_layers
+    from dysco_interp.models import load_model
+
     # load_model's status line is not output: stdout carries the head table only
     with contextlib.redirect_stdout(sys.stderr):
         model = load_model(args.model, device=args.device, dtype=args.dtype)
@@ -185,7 +198,16 @@ def run_detect(args) -> int:
         model, examples, seed=args.seed, method=args.method, progress=not args.no_progress,
         store=args.resume_dir, max_new_tokens=args.max_new_tokens,
     )
-    top_k, note = informative_top(result, args.top_k, args.method)
+    return result, examples, model
+
+
+def _report(args, result, examples, model, reference, top_k: int, note: str | None) -> int:
+    """Print the head table (and split-half, comparison), write the head file and heatmaps."""
+    import dataclasses
+
+    from dysco_interp.detection import head_overlap, split_half
+    from dysco_interp.viz.heatmap import save_head_heatmaps
+
     if note:
         print(f"dysco-interp: note: {note}", file=sys.stderr)
     headset = result.headset(top_k, command=_command_line())

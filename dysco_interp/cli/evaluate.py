@@ -1,4 +1,8 @@
-"""`dysco-interp evaluate`: score decoding methods on task data, into a resumable result store."""
+"""`dysco-interp evaluate`: score decoding methods on task data, into a resumable result store.
+
+Data-parallel under torchrun (`torchrun --nproc-per-node N -m dysco_interp.cli evaluate ...`):
+each rank decodes its share, rank 0 prints the table (`experiments.distributed`).
+"""
 
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ def task_name(text: str) -> str:
 
 
 def run_evaluate(args) -> int:
+    from dysco_interp.experiments import distributed
     from dysco_interp.experiments.evaluate import (
         ADAPTERS,
         check_task,
@@ -65,6 +70,9 @@ def run_evaluate(args) -> int:
     from dysco_interp.models import resolve_device, resolve_dtype
     from dysco_interp.tasks import get_task, load_dataset
 
+    # under torchrun: this rank's device; every rank refuses bad input itself, before the model loads
+    launch = distributed.torchrun_launch()
+    args.device = distributed.rank_device(launch, args.device)
     task = get_task(args.task).name
     files = sorted(Path(args.data).glob(f"{task}_*.jsonl")) if Path(args.data).is_dir() else [Path(args.data)]
     if not files or not all(f.is_file() for f in files):
@@ -81,11 +89,14 @@ def run_evaluate(args) -> int:
         known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device,
                                teacher_forced=args.teacher_forced)
         precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()})
-    model = load_model_from_flags(args)
-    heads = resolve_heads(model, args.heads, args.allow_other_model) if needs_heads else None
-    run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
-                   backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
-                   teacher_forced=args.teacher_forced)
+    with distributed.process_group(launch, args.device) as world, distributed.quiet_unless_main(world):
+        model = load_model_from_flags(args)
+        heads = resolve_heads(model, args.heads, args.allow_other_model) if needs_heads else None
+        run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
+                       backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
+                       teacher_forced=args.teacher_forced)
+    if not world.is_main:
+        return 0  # rank 0 reports the whole run
     adapter = ADAPTERS[task]
     metrics = adapter.forced_metrics if args.teacher_forced else adapter.metrics
     summary = summarise(run.records, metrics)

@@ -4,7 +4,12 @@ Resumable runs: with `store=DIR`, each finished example is appended (flushed, fs
 as one JSON line to DIR/<family>.jsonl, an `experiments.store.ResultStore` whose header
 holds the model, its weights, the scored heads and the method's parameters; a re-run skips
 examples whose content is already there (never matched on ids alone); a truncated last
-line (a killed run) is dropped. Nothing is pickled.
+line (a killed run) is dropped. Nothing on disk is pickled.
+
+Under torchrun (any initialised process group) the examples missing from the store are shared
+out between the ranks, each writing a shard of the store that rank 0 folds in at the end, and
+every rank gets back every example's scores through torch.distributed's object collectives
+(`experiments.distributed`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from dysco_interp.detection.result import DetectionResult, matrix_from_json, mat
 from dysco_interp.detection.scores import mean_over_examples
 from dysco_interp.detection.selection import HeadsArg, qrscore_heads, requested_heads
 from dysco_interp.errors import ConfigError
+from dysco_interp.experiments.distributed import current_world, gather, note_world, sharded_store
 from dysco_interp.experiments.store import ResultStore, content_hash
 from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import sliding_layers
@@ -60,12 +66,20 @@ def _run(
     progress: bool,
     store: str | os.PathLike | None,
 ) -> tuple[list[torch.Tensor], list[dict[str, Any]]]:
-    """Per-example score matrices for `method`, resuming from and appending to the store."""
+    """Per-example score matrices for `method`, resuming from and appending to the store.
+
+    Under torchrun (an initialised process group) each rank scores its share of the examples the
+    store lacks, into its own shard (`experiments.distributed`), and every rank gets every
+    example's record back, so each ends with what one process would have computed.
+    """
     from dysco_interp.progress import tqdm
 
     spec = model.spec
     key = "copy" if method == COPY_PASTE else ("ndcg" if method == QRSCORE_NDCG else "mass")
-    db = None
+    # an example is known by its content, so data made with other options never reuses a score
+    keys = {ex.id: {"example": content_hash(ex.to_dict())} for ex in examples}
+    order = {keys[ex.id]["example"]: i for i, ex in enumerate(examples)}
+    path = settings = None
     if store is not None:
         family = _family(method)
         settings = {
@@ -73,32 +87,69 @@ def _run(
             "dtype": dtype_name(model.dtype), "n_layers": spec.n_layers, "n_heads": spec.n_heads,
             "scored_heads": [list(h) for h in torch.nonzero(mask).tolist()], "params": params,
         }
-        db = ResultStore(Path(store) / f"{family}.jsonl", key_fields=("example",), settings=settings, purpose="detect")
-    # an example is known by its content, so data made with other options never reuses a score
-    keys = {ex.id: {"example": content_hash(ex.to_dict())} for ex in examples}
-    todo = sum(1 for ex in examples if db is None or keys[ex.id] not in db)
-    bar = tqdm(total=len(examples), initial=len(examples) - todo, desc=f"{method} {spec.name}",
-               unit="ex", disable=not progress)
-    per, records = [], []
-    try:
-        for ex in examples:
-            if db is not None and keys[ex.id] in db:
-                rec = db.get(keys[ex.id])
-            else:
-                out = compute(ex)
-                rec = {**keys[ex.id], "id": ex.id, "n_tokens": ex.n_tokens}
-                for k, v in out.items():
-                    rec[k] = matrix_to_json(v, mask) if isinstance(v, torch.Tensor) else v
-                if db is not None:
-                    db.append(rec)
-                bar.update(1)
-            per.append(matrix_from_json(rec[key]))
-            records.append(rec)
-    finally:
-        bar.close()
-        if db is not None:
+        path = Path(store) / f"{family}.jsonl"
+
+    def open_store(where: Path) -> ResultStore:
+        return ResultStore(where, key_fields=("example",), settings=settings, purpose="detect")
+
+    def in_order(record: dict) -> int:
+        return order.get(str(record.get("example")), len(order))
+
+    def open_main() -> ResultStore:
+        assert path is not None
+        db = open_store(path)
+        try:
+            db.fold_shards(in_order)
+        except BaseException:
             db.close()
-    return per, records
+            raise
+        return db
+
+    def score(todo: Sequence[Any], done: set[str], sink: ResultStore | None, total: int) -> list[dict]:
+        """The records of the examples in `todo` not `done` yet, each appended to `sink` when it is made."""
+        unique: dict[str, Any] = {}  # examples of the same content are scored once
+        for ex in todo:
+            if keys[ex.id]["example"] not in done:
+                unique.setdefault(keys[ex.id]["example"], ex)
+        todo = list(unique.values())
+        bar = tqdm(total=total, initial=total - len(todo), desc=f"{method} {spec.name}{note_world(world)}",
+                   unit="ex", disable=not progress or not world.is_main)
+        made = []
+        try:
+            for ex in todo:
+                rec = {**keys[ex.id], "id": ex.id, "n_tokens": ex.n_tokens}
+                for k, v in compute(ex).items():
+                    rec[k] = matrix_to_json(v, mask) if isinstance(v, torch.Tensor) else v
+                if sink is not None:
+                    sink.append(rec)
+                made.append(rec)
+                bar.update(1)
+        finally:
+            bar.close()
+        return made
+
+    world = current_world()
+    stored: dict[str, dict] = {}
+    if world.size == 1:
+        db = open_main() if path is not None else None
+        try:
+            stored = {} if db is None else {r["example"]: r for r in db.records()}
+            made = score(examples, set(stored), db, len(examples))
+        finally:
+            if db is not None:
+                db.close()
+    elif path is None:
+        share = world.share(examples)
+        made = [r for part in gather(world, score(share, set(), None, len(share))) for r in part]
+    else:
+        with sharded_store(world, open_main, open_store, in_order) as shard:
+            stored = {r["example"]: r for r in shard.done.values()}
+            todo = world.share([ex for ex in examples if keys[ex.id]["example"] not in stored])
+            mine = score(todo, set(), shard.store, len(todo))
+        made = [r for part in gather(world, mine) for r in part]
+    by_hash = {**stored, **{r["example"]: r for r in made}}
+    records = [by_hash[keys[ex.id]["example"]] for ex in examples]
+    return [matrix_from_json(rec[key]) for rec in records], records
 
 
 def qrscore(

@@ -6,6 +6,10 @@ the model, its weights, the dtype, the device type, the task and the backend; ea
 carries the config fields its method uses (sampling included), its head set and the instance
 hash. A killed run resumes without redoing finished items, and a rerun with other settings is
 refused instead of handing back stale results.
+
+Under torchrun (or any initialised process group) the instances still missing are shared out
+between the ranks, each writing a shard that rank 0 folds into the store at the end, in the
+order one process would have written it (`experiments.distributed`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.errors import ConfigError
+from dysco_interp.experiments.distributed import Shard, current_world, gather, note_world, sharded_store
 from dysco_interp.experiments.store import (
     ResultStore,
     StoreMismatchError,
@@ -35,6 +40,7 @@ from dysco_interp.experiments.store import (
     differences,
     open_store,
     read_resumable,
+    shard_paths,
 )
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
@@ -157,16 +163,18 @@ def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str
     """Before a model is loaded: refuse a path that is no store, or a store whose settings
     differ in what is already known (`known`: some store settings; `methods`: method settings,
     compared without their head sets, which need the model)."""
-    contents = read_resumable(path)
-    if contents is None:
-        return
-    stored = contents.settings or {}
-    mine = {k: v for k, v in known.items() if k in stored}
-    theirs = {k: stored[k] for k in mine}
-    if theirs != mine:
-        raise StoreMismatchError(f"{path} holds results computed with other settings "
-                                 f"({'; '.join(differences(theirs, mine))}); {NEW_STORE_HINT}")
-    check_methods(path, contents.records, methods, ignore=("heads",))
+    # a killed data-parallel run's shards join the store when it is opened: check them with it
+    for file in (Path(path), *shard_paths(path)):
+        contents = read_resumable(file)
+        if contents is None:
+            continue
+        stored = contents.settings or {}
+        mine = {k: v for k, v in known.items() if k in stored}
+        theirs = {k: stored[k] for k in mine}
+        if theirs != mine:
+            raise StoreMismatchError(f"{file} holds results computed with other settings "
+                                     f"({'; '.join(differences(theirs, mine))}); {NEW_STORE_HINT}")
+        check_methods(file, contents.records, methods, ignore=("heads",))
 
 
 def decode_batch(model: LoadedModel, adapter: TaskAdapter, batch: Sequence, methods: Mapping[str, DecodingConfig],
@@ -221,12 +229,18 @@ def open_results(
     backend: str = "bridge",
     if_differs: str = "error",
     teacher_forced: bool = False,
+    order: Callable[[Mapping], Any] | None = None,
 ) -> ResultStore:
     """The evaluation store at `path` (or a sibling with if_differs="new") for these settings;
-    `methods` maps each method name to its `method_settings`."""
+    `methods` maps each method name to its `method_settings`. Shards a killed data-parallel run
+    left beside the store are folded into it first (sorted by `order`), then checked with it."""
     settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced)
-    return open_store(path, KEY, settings, purpose="evaluate",
-                      if_differs=if_differs, check=lambda store: check_methods(store.path, store.records(), methods))
+
+    def check(store: ResultStore) -> None:
+        store.fold_shards(order)
+        check_methods(store.path, store.records(), methods)
+
+    return open_store(path, KEY, settings, purpose="evaluate", if_differs=if_differs, check=check)
 
 
 def evaluate(
@@ -250,6 +264,9 @@ def evaluate(
     Records are keyed by method name and instance content, and carry the full settings; the
     store refuses other settings (if_differs="error") or moves to a sibling file ("new").
     The records of each method are stored as soon as that method has finished a batch.
+    When a process group is initialised (torchrun), call it on every rank with the same
+    arguments: each rank decodes its share of the missing instances, rank 0 folds the shards
+    into the store, and every rank returns the same records (`experiments.distributed`).
 
     Args:
         model: the loaded model.
@@ -260,7 +277,7 @@ def evaluate(
         heads: the QRHeads for the DySCO methods (None when no method uses heads).
         out: the JSONL result store.
         keep_trace: store each record's per-step trace.
-        progress: show a progress bar.
+        progress: show a progress bar (rank 0 only, for its share, under torchrun).
         backend: "bridge", "sdpa" or "static".
         batch_size: instances decoded together (sdpa and static only).
         if_differs: "error" refuses a store with other settings; "new" writes to the first sibling
@@ -270,7 +287,8 @@ def evaluate(
             either teacher-forced or free results, never both.
 
     Returns:
-        An `EvaluationRun`: the records of the requested instances x methods, the new ones, the path.
+        An `EvaluationRun`: the records of the requested instances x methods, the new ones (made by
+        any rank), the path.
     """
     if isinstance(out, ResultStore):
         raise ConfigError("evaluate takes the results path, not an open store: it opens the store "
@@ -283,23 +301,29 @@ def evaluate(
     ids = [instance_id(inst) for inst in instances]
     wanted = {m: method_settings(c, heads) for m, c in methods.items()}
     check_bool("teacher_forced", teacher_forced)
-    with open_results(out, model, model_name, task, wanted, backend, if_differs, teacher_forced) as store:
-        shared = dict(store.settings or {})
+    world = current_world()
+    order = grid_order(ids, methods)
 
-        def key(instance_hash, method):
-            return {"method": method, "instance": instance_hash}
+    def key(instance_hash, method):
+        return {"method": method, "instance": instance_hash}
 
-        todo = [(inst, h) for inst, h in zip(instances, ids) if any(key(h, m) not in store for m in methods)]
+    def open_main() -> ResultStore:
+        return open_results(out, model, model_name, task, wanted, backend, if_differs, teacher_forced, order)
+
+    def decode_missing(todo: list[tuple[Any, str]], done: ResultStore | Shard, sink: ResultStore) -> list[dict]:
+        """Decode the (instance, hash) pairs in `todo` under each method not `done` yet into `sink`."""
+        shared = dict(sink.settings or {})
         new: list[dict] = []
-        with tqdm(total=len(todo), desc=f"{task} x {len(methods)} methods", disable=not progress) as bar:
+        with tqdm(total=len(todo), desc=f"{task} x {len(methods)} methods{note_world(world)}",
+                  disable=not progress or not world.is_main) as bar:
             for start in range(0, len(todo), batch_size):
                 batch = todo[start : start + batch_size]
-                pending = {m: c for m, c in methods.items() if any(key(h, m) not in store for _, h in batch)}
+                pending = {m: c for m, c in methods.items() if any(key(h, m) not in done for _, h in batch)}
                 # each method's records are stored as soon as it finishes, so a kill loses at most one
                 for method, config, rows in decode_batch(model, adapter, [inst for inst, _ in batch], pending, heads,
                                                          keep_trace, backend, teacher_forced):
                     for (inst, h), res in zip(batch, rows):
-                        if key(h, method) in store:
+                        if key(h, method) in done:
                             continue
                         record = {
                             "model": model_name, "task": task, "length": inst.target_tokens, "method": method,
@@ -321,11 +345,36 @@ def evaluate(
                             record["trace"] = res.trace.to_dict()
                         if keep_trace and res.forced is not None:
                             record["forced"] = res.forced.to_dict()
-                        store.append(record)
+                        sink.append(record)
                         new.append(record)
                 bar.update(len(batch))
-        records = [store.get(key(h, m)) for h in dict.fromkeys(ids) for m in methods]
-        return EvaluationRun(records, new, store.path)
+        return new
+
+    if world.size == 1:
+        with open_main() as store:
+            todo = [(inst, h) for inst, h in zip(instances, ids) if any(key(h, m) not in store for m in methods)]
+            new = decode_missing(todo, store, store)
+            records = [store.get(key(h, m)) for h in dict.fromkeys(ids) for m in methods]
+            return EvaluationRun(records, new, store.path)
+    # data-parallel (see experiments.distributed): this rank's share of what the store lacks, into its shard
+    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced)
+    with sharded_store(world, open_main, lambda p: ResultStore(p, KEY, settings, purpose="evaluate"), order) as shard:
+        by_hash = dict(zip(ids, instances))  # an instance listed twice is decoded once
+        todo = [(by_hash[h], h) for h in dict.fromkeys(ids) if any(key(h, m) not in shard for m in methods)]
+        new = decode_missing(world.share(todo), shard, shard.store)
+    made = {(m, h) for rank_new in gather(world, [[r["method"], r["instance"]] for r in new]) for m, h in rank_new}
+    store = ResultStore(shard.path, KEY, readonly=True)
+    records = [store.get(key(h, m)) for h in dict.fromkeys(ids) for m in methods]
+    return EvaluationRun(records, [r for r in records if (r["method"], r["instance"]) in made], shard.path)
+
+
+def grid_order(ids: Sequence[str], methods: Iterable[str]) -> Callable[[Mapping], int]:
+    """The sort key of records in the order one process writes them: instance by instance, the
+    methods in the order given; records of other instances or methods last."""
+    names = list(methods)
+    grid = [(m, h) for h in dict.fromkeys(ids) for m in names]
+    position: dict[tuple[Any, Any], int] = {item: i for i, item in enumerate(grid)}
+    return lambda record: position.get((record.get("method"), record.get("instance")), len(position))
 
 
 def summarise(records: Iterable[dict], metrics: Iterable[str], baseline: str = "vanilla") -> dict[tuple, dict]:

@@ -15,6 +15,10 @@ The guarantees, each pinned by a test:
   second writer fails at once with `StoreBusyError`. Readers (`read_store`, `readonly=True`)
   take no lock and never modify the file.
 - Records are plain JSON, never pickles.
+- A data-parallel run writes one shard per rank beside the store (`shard_path`: results.rank1.jsonl
+  beside results.jsonl), each a store of its own with the same header. `fold_shards` appends
+  what the shards hold and the store lacks (never a record twice), then deletes them; a writer
+  folds in the shards a killed run left before it decodes anything.
 
 Format 1 stores (before settings headers) are read for the tables: a header line
 `{"kind": "header", ...}` still counts as settings; a file of bare evaluation records can be
@@ -28,7 +32,8 @@ import hashlib
 import json
 import lzma
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -366,6 +371,70 @@ class ResultStore:
             f.flush()
             os.fsync(f.fileno())
         self._by_key[key] = dict(record)
+
+    def extend(self, records: Iterable[Mapping]) -> None:
+        """`append` for several records, with one flush: what folding shards writes."""
+        if self._lock is None:
+            raise StoreError(f"{self.path} is {'opened read-only' if self.readonly else 'closed'}; "
+                             "it cannot take new records")
+        rows = [dict(r) for r in records]
+        keys = [self.key(r) for r in rows]
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.writelines(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in rows)
+            f.flush()
+            os.fsync(f.fileno())
+        self._by_key.update(zip(keys, rows))
+
+    def fold_shards(self, order: Callable[[dict], Any] | None = None) -> list[dict]:
+        """Append the records of the shards beside this store (`shard_paths`) that it lacks, sorted
+        by `order` (else shard by shard), then delete the shards; returns the records appended.
+
+        Each shard is opened as a writer first, so a shard with other settings, or one that a
+        process still writes, stops the fold before anything is written. A kill between the
+        append and the deletion leaves shards whose records the next fold skips.
+        """
+        if self._lock is None:
+            raise StoreError(f"{self.path} is not open for writing; its shards cannot be folded in")
+        shards: list[ResultStore] = []
+        try:
+            for path in shard_paths(self.path):
+                shards.append(ResultStore(path, self.key_fields, self.settings, purpose=self.purpose))
+            missing: dict[tuple, dict] = {}
+            for shard in shards:
+                for record in shard.records():
+                    if record not in self:
+                        missing.setdefault(self.key(record), record)
+            added = list(missing.values())
+            if order is not None:
+                added.sort(key=order)
+            if added:
+                self.extend(added)
+            for shard in shards:
+                shard.path.unlink()  # still locked: nobody appends to a shard that is going away
+        finally:
+            for shard in shards:
+                shard.close()
+                if not shard.path.exists():
+                    _lock_path(shard.path).unlink(missing_ok=True)
+        return added
+
+
+def shard_path(path: str | Path, rank: int) -> Path:
+    """Where rank `rank` of a data-parallel run writes its records for the store at `path`:
+    results.rank1.jsonl beside results.jsonl."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+
+
+def shard_paths(path: str | Path) -> list[Path]:
+    """The shard files beside the store at `path` that exist, by rank."""
+    path = Path(path)
+    pattern = re.compile(re.escape(path.stem) + r"\.rank(\d+)" + re.escape(path.suffix))
+    if not path.parent.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in path.parent.iterdir()
+             if (m := pattern.fullmatch(p.name)) is not None and p.is_file()]
+    return [p for _, p in sorted(found)]
 
 
 def sibling_paths(path: str | Path) -> Iterator[Path]:
