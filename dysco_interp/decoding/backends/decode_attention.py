@@ -92,3 +92,22 @@ def head_probabilities(query, key, mask, scale: float, groups: int, heads: Seque
             by_group[kv] = scores.softmax(dim=-1)
         rows.append(by_group[kv][:, head - kv * groups])
     return torch.stack(rows, dim=1)
+
+
+def attend_one_query(query, key, value, mask, scale: float, groups: int, kind: str,
+                     heads: Sequence[int] | None = None, window: int | None = None,
+                     slot: torch.Tensor | None = None,
+                     model_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One query per row over the whole buffers with the decoding attention `kind`: the output
+    `[B, 1, heads, d]` and the float32 rows of the query heads `heads` (None: none read).
+
+    `mask` is float32; `model_mask`, the same in the query's dtype, saves the fused path a cast.
+    A sliding-window layer (`window`, with the token's `slot`) always takes the float32 path.
+    """
+    if kind == "sdpa" and window is None:
+        rows = None if heads is None else head_probabilities(query, key, mask, scale, groups, heads)
+        return fused_decode(query, key, value, mask if model_mask is None else model_mask, scale, groups), rows
+    probs = decode_probabilities(query, key, mask, scale, groups, window, slot)
+    # views, not an index tensor: a CUDA-graph capture cannot copy one to the device
+    rows = None if heads is None else torch.stack([probs[:, head] for head in heads], dim=1)
+    return probabilities_times_values(probs, value), rows

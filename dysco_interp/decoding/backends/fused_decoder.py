@@ -19,6 +19,7 @@ differently, as any fused kernel does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -26,12 +27,7 @@ import torch
 from torch.nn.attention.bias import causal_lower_right
 from torch.nn.functional import linear, scaled_dot_product_attention, silu
 
-from dysco_interp.decoding.backends.decode_attention import (
-    decode_probabilities,
-    fused_decode,
-    head_probabilities,
-    probabilities_times_values,
-)
+from dysco_interp.decoding.backends.decode_attention import attend_one_query
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 
@@ -97,6 +93,7 @@ class Kernels:
     silu_mul: Callable = silu_mul
 
     @classmethod
+    @functools.cache  # one set for every backend: each compiles once per shape
     def compiled(cls) -> "Kernels":
         def compile_(fn: Callable) -> Callable:
             return torch.compile(fn, fullgraph=True)
@@ -200,16 +197,10 @@ class FusedDecoder:
             keys.index_copy_(2, step.slot, key)
             values.index_copy_(2, step.slot, value)
             scale = self.layers[index].self_attn.scaling / step.tau
-            heads = step.read.get(index)
-            if step.decode_attention == "sdpa":
-                if heads is not None:
-                    step.rows[index] = head_probabilities(q, keys, step.mask, scale, self.groups, heads)
-                out = fused_decode(q, keys, values, model_mask, scale, self.groups)
-            else:
-                probs = decode_probabilities(q, keys, step.mask, scale, self.groups)
-                if heads is not None:  # views, not an index tensor: a capture cannot copy one to the device
-                    step.rows[index] = torch.stack([probs[:, head] for head in heads], dim=1)
-                out = probabilities_times_values(probs, values)
+            out, rows = attend_one_query(q, keys, values, step.mask, scale, self.groups, step.decode_attention,
+                                         step.read.get(index), model_mask=model_mask)
+            if rows is not None:
+                step.rows[index] = rows
             return out.reshape(*out.shape[:2], -1)
 
         return self.layers_between(x, positions, start, stop, attend, self.kernels)

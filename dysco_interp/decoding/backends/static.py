@@ -42,10 +42,7 @@ from dysco_interp.decoding.backends.decode_attention import (
     DECODE_ATTENTION,
     DEFAULT_DECODE_ATTENTION,
     GRANULE,
-    decode_probabilities,
-    fused_decode,
-    head_probabilities,
-    probabilities_times_values,
+    attend_one_query,
 )
 from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
 from dysco_interp.decoding.backends.sdpa import (
@@ -213,17 +210,12 @@ def static_attention(module, query, key, value, attention_mask, dropout: float =
         raise ValueError("static decoding passes take one token per row")
     scale = (scaling if scaling is not None else query.shape[-1] ** -0.5) / ctl.tau
     groups = getattr(module, "num_key_value_groups", 1)
-    window = getattr(module, "sliding_window", None)
-    if ctl.decode_attention == "sdpa" and window is None:
-        heads_read = ctl.read_lists.get(module.layer_idx)
-        if heads_read is not None:
-            ctl.rows[module.layer_idx] = head_probabilities(query, key, attention_mask, scale, groups, heads_read)
-        return fused_decode(query, key, value, attention_mask, scale, groups), None
-    probs = decode_probabilities(query, key, attention_mask, scale, groups, window, ctl.slot)
-    heads = ctl.read.get(module.layer_idx)
-    if heads is not None:
-        ctl.rows[module.layer_idx] = probs[:, heads]
-    return probabilities_times_values(probs, value), None
+    out, rows = attend_one_query(query, key, value, attention_mask, scale, groups, ctl.decode_attention,
+                                 ctl.read_lists.get(module.layer_idx), getattr(module, "sliding_window", None),
+                                 ctl.slot)
+    if rows is not None:
+        ctl.rows[module.layer_idx] = rows
+    return out, None
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, static_attention)
@@ -308,7 +300,7 @@ class StaticBackend(Backend):
                 return self._fused_pass(state, kind, hidden)
             ctl = StaticControl(tau=self.tau, slot=state.slot, decode_attention=self.decode_attention)
             if kind in ("read", "head"):
-                ctl.read, ctl.read_lists = self.read, self.read_lists
+                ctl.read_lists = self.read_lists
             inputs = {"input_ids": state.ids} if kind != "tail" else {"inputs_embeds": hidden}
             mask = state.biased if kind in ("biased", "tail") else state.mask
             with self._layers(kind):
