@@ -244,3 +244,13 @@ def test_a_dysco_step_on_the_static_backend_never_waits_for_the_device(method):
             stepper.method.step(backend, state, tokens, stepper.selector)
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+def test_a_qrhead_in_the_last_layer_leaves_the_one_pass_variant_only_the_final_norm(tiny_of):
+    model = tiny_of("qwen3")
+    heads = heads_for(model, pairs=((model.spec.n_layers - 1, 1), (1, 0)))
+    configs = {"reuse": METHODS["reuse"], "dysco": METHODS["dysco"]}
+    out = {b: generate_batch(model, [PROMPT], configs, heads, backend=b) for b in ("sdpa", "static")}
+    for name in configs:
+        assert out["static"][name][0].tokens == out["sdpa"][name][0].tokens, name
+        assert selections(out["static"][name][0]) == selections(out["sdpa"][name][0]), name

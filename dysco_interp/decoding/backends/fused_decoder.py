@@ -156,6 +156,9 @@ class FusedDecoder:
         """Layers start..stop-1 on the residual stream `x` `[B, s, D]`; returns the stream and, when
         `stop` is the last layer, its final norm (which the logits read)."""
         k = kernels
+        if start == stop:  # the layers after a QRHead in the last layer: only the final norm is left
+            final = self.hf.model.norm
+            return x, k.rms_norm(x, final.weight, final.variance_epsilon) if stop == self.n_layers else None
         cos, sin = self.hf.model.rotary_emb(x, positions)
         first = self.layers[start].input_layernorm
         h = k.rms_norm(x, first.weight, first.variance_epsilon)
