@@ -16,15 +16,16 @@ store under --work-dir).
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
+from dysco_interp.analysis.bench import provenance
 from dysco_interp.analysis.bench_data_parallel import scaling
 from dysco_interp.analysis.report import command_line, write_json
+from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
 
 
@@ -32,14 +33,12 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, evaluate_args = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--processes", default="1,2", help="process counts, comma-separated, the first one 1")
+    p.add_argument("--processes", type=cli_args.positive_ints, default="1,2",
+                   help="process counts, comma-separated, the first one 1")
     p.add_argument("--work-dir", default=None, help="where the runs' stores go (default: a new temporary folder)")
     p.add_argument("--out", default="figures/bench_data_parallel.json")
     args = p.parse_args(ours)
-    try:
-        counts = [int(x) for x in args.processes.split(",")]
-    except ValueError:
-        raise SystemExit(f"--processes takes integers separated by commas, got {args.processes!r}") from None
+    counts = args.processes
     if not evaluate_args:
         raise SystemExit("give the evaluate arguments after --, e.g. -- --model M --task T --data DIR")
     if "--out" in evaluate_args:
@@ -53,9 +52,8 @@ def main(argv=None) -> int:
     write_json(args.out, {
         "benchmark": "data-parallel-evaluate",
         "n_gpus": max(counts) if cuda else 0,
-        "machine": {"device": torch.cuda.get_device_name(0) if cuda else "cpu", "platform": platform.platform(),
-                    "gpus_present": torch.cuda.device_count()},
-        "versions": {"torch": torch.__version__},
+        "gpus_present": torch.cuda.device_count(),
+        **provenance(torch.device("cuda:0" if cuda else "cpu")),
         "command": command_line("analyses/bench_data_parallel.py", argv),
         **result,
     })

@@ -20,6 +20,7 @@ import torch
 
 from dysco_interp.analysis import bench, bench_peer
 from dysco_interp.analysis.report import write_json
+from dysco_interp.cli import args as cli_args
 from dysco_interp.decoding.backends.static import DECODE_ATTENTION
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
@@ -39,11 +40,11 @@ def main(argv=None) -> int:
                    help="the static backend's decoding attention: fused SDPA (its default) or the float32 reference")
     p.add_argument("--no-compile", action="store_true",
                    help="the static backend's written-out decoder without compiled kernels (to time what they bring)")
-    p.add_argument("--yarn", type=float, default=None, metavar="FACTOR",
+    p.add_argument("--yarn", type=cli_args.yarn_factor, default=None, metavar="FACTOR",
                    help="YaRN rope scaling by FACTOR (the paper's Qwen3 setting past 32K tokens is 4)")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
-    p.add_argument("--contexts", default="2048,4096")
+    p.add_argument("--contexts", type=cli_args.positive_ints, default="2048,4096")
     p.add_argument("--batch-size", type=int, default=1, help="sequences decoded together (sdpa and static)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
     floor = bench.layer_floor(model, heads, args.method)
     bandwidth = bench.copy_bandwidth(model.device)
     rows = []
-    contexts = [int(x) for x in args.contexts.split(",")]
+    contexts = args.contexts
     for row in bench.bench_rows(model, heads, config, args.backend, contexts,
                                 args.steps, args.warmup, bandwidth, args.profile, args.batch_size, options):
         rows.append(row)

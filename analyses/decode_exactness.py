@@ -11,16 +11,14 @@ path's logits and QRHead relevance against the float32 reference with the same D
 from __future__ import annotations
 
 import argparse
-import platform
 import sys
 
-import torch
-import transformers
-
+from dysco_interp.analysis.bench import provenance
 from dysco_interp.analysis.decode_exactness import compare_paths, source_prompt
 from dysco_interp.analysis.report import command_line, write_json
+from dysco_interp.cli import args as cli_args
 from dysco_interp.heads import resolve_heads
-from dysco_interp.models import load_model
+from dysco_interp.models import dtype_name, load_model
 
 
 def main(argv=None) -> int:
@@ -29,25 +27,18 @@ def main(argv=None) -> int:
     p.add_argument("--heads", default="shipped", help="head file or 'shipped'")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
-    p.add_argument("--lengths", default="8192", help="prompt lengths in tokens, comma-separated")
+    p.add_argument("--lengths", type=cli_args.positive_ints, default="8192",
+                   help="prompt lengths in tokens, comma-separated")
     p.add_argument("--out", default="figures/exactness/decode_exactness.json")
     args = p.parse_args(argv)
-    try:
-        lengths = [int(x) for x in args.lengths.split(",")]
-    except ValueError:
-        raise SystemExit(f"--lengths takes integers separated by commas, got {args.lengths!r}") from None
     model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
     heads = resolve_heads(model, args.heads)
     rows = {}
-    for n in lengths:
+    for n in args.lengths:
         rows[str(n)] = compare_paths(model, heads, source_prompt(model, n))
         print(n, rows[str(n)], flush=True)
-    device = model.device
     write_json(args.out, {
-        "model": args.model, "dtype": str(model.dtype).removeprefix("torch."), "heads": args.heads,
-        "machine": {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                    "platform": platform.platform()},
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "model": args.model, "dtype": dtype_name(model.dtype), "heads": args.heads, **provenance(model.device),
         "command": command_line("analyses/decode_exactness.py", argv if argv is not None else sys.argv[1:]),
         "lengths": rows,
     })

@@ -65,6 +65,20 @@ def test_the_scripts_are_clis():
         assert proc.returncode == 0 and "--out" in proc.stdout, proc.stderr[-2000:]
 
 
+def test_list_and_yarn_flags_are_refused_in_one_line_while_parsing():
+    import argparse
+
+    from dysco_interp.cli import args as cli_args
+
+    assert cli_args.positive_ints("32768, 65536") == [32768, 65536]
+    for text in ("1,x", "0", "4,-2", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="integer >= 1"):
+            cli_args.positive_ints(text)
+    assert cli_args.yarn_factor("4") == 4.0
+    with pytest.raises(argparse.ArgumentTypeError, match="> 1"):
+        cli_args.yarn_factor("1")
+
+
 def test_the_peer_decodes_the_benchmark_context_and_its_speed_divides_ours(model):
     import torch
 

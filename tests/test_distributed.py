@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from dysco_interp.analysis.bench_data_parallel import comparable
 from dysco_interp.cli import main
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments import distributed
@@ -48,11 +49,6 @@ def settings_of(path: Path) -> dict:
     contents = read_store(path)
     assert contents is not None and contents.header is not None, path
     return contents.header["settings"]
-
-
-def comparable(records: list[dict]) -> list[dict]:
-    """Records without their wall-clock times (the only fields two runs may differ in)."""
-    return [{**r, "timings": {k: v for k, v in r["timings"].items() if not k.endswith("_s")}} for r in records]
 
 
 def by_key(records: list[dict]) -> dict[tuple, dict]:

@@ -28,7 +28,6 @@ from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForCausalLM
 
 from dysco_interp.decoding.backends import Backend, DecodeState, StaticBackend, make_backend
-from dysco_interp.decoding.backends.decode_attention import DEFAULT_DECODE_ATTENTION
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import Stepper
 from dysco_interp.decoding.prompts import PromptBatch
@@ -301,6 +300,13 @@ def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backe
         yield row
 
 
+def provenance(device: torch.device) -> dict:
+    """Where a measurement ran: the device's name, the platform, and the torch and transformers versions."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    return {"machine": {"device": name, "platform": platform.platform()},
+            "versions": {"torch": torch.__version__, "transformers": transformers.__version__}}
+
+
 def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: str, config: DecodingConfig,
                  backend: str, random_weights: bool, bandwidth: float | None, command: str, rows: list[dict],
                  options: StaticOptions | None = None, peer: dict | None = None) -> dict:
@@ -314,16 +320,14 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
             if other is not None:
                 row["vanilla_over_peer"] = round(row["vanilla_tok_per_s"] / other["peer_tok_per_s"], 3)
                 row["dysco_over_peer"] = round(row["dysco_tok_per_s"] / other["peer_tok_per_s"], 3)
-    device = model.device
-    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    # how the static backend decoded: its attention, and whether its passes ran through the
+    # written-out decoder with compiled kernels
+    static = (options or StaticOptions()).described(model) if backend == "static" else None
     return {
         "benchmark": "decode-step",
         "backend": backend,
-        # the static backend's decoding attention (None: the backend's only one)
-        "decode_attention": (options or StaticOptions()).decode_attention or (
-            DEFAULT_DECODE_ATTENTION if backend == "static" else None),
-        # and whether its passes ran through the written-out decoder, with compiled kernels
-        "static": (options or StaticOptions()).described(model) if backend == "static" else None,
+        "decode_attention": static["decode_attention"] if static else None,  # None: the backend's only one
+        "static": static,
         "model": name,
         "random_weights": random_weights,
         "yarn_factor": yarn_factor(model.hf_config),
@@ -335,8 +339,7 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
         "copy_bandwidth_gb_per_s": round(bandwidth / 1e9, 1) if bandwidth else None,
         "config": {"method": config.method, "top_p": config.top_p, "top_k": config.top_k, "beta": config.beta},
         "threads": torch.get_num_threads(),
-        "machine": {"device": device_name, "platform": platform.platform()},
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        **provenance(model.device),
         "command": command,
         "rows": rows,
         "peer": peer,

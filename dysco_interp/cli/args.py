@@ -61,6 +61,16 @@ nonnegative_float = _typed(_float, lambda v: check_number("value", v, at_least=0
 probability = _typed(_float, lambda v: check_number("value", v, above=0, at_most=1))
 unit_interval = _typed(_float, lambda v: check_number("value", v, at_least=0, at_most=1))
 open_fraction = _typed(_float, lambda v: check_number("value", v, above=0, below=1))
+yarn_factor = _typed(_float, lambda v: check_number("value", v, above=1))  # YaRN stretches the context
+
+
+def _ints(text: str) -> list[int]:
+    return [_int(x) for x in str(text).split(",")]
+
+
+# comma-separated; text that is no list of integers goes to check_int as it is, which quotes it
+positive_ints = _typed(_ints, lambda v: [check_int("value", x, minimum=1) for x in v] if isinstance(v, list)
+                       else check_int("value", v, minimum=1))
 
 
 def _nearest_existing(path: Path) -> Path:

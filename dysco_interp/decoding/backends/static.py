@@ -264,9 +264,9 @@ class StaticBackend(Backend):
         compile_kernels = on_cuda if compile_kernels is None else compile_kernels
         self.decoder = None if unsupported(self.hf) else FusedDecoder(
             self.hf, Kernels.compiled() if compile_kernels else EAGER)
-        self.read = read_heads(model, heads)
-        self.read_lists = {layer: [int(h) for h in hs.tolist()] for layer, hs in self.read.items()}
-        self.max_layer = max(self.read) if self.read else None
+        # layer -> the QRHeads read there, as ints: a captured pass cannot read a device tensor
+        self.read_lists = {layer: [int(h) for h in hs.tolist()] for layer, hs in read_heads(model, heads).items()}
+        self.max_layer = max(self.read_lists) if self.read_lists else None
 
     @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
