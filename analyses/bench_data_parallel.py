@@ -37,6 +37,8 @@ def main(argv=None) -> int:
                    help="process counts, comma-separated, the first one 1")
     p.add_argument("--work-dir", default=None, help="where the runs' stores go (default: a new temporary folder)")
     p.add_argument("--out", default="figures/bench_data_parallel.json")
+    p.add_argument("--reuse", action="store_true",
+                   help="read the runs already finished in --work-dir instead of repeating them (a sweep in pieces)")
     args = p.parse_args(ours)
     counts = args.processes
     if not evaluate_args:
@@ -45,7 +47,7 @@ def main(argv=None) -> int:
         raise SystemExit("leave --out out of the evaluate arguments: each run writes a fresh store under --work-dir")
     work_dir = Path(args.work_dir or tempfile.mkdtemp(prefix="dp-bench-"))
     try:
-        result = scaling(counts, evaluate_args, work_dir)
+        result = scaling(counts, evaluate_args, work_dir, args.reuse)
     except ConfigError as e:
         raise SystemExit(str(e)) from None
     cuda = torch.cuda.is_available() and "cpu" not in evaluate_args

@@ -43,6 +43,8 @@ def main(argv=None) -> int:
     p.add_argument("--yarn", type=cli_args.yarn_factor, default=None, metavar="FACTOR",
                    help="YaRN rope scaling by FACTOR (the paper's Qwen3 setting past 32K tokens is 4)")
     p.add_argument("--device", default=None)
+    p.add_argument("--devices", type=cli_args.devices, default=None,
+                   help="split the model's layers over these devices, e.g. cuda:0,cuda:1 (not with --device)")
     p.add_argument("--dtype", default=None)
     p.add_argument("--contexts", type=cli_args.positive_ints, default="2048,4096")
     p.add_argument("--batch-size", type=int, default=1, help="sequences decoded together (sdpa and static)")
@@ -58,12 +60,18 @@ def main(argv=None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.devices and args.device:
+        raise SystemExit("give --device (one device) or --devices (a split), not both")
+    if args.devices and args.peer:
+        raise SystemExit("--peer runs plain transformers on one device: leave it out with --devices")
     if args.random_geometry:
-        device = resolve_device(args.device)
-        model = bench.random_model(args.random_geometry, device, resolve_dtype(args.dtype, device), args.yarn)
+        device = args.devices[0] if args.devices else resolve_device(args.device)
+        model = bench.random_model(args.random_geometry, device, resolve_dtype(args.dtype, device), args.yarn,
+                                   args.devices)
         name = model.spec.name
     else:
-        model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False, yarn_factor=args.yarn)
+        model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False, yarn_factor=args.yarn,
+                           devices=args.devices)
         name = args.model
     try:
         heads = bench.bench_heads(model, name, args.heads, args.random_geometry)
@@ -74,7 +82,7 @@ def main(argv=None) -> int:
     if args.backend != "static" and (args.decode_attention or args.no_compile):
         raise SystemExit("--decode-attention and --no-compile set the static backend's decoding: add --backend static")
     floor = bench.layer_floor(model, heads, args.method)
-    bandwidth = bench.copy_bandwidth(model.device)
+    bandwidth = bench.copy_bandwidth(bench.model_devices(model))
     rows = []
     contexts = args.contexts
     for row in bench.bench_rows(model, heads, config, args.backend, contexts,

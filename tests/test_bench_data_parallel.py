@@ -41,7 +41,23 @@ def test_one_and_two_processes_give_the_same_records(tmp_path, monkeypatch):
     assert "--processes 1,2" in doc["command"]
     # each run wrote its own store, and no shard is left beside the two-process one
     assert sorted(p.name for p in (tmp_path / "runs").iterdir() if p.suffix == ".jsonl") == \
-        ["results_1.jsonl", "results_2.jsonl"]
+        ["results_1.jsonl", "results_2.jsonl", "warmup.jsonl"]
+    assert all(r["decoding_instances_per_s"] > 0 and r["busiest_rank_decoding_s"] > 0 for r in doc["rows"])
+    # a sweep in pieces: finished runs are read back with their recorded seconds, never repeated
+    monkeypatch.setattr(dp.subprocess, "run", lambda *a, **k: pytest.fail("a finished run was repeated"))
+    again = dp.scaling([1, 2], ["--model", "tiny-llama"], tmp_path / "runs", reuse=True)
+    assert [r["seconds"] for r in again["rows"]] == [r["seconds"] for r in doc["rows"]]
+
+
+def test_the_busiest_rank_is_found_from_the_round_robin_share():
+    def rec(instance, method, seconds):
+        return {"instance": instance, "method": method, "timings": {"prefill_s": 1.0, "decode_s": seconds - 1.0}}
+
+    records = [rec("a", "vanilla", 2), rec("a", "dysco", 3), rec("b", "vanilla", 4), rec("b", "dysco", 4),
+               rec("c", "vanilla", 1), rec("c", "dysco", 1)]
+    assert dp.busiest_rank_seconds(records, 1) == 15.0
+    assert dp.busiest_rank_seconds(records, 2) == 8.0  # rank 0: a and c (7 s); rank 1: b (8 s)
+    assert dp.busiest_rank_seconds(records, 3) == 8.0
 
 
 def test_a_changed_record_is_caught_and_bad_arguments_are_refused(tmp_path):

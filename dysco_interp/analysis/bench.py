@@ -17,7 +17,7 @@ from __future__ import annotations
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ from dysco_interp.decoding.prompts import PromptBatch
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, paper_heads, resolve_heads
 from dysco_interp.models import LoadedModel, dtype_name, from_hf, with_yarn
+from dysco_interp.models.placement import Placement, materialize
 from dysco_interp.models.tiny import tiny_config, tiny_tokenizer
 from dysco_interp.models.yarn import yarn_factor
 
@@ -43,30 +44,49 @@ GEOMETRIES: dict[str, dict[str, Any]] = {
                      num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
                      max_position_embeddings=131072, rope_theta=1000000.0, tie_word_embeddings=False,
                      initializer_range=0.02, layer_types=["full_attention"] * 36, max_window_layers=36),
+    # Qwen3-32B's shape (config.json of Qwen/Qwen3-32B): about 61 GiB of bf16 weights, two H100s at 128K
+    "qwen3-32b": dict(style="qwen3", vocab_size=151936, hidden_size=5120, intermediate_size=25600,
+                      num_hidden_layers=64, num_attention_heads=64, num_key_value_heads=8, head_dim=128,
+                      max_position_embeddings=40960, rope_theta=1000000.0, tie_word_embeddings=False,
+                      initializer_range=0.02, layer_types=["full_attention"] * 64, max_window_layers=64),
 }
 METHODS = ("vanilla", "dysco")
 
 Step = Callable[[torch.Tensor], object]  # feeds one token per row
 
 
-def random_model(geometry: str, device: torch.device, dtype: torch.dtype,
-                 yarn_factor: float | None = None) -> LoadedModel:
-    """A LoadedModel of a real model's shape with random weights, built on the device (with
-    `yarn_factor`, its rope scaled by YaRN, as the paper runs Qwen3 past 32K)."""
+def random_model(geometry: str, device: torch.device, dtype: torch.dtype, yarn_factor: float | None = None,
+                 devices: Sequence[torch.device] | None = None) -> LoadedModel:
+    """A LoadedModel of a real model's shape with random weights, built on the device, or with
+    `devices` split over them by layers, each layer made on its own device (with `yarn_factor`,
+    its rope scaled by YaRN, as the paper runs Qwen3 past 32K)."""
     shape = dict(GEOMETRIES[geometry])
     style, vocab = shape.pop("style"), shape.pop("vocab_size")
     config = with_yarn(tiny_config(style, vocab_size=vocab, **shape), yarn_factor)
-    with torch.device(device):
+    placement = None if devices is None else Placement.even(devices, config.num_hidden_layers)
+    with torch.device("meta" if placement else device):
         hf = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=dtype)
-    return from_hf(hf, tiny_tokenizer(style), f"{geometry}-random")
+    if placement:
+        materialize(hf, placement)
+    return from_hf(hf, tiny_tokenizer(style), f"{geometry}-random", placement=placement)
 
 
 def bench_heads(model: LoadedModel, model_name: str, source: str, geometry: str | None) -> HeadSet:
-    """The QRHeads to time: 'shipped', 'paper' (the paper's Qwen3-8B list) or a head file."""
+    """The QRHeads to time: 'shipped', 'paper' or a head file. 'paper' is the paper's Qwen3-8B
+    list; on the Qwen3-32B shape, which has no published list, the same heads at the same
+    relative depth (what a step costs depends on the deepest QRHead layer and the head count)."""
     if source == "paper":
+        eight = paper_heads("qwen3-8b")
+        if geometry == "qwen3-32b":
+            s = model.spec
+            assert eight.n_layers and eight.n_heads  # the recorded list names its model's geometry
+            depth = (s.n_layers - 1) / (eight.n_layers - 1)
+            width = s.n_heads // eight.n_heads
+            return HeadSet([(round(layer * depth), head * width) for layer, head in eight.heads], model=s.name,
+                           n_layers=s.n_layers, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads)
         if geometry != "qwen3-8b":
-            raise ConfigError("--heads paper is the Qwen3-8B list: use it with --random-geometry qwen3-8b")
-        return paper_heads("qwen3-8b").validate_for(model.spec, allow_other_model=True)
+            raise ConfigError("--heads paper is the Qwen3-8B list: use it with --random-geometry qwen3-8b or qwen3-32b")
+        return eight.validate_for(model.spec, allow_other_model=True)
     return resolve_heads(model, source)
 
 
@@ -83,8 +103,23 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def copy_bandwidth(device: torch.device, n_bytes: int = 1 << 30) -> float | None:
-    """Device memory bandwidth in bytes/s from a large copy (read + write), median of 5."""
+def model_devices(model: LoadedModel) -> list[torch.device]:
+    """Every device the model runs on, the first one first."""
+    return list(dict.fromkeys(model.layout.devices))
+
+
+def sync_all(devices: Sequence[torch.device]) -> None:
+    for device in devices:
+        sync(device)
+
+
+def copy_bandwidth(device: torch.device | Sequence[torch.device], n_bytes: int = 1 << 30) -> float | None:
+    """Device memory bandwidth in bytes/s from a large copy (read + write), median of 5; the
+    mean over several devices."""
+    if not isinstance(device, torch.device):
+        each = [copy_bandwidth(d, n_bytes) for d in device]
+        known = [b for b in each if b is not None]
+        return statistics.mean(known) if known and len(known) == len(each) else None
     if device.type != "cuda":
         return None
     a = torch.empty(n_bytes // 2, dtype=torch.bfloat16, device=device)
@@ -105,37 +140,51 @@ def kv_bytes(model: LoadedModel, n_tokens: int) -> int:
     return 2 * s.n_layers * s.n_kv_heads * s.d_head * n_tokens * model.prefill_model.dtype.itemsize
 
 
-def allocated_kv_bytes(cache) -> int:
-    """What the cache holds in memory (fixed-capacity buffers include their empty slots)."""
-    if hasattr(cache, "kv_bytes"):
-        return cache.kv_bytes()
-    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+def tensors_bytes_by_device(tensors) -> dict[torch.device, int]:
+    out: dict[torch.device, int] = {}
+    for t in tensors:
+        out[t.device] = out.get(t.device, 0) + t.numel() * t.element_size()
+    return out
+
+
+def allocated_kv_bytes(cache) -> dict[torch.device, int]:
+    """What the cache holds in memory on each device (fixed-capacity buffers include their empty slots)."""
+    if hasattr(cache, "buffers"):
+        return tensors_bytes_by_device(t for pair in cache.buffers if pair is not None for t in pair)
+    return tensors_bytes_by_device(t for layer in cache.layers for t in (layer.keys, layer.values))
 
 
 def weight_bytes(model: LoadedModel) -> int:
     return sum(t.numel() * t.element_size() for t in model.prefill_model.parameters())
 
 
-def peak_memory(row: dict, n_weight_bytes: int) -> dict:
-    """Each method's peak alone: weights + one KV cache + what its first step kept (CUDA-graph
-    pools) + its decoding step's transient peak (both methods' caches live together in the
-    benchmark, so the allocator's total is not it)."""
-    base = n_weight_bytes / 2**30 + row["kv_allocated_gib"]
-    return {f"{m}_peak_mem_gib":
-            round(base + row.get(f"{m}_first_step_kept_gib", 0) + row[f"{m}_step_extra_peak_gib"], 3)
-            for m in METHODS}
-
-
-def memory_kept_by(fn: Step, token: torch.Tensor) -> int:
-    """Device memory a step leaves reserved (e.g. the pools of the CUDA graphs it captures); the
-    allocator's free cached blocks are released before and after, so only what is held counts."""
-    torch.cuda.synchronize(token.device)
+def memory_kept_by(fn: Step, token: torch.Tensor, devices: Sequence[torch.device]) -> dict[torch.device, int]:
+    """Device memory a step leaves reserved on each device (e.g. the pools of the CUDA graphs
+    it captures); the allocator's free cached blocks are released before and after, so only
+    what is held counts."""
+    sync_all(devices)
     torch.cuda.empty_cache()
-    before = torch.cuda.memory_reserved(token.device)
+    before = {d: torch.cuda.memory_reserved(d) for d in devices}
     fn(token)
-    torch.cuda.synchronize(token.device)
+    sync_all(devices)
     torch.cuda.empty_cache()
-    return max(torch.cuda.memory_reserved(token.device) - before, 0)
+    return {d: max(torch.cuda.memory_reserved(d) - before[d], 0) for d in devices}
+
+
+def memory_fields(weights: int, kv: int, prefill_peak: int, allocated: int, kept: dict[str, int],
+                  extra: dict[str, int]) -> dict:
+    """One device's memory in GiB. Each method's peak alone is weights + one KV cache + what its
+    first step kept (CUDA-graph pools) + its decoding step's transient peak (both methods'
+    caches live together in the benchmark, so the allocator's total is not it)."""
+    gib = 2**30
+    row = {"kv_allocated_gib": round(kv / gib, 3), "prefill_peak_gib": round((prefill_peak + weights) / gib, 3),
+           "allocated_gib": round(allocated / gib, 3)}
+    for m in METHODS:
+        row[f"{m}_first_step_kept_gib"] = round(kept[m] / gib, 3)
+        row[f"{m}_step_extra_peak_gib"] = round(extra[m] / gib, 3)
+    for m in METHODS:
+        row[f"{m}_peak_mem_gib"] = round((weights + kv + kept[m] + extra[m]) / gib, 3)
+    return row
 
 
 def profile_step(fn: Step, token: torch.Tensor, path: str) -> None:
@@ -211,38 +260,45 @@ def bench_ids(model: LoadedModel, n_context: int, n_steps: int, n_warmup: int, b
 def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, n_context: int,
                   n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1,
                   options: StaticOptions | None = None) -> dict:
-    """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory."""
+    """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory:
+    for a model split over GPUs, each GPU's in `per_device`, the fullest GPU's at the top."""
     device = model.device
+    devices = model_devices(model)
+    cuda = device.type == "cuda"
     ids = bench_ids(model, n_context, n_steps, n_warmup, batch)
     decoder = BenchDecoder(model, heads, config, backend, options)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
+    if cuda:
+        for d in devices:
+            torch.cuda.reset_peak_memory_stats(d)
+        before = {d: torch.cuda.memory_allocated(d) for d in devices}
     t0 = time.perf_counter()
     prefix = decoder.prefill(ids[:, :n_context], reserve=n_steps + n_warmup + 1)
-    sync(device)
+    sync_all(devices)
     prefill_s = time.perf_counter() - t0
-    prefill_peak = torch.cuda.max_memory_allocated(device) - before if device.type == "cuda" else 0  # CUDA only
+    if cuda:
+        prefill_peak = {d: torch.cuda.max_memory_allocated(d) - before[d] for d in devices}
     steps = decoder.steps(ids[:, :n_context], prefix)
     times: dict[str, list[float]] = {m: [] for m in steps}
-    peaks = {m: 0 for m in steps}
-    kept = {m: 0 for m in steps}
+    peaks = {m: dict.fromkeys(devices, 0) for m in steps}
+    kept = {m: dict.fromkeys(devices, 0) for m in steps}
     for i in range(n_warmup + n_steps):
         tok = ids[:, n_context + i].to(device)
         for method, fn in steps.items():
-            if device.type == "cuda" and i == 0:  # one more untimed step, measuring what it keeps
-                kept[method] = memory_kept_by(fn, tok)
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-                base = torch.cuda.memory_allocated(device)
-            sync(device)
+            if cuda and i == 0:  # one more untimed step, measuring what it keeps
+                kept[method] = memory_kept_by(fn, tok, devices)
+            if cuda:
+                for d in devices:
+                    torch.cuda.reset_peak_memory_stats(d)
+                base = {d: torch.cuda.memory_allocated(d) for d in devices}
+            sync_all(devices)
             t0 = time.perf_counter()
             fn(tok)
-            sync(device)
+            sync_all(devices)
             if i >= n_warmup:
                 times[method].append(time.perf_counter() - t0)
-                if device.type == "cuda":
-                    peaks[method] = max(peaks[method], torch.cuda.max_memory_allocated(device) - base)
+                if cuda:
+                    for d in devices:
+                        peaks[method][d] = max(peaks[method][d], torch.cuda.max_memory_allocated(d) - base[d])
     if profile_dir:
         step = n_warmup + n_steps
         for method, fn in steps.items():
@@ -261,18 +317,19 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
         "vanilla_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["vanilla"], n=4)[::2]],
         "dysco_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["dysco"], n=4)[::2]],
     }
-    if device.type == "cuda":
-        row.update({
-            "kv_cache_gib": round(batch * kv_bytes(model, n_context) / 2**30, 3),
-            "kv_allocated_gib": round(allocated_kv_bytes(prefix.cache) / 2**30, 3),
-            "prefill_peak_gib": round((prefill_peak + weight_bytes(model)) / 2**30, 3),
-            "allocated_gib": round(torch.cuda.memory_allocated(device) / 2**30, 3),
-            "vanilla_first_step_kept_gib": round(kept["vanilla"] / 2**30, 3),
-            "dysco_first_step_kept_gib": round(kept["dysco"] / 2**30, 3),
-            "vanilla_step_extra_peak_gib": round(peaks["vanilla"] / 2**30, 3),
-            "dysco_step_extra_peak_gib": round(peaks["dysco"] / 2**30, 3),
-        })
-        row.update(peak_memory(row, weight_bytes(model)))
+    if cuda:
+        weights = tensors_bytes_by_device(model.prefill_model.parameters())
+        kv = allocated_kv_bytes(prefix.cache)
+        per_device = [{"device": str(dev), **memory_fields(
+            weights.get(dev, 0), kv.get(dev, 0), prefill_peak[dev], torch.cuda.memory_allocated(dev),
+            {m: kept[m][dev] for m in METHODS}, {m: peaks[m][dev] for m in METHODS})} for dev in devices]
+        row["kv_cache_gib"] = round(batch * kv_bytes(model, n_context) / 2**30, 3)
+        if len(per_device) == 1:
+            row.update({k: v for k, v in per_device[0].items() if k != "device"})
+        else:
+            fullest = max(per_device, key=lambda r: r["dysco_peak_mem_gib"])
+            row.update({k: v for k, v in fullest.items() if k != "device"}, fullest_device=fullest["device"],
+                       per_device=per_device)
     return row
 
 
@@ -336,6 +393,9 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
         "n_layers": model.spec.n_layers,
         "layer_floor": round(layer_floor(model, heads, config.method), 4),
         "weights_gib": round(weight_bytes(model) / 2**30, 3),
+        # a split runs its devices one after another: its floor is all bytes at one card's bandwidth
+        "devices": [str(d) for d in model_devices(model)],
+        "n_gpus": sum(d.type == "cuda" for d in model_devices(model)),
         "copy_bandwidth_gb_per_s": round(bandwidth / 1e9, 1) if bandwidth else None,
         "config": {"method": config.method, "top_p": config.top_p, "top_k": config.top_k, "beta": config.beta},
         "threads": torch.get_num_threads(),

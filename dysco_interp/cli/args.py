@@ -64,6 +64,16 @@ open_fraction = _typed(_float, lambda v: check_number("value", v, above=0, below
 yarn_factor = _typed(_float, lambda v: check_number("value", v, above=1))  # YaRN stretches the context
 
 
+def devices(text: str):
+    """A split over devices, "cuda:0,cuda:1" (`models.placement.parse_devices`)."""
+    from dysco_interp.models.placement import parse_devices
+
+    try:
+        return parse_devices(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _ints(text: str) -> list[int]:
     return [_int(x) for x in str(text).split(",")]
 

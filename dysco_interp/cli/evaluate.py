@@ -37,6 +37,7 @@ def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
                         "or write to the first free or matching sibling file (results.2.jsonl, ...)")
     flags.add_model_flag(p)
     flags.add_device_flags(p)
+    flags.add_split_flag(p)
     flags.add_generation_flags(p)
     flags.add_method_flags(p, multi=True)
     p.set_defaults(func=run_evaluate, max_new_tokens=256,
@@ -72,6 +73,9 @@ def run_evaluate(args) -> int:
 
     # under torchrun: this rank's device; every rank refuses bad input itself, before the model loads
     launch = distributed.torchrun_launch()
+    if args.devices and (launch or args.device):
+        raise ConfigError("--devices splits one process's model: not with --device, nor under torchrun "
+                          "(where each rank takes one GPU)")
     args.device = distributed.rank_device(launch, args.device)
     task = get_task(args.task).name
     files = sorted(Path(args.data).glob(f"{task}_*.jsonl")) if Path(args.data).is_dir() else [Path(args.data)]
@@ -85,7 +89,7 @@ def run_evaluate(args) -> int:
     if needs_heads:
         check_head_file(args.heads, args.model, args.allow_other_model)
     if args.if_settings_differ == "error":
-        device = resolve_device(args.device)
+        device = args.devices[0] if args.devices else resolve_device(args.device)
         known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device,
                                teacher_forced=args.teacher_forced)
         precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()})

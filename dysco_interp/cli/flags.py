@@ -29,6 +29,13 @@ def add_device_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=cli_args.positive_int, default=None, help="torch CPU threads")
 
 
+def add_split_flag(parser: argparse.ArgumentParser) -> None:
+    """--devices: one model split by layers over several devices (not with --device)."""
+    parser.add_argument("--devices", type=cli_args.devices, default=None, metavar="DEV,DEV[,...]",
+                        help="split the model's layers over these devices, e.g. cuda:0,cuda:1, for a model too "
+                             "large for one (not with --device)")
+
+
 def add_generation_flags(parser: argparse.ArgumentParser) -> None:
     """Token budget, sampling, YaRN and --json of the commands that generate text."""
     parser.add_argument("--max-new-tokens", type=cli_args.positive_int, default=48,

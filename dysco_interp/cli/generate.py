@@ -20,6 +20,7 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
                         "it); by default the prompt is one user turn in the model's chat template")
     flags.add_model_flag(p)
     flags.add_device_flags(p)
+    flags.add_split_flag(p)
     flags.add_generation_flags(p)
     flags.add_method_flags(p, multi=False)
     p.set_defaults(func=run_generate)
@@ -81,6 +82,6 @@ def generate_and_print(args, prompt: str) -> int:
     print(
         f"prompt {t.n_prompt} tokens, prefill {t.prefill_s:.2f}s; generated {t.n_new} tokens "
         f"({'end of sequence' if result.finished else 'token budget'}), decode {t.decode_tok_per_s:.1f} tok/s "
-        f"on {model.device} ({model.dtype}, {torch.get_num_threads()} threads)"
+        f"on {', '.join(map(str, model.layout.devices))} ({model.dtype}, {torch.get_num_threads()} threads)"
     )
     return 0

@@ -56,7 +56,8 @@ def check_head_file(arg: str, model: str, allow_other_model: bool = False) -> No
 
 
 def load_model_from_flags(args):
-    """The model of --model on --device/--dtype (--yarn where the command has it), after --threads."""
+    """The model of --model on --device or --devices, at --dtype (--yarn where the command has
+    it), after --threads."""
     import torch
 
     from dysco_interp.models import load_model
@@ -65,4 +66,5 @@ def load_model_from_flags(args):
         torch.set_num_threads(args.threads)
     # load_model reports on stdout; that is status, not output (`generate --json` prints only JSON)
     with contextlib.redirect_stdout(sys.stderr):
-        return load_model(args.model, device=args.device, dtype=args.dtype, yarn_factor=args.yarn)
+        return load_model(args.model, device=args.device, dtype=args.dtype, yarn_factor=args.yarn,
+                          devices=getattr(args, "devices", None))

@@ -12,6 +12,7 @@ import torch
 
 from dysco_interp.errors import ContextLengthError
 from dysco_interp.models.identity import WeightsId, in_memory_weights_id, model_fingerprint
+from dysco_interp.models.placement import Placement, parse_devices, place, place_like
 from dysco_interp.models.spec import ModelSpec
 
 if TYPE_CHECKING:
@@ -31,15 +32,18 @@ class LoadedModel:
     _reference_factory: Callable[[str], torch.nn.Module] = field(repr=False)
     # the identity, or how to compute it on first use; None: from the weights in memory
     _weights_id: WeightsId = field(default=None, repr=False)
+    # which device runs each layer; one device unless split (`load_model(..., devices=)`)
+    placement: Placement | None = field(default=None, repr=False)
     _fingerprint: str | None = field(default=None, init=False, repr=False)
 
     def __repr__(self) -> str:
         # One line, TransformerLens-style: the dataclass default prints the whole module tree.
         s = self.spec
         dtype = str(self.dtype).removeprefix("torch.")
+        where = ", ".join(map(str, self.layout.devices))
         return (
             f"LoadedModel({s.name!r}, {s.architecture}, {s.n_layers} layers x {s.n_heads} heads "
-            f"({s.n_kv_heads} kv), {dtype}, {self.device}, context {s.context_length})"
+            f"({s.n_kv_heads} kv), {dtype}, {where}, context {s.context_length})"
         )
 
     @property
@@ -76,7 +80,13 @@ class LoadedModel:
         return self._fingerprint
 
     @property
+    def layout(self) -> Placement:
+        """Which device runs each layer: `placement`, or every layer on `device`."""
+        return self.placement or Placement.single(self.device, self.spec.n_layers)
+
+    @property
     def device(self) -> torch.device:
+        """Where inputs go and outputs come back: the embedding's device (the first of a split)."""
         return next(self.prefill_model.parameters()).device
 
     @property
@@ -129,7 +139,26 @@ def share_weights_twin(hf_model: torch.nn.Module, attn_implementation: str) -> t
         twin.get_submodule(module_name)._buffers[attr] = buf
     if hasattr(hf_model, "generation_config"):
         twin.generation_config = hf_model.generation_config
+    place_like(twin, hf_model)
     return twin.eval()
+
+
+def split(model: LoadedModel, devices) -> LoadedModel:
+    """`model`'s weights moved to `devices` (e.g. "cuda:0,cuda:1"), layers split evenly
+    (`Placement.even`), as a new `LoadedModel` with the same identity; `model` itself must not
+    be used afterwards (its bridge keeps the weights where they were). `load_model(...,
+    devices=)` is the usual way in."""
+    placement = Placement.even(parse_devices(devices), model.spec.n_layers)
+    hf = model.prefill_model
+    place(hf, placement)
+
+    def reference_factory(attn_implementation: str) -> torch.nn.Module:
+        ref = model.load_reference_hf(attn_implementation)
+        place(ref, placement)
+        return ref
+
+    return from_hf(hf, model.tokenizer, model.spec.name, source=model.source, reference_factory=reference_factory,
+                   weights_id=model._weights_id, placement=placement)
 
 
 def from_hf(
@@ -140,6 +169,7 @@ def from_hf(
     source: str = "<in memory>",
     reference_factory: Callable[[str], torch.nn.Module] | None = None,
     weights_id: WeightsId = None,
+    placement: Placement | None = None,
 ) -> LoadedModel:
     """Wrap an HF causal LM (already on its device and dtype) as a `LoadedModel`.
 
@@ -153,6 +183,8 @@ def from_hf(
             weights in memory are cloned into a model built from the config.
         weights_id: a string, or a function computing it on first use; None hashes the model
             in memory (see `LoadedModel.weights_id`).
+        placement: how `hf_model`'s layers are split over devices, when they are (it must
+            already be placed there: `placement.place` or `split`).
 
     Returns:
         The `LoadedModel`.
@@ -174,7 +206,9 @@ def from_hf(
         def reference_factory(attn_implementation: str) -> torch.nn.Module:
             ref = _model_from_config(hf_model.config, attn_implementation)
             ref.load_state_dict({k: v.clone() for k, v in prefill_model.state_dict().items()})
-            return ref.to(device=param.device, dtype=param.dtype).eval()
+            ref.to(dtype=param.dtype)
+            place(ref, placement or Placement.single(param.device, hf_model.config.num_hidden_layers))
+            return ref.eval()
 
     spec = ModelSpec.from_hf_config(name, hf_model.config, getattr(tokenizer, "chat_template", None))
-    return LoadedModel(bridge, tokenizer, spec, prefill_model, source, reference_factory, weights_id)
+    return LoadedModel(bridge, tokenizer, spec, prefill_model, source, reference_factory, weights_id, placement)

@@ -5,14 +5,16 @@ device and dtype, and hand the name to the first model source that recognises it
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
 from dysco_interp.errors import ConfigError, ModelNotFoundError
 from dysco_interp.models.devices import resolve_device, resolve_dtype
-from dysco_interp.models.loaded import LoadedModel
+from dysco_interp.models.loaded import LoadedModel, split
 from dysco_interp.models.packaged.registry import DEFAULT_MODEL, known_aliases
+from dysco_interp.models.placement import parse_devices
 from dysco_interp.models.sources import source_for
 
 if TYPE_CHECKING:
@@ -42,6 +44,7 @@ def load_model(
     dtype: str | torch.dtype | None = None,
     progress: bool = True,
     yarn_factor: float | None = None,
+    devices: str | Sequence[str | torch.device] | None = None,
 ) -> LoadedModel:
     """Load a model by registry alias, tiny-model name, local folder (or .gguf file) or hub id.
 
@@ -57,6 +60,10 @@ def load_model(
         yarn_factor: switch the rope to YaRN scaling by this factor (the paper's baseline for
             contexts past the native window; 4 for the Qwen models); it combines with every
             decoding method.
+        devices: split the layers evenly over these devices instead ("cuda:0,cuda:1", or a
+            list), for a model too large for one: each layer and its key/value cache on its
+            device, a pass handed from device to device (`models.placement`). The model is read
+            into CPU memory first. Not with `device`.
 
     Returns:
         The `LoadedModel`: the TransformerLens bridge, an SDPA twin sharing its weights, the
@@ -70,9 +77,17 @@ def load_model(
             missing, or whose files are corrupt and cannot be converted again.
     """
     name = _model_name(name_or_path)
-    dev = resolve_device(device)
-    dt = resolve_dtype(dtype, dev)
-    return source_for(name).load(name, device=dev, dtype=dt, progress=progress, yarn_factor=yarn_factor)
+    if devices is None:
+        dev = resolve_device(device)
+        dt = resolve_dtype(dtype, dev)
+        return source_for(name).load(name, device=dev, dtype=dt, progress=progress, yarn_factor=yarn_factor)
+    if device is not None:
+        raise ConfigError("give device= (one device) or devices= (a split), not both")
+    parts = parse_devices(devices)
+    dt = resolve_dtype(dtype, parts[0])
+    model = source_for(name).load(name, device=torch.device("cpu"), dtype=dt, progress=progress,
+                                  yarn_factor=yarn_factor)
+    return split(model, parts)
 
 
 def load_tokenizer(

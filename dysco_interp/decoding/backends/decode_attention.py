@@ -42,7 +42,7 @@ def decode_probabilities(query, key, mask, scale: float, groups: int, window: in
     scores = scores.view(batch, n_heads, capacity) * scale + mask.view(batch, 1, capacity)
     if window is not None:  # keys at or before slot - window are out of a sliding layer's reach
         assert slot is not None
-        old = torch.arange(capacity, device=key.device) <= slot - window
+        old = torch.arange(capacity, device=key.device) <= slot.to(key.device) - window
         scores = scores.masked_fill(old, -torch.inf)
     return scores.softmax(dim=-1)
 

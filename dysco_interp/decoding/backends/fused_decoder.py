@@ -19,6 +19,7 @@ differently, as any fused kernel does.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from torch.nn.attention.bias import causal_lower_right
 from torch.nn.functional import linear, scaled_dot_product_attention, silu
 
 from dysco_interp.decoding.backends.decode_attention import attend_one_query
+from dysco_interp.models.placement import Placement
 
 FAMILIES = ("llama", "qwen2", "qwen3")
 
@@ -129,7 +131,7 @@ class FusedDecoder:
     written (the CPU, and the reference the GPU checks compare with).
     """
 
-    def __init__(self, hf: torch.nn.Module, kernels: Kernels = EAGER):
+    def __init__(self, hf: torch.nn.Module, kernels: Kernels = EAGER, placement: Placement | None = None):
         reason = unsupported(hf)
         if reason is not None:
             raise ValueError(f"the fused decoder cannot run this model: {reason}")
@@ -139,13 +141,21 @@ class FusedDecoder:
         attn = self.layers[0].self_attn
         self.head_dim, self.groups = attn.head_dim, attn.num_key_value_groups
         self.n_layers = len(self.layers)
+        self.placement = placement or Placement.single(hf.model.embed_tokens.weight.device, self.n_layers)
+        self.lm_device = hf.lm_head.weight.device
+        # the rotary frequencies on every device of a split (cos and sin are made where they are used)
+        rotary = hf.model.rotary_emb
+        self.rotaries = {rotary.inv_freq.device: rotary}
+        for device in self.placement.devices:
+            if device not in self.rotaries:
+                self.rotaries[device] = copy.deepcopy(rotary).to(device)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.hf.model.embed_tokens(ids)
 
     def logits(self, normed: torch.Tensor) -> torch.Tensor:
         """float32 logits of the last position of the final norm's output."""
-        return self.hf.lm_head(normed[:, -1:])[:, -1].float()
+        return self.hf.lm_head(normed[:, -1:].to(self.lm_device))[:, -1].float()
 
     def _norm_after(self, index: int) -> torch.nn.Module:
         """The norm the residual stream goes through after layer `index`'s MLP."""
@@ -159,7 +169,7 @@ class FusedDecoder:
         if start == stop:  # the layers after a QRHead in the last layer: only the final norm is left
             final = self.hf.model.norm
             return x, k.rms_norm(x, final.weight, final.variance_epsilon) if stop == self.n_layers else None
-        cos, sin = self.hf.model.rotary_emb(x, positions)
+        cos, sin = self.rotaries[x.device](x, positions)
         first = self.layers[start].input_layernorm
         h = k.rms_norm(x, first.weight, first.variance_epsilon)
         normed = None
@@ -191,7 +201,9 @@ class FusedDecoder:
                start: int = 0, stop: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One token per row (`x` `[B, 1, D]`) through layers start..stop-1: its key and value go
         to `step.slot` of each layer's buffers (`cache_buffers[layer]` = (keys, values)
-        `[B, kv_heads, capacity, d]`), and it attends over the whole buffers under `step.mask`."""
+        `[B, kv_heads, capacity, d]`), and it attends over the whole buffers under `step.mask`.
+        The layers are on one device, as are `x`, `positions` and `step`'s tensors (a split
+        model decodes one `Placement.segments` run at a time)."""
         stop = self.n_layers if stop is None else stop
         model_mask = step.mask.to(x.dtype)  # once per pass, not per layer
 
@@ -226,4 +238,7 @@ class FusedDecoder:
                 return out.transpose(1, 2).reshape(*q.shape[:1], q.shape[2], -1)
 
             # the final norm and logits are not needed: decoding starts from the next token
-            self.layers_between(self.embed(chunk), positions, 0, self.n_layers, attend, EAGER)
+            x = self.embed(chunk)
+            for part, first, stop in self.placement.segments():
+                device = self.placement.devices[part]
+                x, _ = self.layers_between(x.to(device), positions.to(device), first, stop, attend, EAGER)

@@ -113,11 +113,12 @@ def twin(model: LoadedModel, implementation: str) -> torch.nn.Module:
 
 
 def read_heads(model: LoadedModel, heads: HeadSet | None) -> dict[int, torch.Tensor]:
-    """layer -> the QRHeads of that layer, on the model's device (validated against the model)."""
+    """layer -> the QRHeads of that layer, on that layer's device (validated against the model)."""
     if heads is None:
         return {}
     reader = RelevanceReader(heads, model.spec)
-    return {layer: torch.tensor(hs, device=model.device) for layer, hs in reader.heads_by_layer.items()}
+    return {layer: torch.tensor(hs, device=model.layout.layer_device(layer))
+            for layer, hs in reader.heads_by_layer.items()}
 
 
 def forward(hf: torch.nn.Module, state: DecodeState, ids: torch.Tensor, ctl: AttentionControl, cache: Cache,
@@ -183,7 +184,7 @@ class SdpaBackend(Backend):
         self.max_layer = max(self.read) if self.read else None
 
     def attention(self, rows: dict[int, torch.Tensor], n_keys: int) -> torch.Tensor:
-        return relevance.aggregate_heads([rows[layer] for layer in sorted(rows)], n_keys)
+        return relevance.aggregate_heads([rows[layer].to(self.model.device) for layer in sorted(rows)], n_keys)
 
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
                 reserve: int = 0) -> DecodeState:
@@ -194,7 +195,7 @@ class SdpaBackend(Backend):
         self.model.check_fits(state.n_keys + 1)
         out = forward(self.hf, state, tokens.to(self.model.device)[:, None], ctl, state.cache)
         state.advance()
-        return out.logits[:, -1].float()
+        return out.logits[:, -1].float().to(self.model.device)
 
     @torch.inference_mode()
     def step(self, state: DecodeState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,

@@ -28,6 +28,7 @@ state L* gave.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -88,8 +89,9 @@ class SlotCache(DynamicCache):
             )
         keys, values = self.buffers[layer_idx]
         if self.slot is not None:
-            keys.index_copy_(2, self.slot, key_states)
-            values.index_copy_(2, self.slot, value_states)
+            slot = self.slot.to(keys.device)  # a split model's layers are on several devices
+            keys.index_copy_(2, slot, key_states)
+            values.index_copy_(2, slot, value_states)
             return keys, values
         layer = self.layers[layer_idx]
         start = layer.get_seq_length()
@@ -127,6 +129,25 @@ class SlotCache(DynamicCache):
         return sum(t.numel() * t.element_size() for pair in self.buffers if pair is not None for t in pair)
 
 
+@dataclass
+class Fixed:
+    """The fixed tensors one device's captured passes read."""
+
+    mask: torch.Tensor  # float32 [B, 1, 1, capacity]
+    biased: torch.Tensor  # mask plus the step's bias
+    position: torch.Tensor  # long [B, 1]: the step's position ids
+    slot: torch.Tensor  # long [1]: the cache slot the step's keys go to
+
+    def copied_to(self, device: torch.device) -> "Fixed":
+        return Fixed(*(t.to(device, copy=True) for t in (self.mask, self.biased, self.position, self.slot)))
+
+    def refresh(self, source: "Fixed", biased: bool) -> None:
+        """What a pass reads, copied from the first device's tensors."""
+        (self.biased if biased else self.mask).copy_(source.biased if biased else source.mask)
+        self.position.copy_(source.position)
+        self.slot.copy_(source.slot)
+
+
 @dataclass(kw_only=True)
 class StaticState(DecodeState):
     """A `DecodeState` on a `SlotCache`, with the fixed tensors its captured passes read.
@@ -142,9 +163,21 @@ class StaticState(DecodeState):
     slot: torch.Tensor  # long [1]: the cache slot they are written to
     next_position: torch.Tensor  # long [B]
     graphs: dict = field(default_factory=dict)
+    # a split model's later devices: part -> copies of mask, biased, position and slot there
+    copies: dict[int, Fixed] = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)  # (pass, part) -> the residual stream a segment starts from
 
     def __post_init__(self) -> None:
         self.cache.slot = self.slot
+
+    def fixed(self, part: int, device: torch.device) -> Fixed:
+        """The fixed tensors on part `part` of a split (part 0: this state's own)."""
+        own = Fixed(self.mask, self.biased, self.position, self.slot)
+        if part == 0:
+            return own
+        if part not in self.copies:
+            self.copies[part] = own.copied_to(device)
+        return self.copies[part]
 
     @classmethod
     def of(cls, state: DecodeState) -> "StaticState":
@@ -180,7 +213,7 @@ class StaticState(DecodeState):
         mask[..., : self.n_keys] = self.mask[..., : self.n_keys]
         self.mask, self.biased = mask, torch.empty_like(mask)
         self.cache.slot = self.slot
-        self.graphs = {}
+        self.graphs, self.copies, self.inputs = {}, {}, {}
 
     def clone(self) -> "StaticState":
         return StaticState(cache=self.cache.resized(self.cache.capacity, self.n_keys), n_keys=self.n_keys,
@@ -259,11 +292,17 @@ class StaticBackend(Backend):
             raise ConfigError("CUDA graphs need a CUDA device")
         if compile_kernels and not on_cuda:
             raise ConfigError("compiled decoding kernels need a CUDA device")
-        self.graphs = on_cuda if graphs is None else graphs
         self.hf = twin(model, ATTN_IMPLEMENTATION)
         compile_kernels = on_cuda if compile_kernels is None else compile_kernels
         self.decoder = None if unsupported(self.hf) else FusedDecoder(
-            self.hf, Kernels.compiled() if compile_kernels else EAGER)
+            self.hf, Kernels.compiled() if compile_kernels else EAGER, model.layout)
+        # a graph is captured on one device: a split model's transformers forward crosses devices
+        # inside one pass, while the written-out decoder's segments are captured one by one
+        whole_pass_only = model.layout.split and self.decoder is None
+        if graphs and whole_pass_only:
+            raise ConfigError(f"CUDA graphs of a model split over devices need the written-out decoder: "
+                              f"{unsupported(self.hf)}; pass graphs=False")
+        self.graphs = on_cuda and not whole_pass_only if graphs is None else graphs
         # layer -> the QRHeads read there, as ints: a captured pass cannot read a device tensor
         self.read_lists = {layer: [int(h) for h in hs.tolist()] for layer, hs in read_heads(model, heads).items()}
         self.max_layer = max(self.read_lists) if self.read_lists else None
@@ -294,10 +333,11 @@ class StaticBackend(Backend):
     def _pass(self, state: StaticState, kind: str, hidden: torch.Tensor | None = None):
         """Run (or replay) one decoding pass: "plain", "read" (the QRHeads read),
         "head" (layers 0..L*, unbiased, read; returns L*'s output instead of logits), "biased",
-        and "tail" (layers L*+1.. on `hidden`, biased)."""
+        and "tail" (layers L*+1.. on `hidden`, biased). Logits come back on the model's device."""
+        if self.decoder is not None:
+            return self._fused_pass(state, kind, hidden)
+
         def run():
-            if self.decoder is not None:
-                return self._fused_pass(state, kind, hidden)
             ctl = StaticControl(tau=self.tau, slot=state.slot, decode_attention=self.decode_attention)
             if kind in ("read", "head"):
                 ctl.read_lists = self.read_lists
@@ -313,40 +353,80 @@ class StaticBackend(Backend):
                 raise RuntimeError("the pass did not stop after the deepest QRHead layer")
             return out.logits[:, -1].float(), ctl.rows
 
-        if not self.graphs:
-            return run()
-        key = (self, kind, self.decode_attention)
-        if key not in state.graphs:
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # lazy initialisations happen outside the capture
-                run()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                outputs = run()
-            state.graphs[key] = (graph, outputs)
-        graph, (out, rows) = state.graphs[key]
-        graph.replay()
+        out, rows = self._replay(state, (kind, 0), self.model.device, run)
         if kind == "head":  # the tail graph reads this very tensor
             return out, rows
-        return out.clone(), rows
+        return out.to(self.model.device, copy=True), rows
+
+    def _replay(self, state: StaticState, key: tuple, device: torch.device, run):
+        """`run()`, or without graphs: captured on `device` the first time, replayed after (its
+        outputs are the same tensors at every replay)."""
+        if not self.graphs:
+            return run()
+        key = (self, *key, self.decode_attention)
+        with torch.cuda.device(device):
+            if key not in state.graphs:
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):  # lazy initialisations happen outside the capture
+                    run()
+                torch.cuda.current_stream().wait_stream(side)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph):
+                    outputs = run()
+                state.graphs[key] = (graph, outputs)
+            graph, outputs = state.graphs[key]
+            graph.replay()
+        return outputs
 
     def _fused_pass(self, state: StaticState, kind: str, hidden: torch.Tensor | None):
-        assert self.decoder is not None
-        n_layers = self.decoder.n_layers
+        """The pass through the written-out decoder, one captured graph per device of a split:
+        each later device starts from a fixed copy of the residual stream the one before left."""
+        decoder = self.decoder
+        assert decoder is not None
+        placement, n_layers = self.model.layout, decoder.n_layers
         split = n_layers if self.max_layer is None else self.max_layer + 1
         start, stop = (split, n_layers) if kind == "tail" else (0, split if kind == "head" else n_layers)
-        step = DecodePass(state.biased if kind in ("biased", "tail") else state.mask, state.slot, tau=self.tau,
+        # a QRHead in the last layer leaves the tail only the final norm, on the last device
+        segments = placement.segments(start, stop) or [(placement.parts[-1], stop, stop)]
+        biased = kind in ("biased", "tail")
+        rows: dict[int, torch.Tensor] = {}
+        x = hidden
+        for index, (part, first, last) in enumerate(segments):
+            device = placement.devices[part]
+            fixed = state.fixed(part, device)
+            if part:
+                fixed.refresh(state.fixed(0, device), biased)
+            if x is not None:
+                inbox = state.inputs.get((kind, part))
+                if inbox is None:
+                    inbox = state.inputs[(kind, part)] = torch.empty(x.shape, dtype=x.dtype, device=device)
+                inbox.copy_(x)
+            ends = index == len(segments) - 1 and kind != "head"
+            x, seg_rows = self._replay(state, (kind, part), device,
+                                       functools.partial(self._segment, state, kind, fixed, inbox if x is not None
+                                                         else None, first, last, ends and decoder.lm_device == device))
+            rows.update(seg_rows)
+        assert x is not None
+        if kind == "head":
+            return x, rows
+        logits = x if decoder.lm_device == placement.devices[segments[-1][0]] else decoder.logits(x)
+        return logits.to(self.model.device, copy=True), rows
+
+    def _segment(self, state: StaticState, kind: str, fixed: Fixed, x: torch.Tensor | None, first: int, last: int,
+                 logits: bool) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Layers first..last-1 on one device from `x` (None: the step's tokens, embedded);
+        returns the residual stream, the final norm's output at the model's end, or with
+        `logits` the logits, and the QRHead rows read here."""
+        assert self.decoder is not None
+        step = DecodePass(fixed.biased if kind in ("biased", "tail") else fixed.mask, fixed.slot, tau=self.tau,
                           decode_attention=self.decode_attention,
                           read=self.read_lists if kind in ("read", "head") else {})
-        x = hidden if kind == "tail" else self.decoder.embed(state.ids)
-        assert x is not None
-        x, normed = self.decoder.decode(x, state.position, state.cache.buffers, step, start, stop)
-        if kind == "head":
-            return x, step.rows
-        assert normed is not None
-        return self.decoder.logits(normed), step.rows
+        h = self.decoder.embed(state.ids) if x is None else x
+        h, normed = self.decoder.decode(h, fixed.position, state.cache.buffers, step, first, last)
+        if normed is None or kind == "head":
+            return h, step.rows
+        return (self.decoder.logits(normed) if logits else normed), step.rows
 
     def _layers(self, kind: str) -> contextlib.AbstractContextManager:
         if kind not in ("head", "tail"):
@@ -368,8 +448,8 @@ class StaticBackend(Backend):
 
     def attention(self, rows: dict, n_keys: int) -> torch.Tensor:
         layers = sorted(rows)
-        full = relevance.aggregate_heads([rows[layer] for layer in layers], rows[layers[0]].shape[-1],
-                                         offsets=[0] * len(layers))
+        full = relevance.aggregate_heads([rows[layer].to(self.model.device) for layer in layers],
+                                         rows[layers[0]].shape[-1], offsets=[0] * len(layers))
         return full[:, :n_keys]
 
     @staticmethod
