@@ -5,6 +5,7 @@ the weights identity), and `from_hf`, which builds one from an HF causal LM."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
@@ -143,7 +144,7 @@ def share_weights_twin(hf_model: torch.nn.Module, attn_implementation: str) -> t
     return twin.eval()
 
 
-def split(model: LoadedModel, devices) -> LoadedModel:
+def split(model: LoadedModel, devices: str | Sequence[str | torch.device]) -> LoadedModel:
     """`model`'s weights moved to `devices` (e.g. "cuda:0,cuda:1"), layers split evenly
     (`Placement.even`), as a new `LoadedModel` with the same identity; `model` itself must not
     be used afterwards (its bridge keeps the weights where they were). `load_model(...,

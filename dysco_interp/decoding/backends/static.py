@@ -399,15 +399,15 @@ class StaticBackend(Backend):
             fixed = state.fixed(part, device)
             if part:
                 fixed.refresh(state.fixed(0, device), biased)
+            inbox = None  # the first segment of a full pass embeds the step's tokens itself
             if x is not None:
                 inbox = state.inputs.get((kind, part))
                 if inbox is None:
                     inbox = state.inputs[(kind, part)] = torch.empty(x.shape, dtype=x.dtype, device=device)
                 inbox.copy_(x)
-            ends = index == len(segments) - 1 and kind != "head"
-            x, seg_rows = self._replay(state, (kind, part), device,
-                                       functools.partial(self._segment, state, kind, fixed, inbox if x is not None
-                                                         else None, first, last, ends and decoder.lm_device == device))
+            logits_here = index == len(segments) - 1 and kind != "head" and decoder.lm_device == device
+            x, seg_rows = self._replay(state, (kind, part), device, functools.partial(
+                self._segment, state, kind, fixed, inbox, first, last, logits_here))
             rows.update(seg_rows)
         assert x is not None
         if kind == "head":
