@@ -25,6 +25,7 @@ from pathlib import Path
 
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
+from dysco_interp.experiments.distributed import World
 from dysco_interp.experiments.store import read_store
 
 
@@ -77,7 +78,7 @@ def busiest_rank_seconds(records: Sequence[dict], n_processes: int) -> float:
     """The decoding time of the busiest rank of a run from a fresh store: rank r decoded every
     n-th instance from the r-th, in data order (`World.share`), all methods of each."""
     order = list(dict.fromkeys(r["instance"] for r in records))
-    rank = {instance: i % n_processes for i, instance in enumerate(order)}
+    rank = {instance: r for r in range(n_processes) for instance in World(r, n_processes).share(order)}
     busy = [0.0] * n_processes
     for r in records:
         timings = r.get("timings") or {}

@@ -361,26 +361,19 @@ class ResultStore:
         return len(self._by_key)
 
     def append(self, record: Mapping) -> None:
+        self.extend([record])
+
+    def extend(self, records: Iterable[Mapping]) -> None:
+        """`append` for several records with one flush (what folding shards writes); every record
+        is keyed and serialised before the file is touched, so a bad one writes nothing."""
         if self._lock is None:
             why = "opened read-only" if self.readonly else "closed"
             raise StoreError(f"{self.path} is {why}; it cannot take new records")
-        key = self.key(record)
-        line = json.dumps(record, sort_keys=True, allow_nan=False)
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        self._by_key[key] = dict(record)
-
-    def extend(self, records: Iterable[Mapping]) -> None:
-        """`append` for several records, with one flush: what folding shards writes."""
-        if self._lock is None:
-            raise StoreError(f"{self.path} is {'opened read-only' if self.readonly else 'closed'}; "
-                             "it cannot take new records")
         rows = [dict(r) for r in records]
         keys = [self.key(r) for r in rows]
+        lines = [json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in rows]
         with open(self.path, "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in rows)
+            f.writelines(lines)
             f.flush()
             os.fsync(f.fileno())
         self._by_key.update(zip(keys, rows))
