@@ -158,23 +158,32 @@ def test_replayed_graphs_give_the_eager_tokens_and_selections(style):
             assert selections(ours) == selections(ref) == selections(other), name
 
 
-def test_the_static_decoding_attentions_give_the_same_tokens_and_selections(tiny):
+def test_the_static_decoding_attentions_give_the_same_tokens_and_selections(tiny, monkeypatch):
+    from dysco_interp.decoding.backends import decode_attention, fused_decoder, static
+
+    kinds = set()
+
+    def spy(*args, **kwargs):
+        kinds.add(args[6])
+        return decode_attention.attend_one_query(*args, **kwargs)
+
+    for module in (static, fused_decoder):  # the written-out decoder and the HF-forward path
+        monkeypatch.setattr(module, "attend_one_query", spy)
     heads = heads_for(tiny)
     prompts = [PROMPT, *OTHERS]
     out = {}
     for mode in ("sdpa", "float32"):
-        def make(model, heads=None, *, mode=mode, **kwargs):
-            return backends.StaticBackend(model, heads, decode_attention=mode, **kwargs)
-
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setitem(backends.REGISTRY, "static", make)
-            out[mode] = generate_batch(tiny, prompts, METHODS, heads, backend="static")
+        kinds.clear()
+        out[mode] = generate_batch(tiny, prompts, METHODS, heads, backend="static", decode_attention=mode)
+        assert kinds == {mode}  # the choice reaches every decoding step
     for name in METHODS:
         for ours, ref in zip(out["sdpa"][name], out["float32"][name]):
             assert ours.tokens == ref.tokens, name
             assert selections(ours) == selections(ref), name
     with pytest.raises(ConfigError, match="decode_attention sets the static"):
         backends.make_backend(tiny, "sdpa", heads, decode_attention="float32")
+    with pytest.raises(ConfigError, match="decode_attention sets the static"):
+        generate_batch(tiny, prompts, METHODS, heads, backend="sdpa", decode_attention="float32")
     with pytest.raises(ConfigError, match="decode_attention must be one of"):
         backends.make_backend(tiny, "static", heads, decode_attention="flash")
 

@@ -104,6 +104,13 @@ CASES = {
     "generate max-new-tokens 0": ([*GEN, "--max-new-tokens", "0"], "argument --max-new-tokens: must be"),
     "make-data n 0": ([*MAKE, "--n", "0"], "argument --n: must be an integer >= 1, got 0"),
     "make-data tolerance 1": ([*MAKE, "--tolerance", "1"], "argument --tolerance: must be a finite number > 0 and < 1"),
+    "decode attention of another backend": ([*GEN, "--decode-attention", "float32"],
+                                            "--decode-attention sets the static backend's decoding attention; "
+                                            "add --backend static (the bridge backend has none)"),
+    "evaluate decode attention of sdpa": ([*EVAL, "--backend", "sdpa", "--decode-attention", "float32"],
+                                          "add --backend static (the sdpa backend has none)"),
+    "decode attention unknown": ([*EVAL, "--backend", "static", "--decode-attention", "flash"],
+                                 "argument --decode-attention: invalid choice: 'flash'"),
     "uniattns without tau": ([*GEN, "--method", "uniattns"], "uniattns needs --tau"),
     "evaluate uniattns without tau": ([*EVAL, "--methods", "vanilla,uniattns"], "uniattns needs --tau"),
     "unknown method": ([*EVAL, "--methods", "vanilla,dysko"], "argument --methods: unknown method(s) dysko"),

@@ -321,3 +321,27 @@ def test_cli_teacher_forced_prints_paired_intervals_and_keeps_its_store_apart(tm
     assert main([a for a in argv if a != "--teacher-forced"]) == 2
     err = capsys.readouterr().err
     assert "teacher_forced" in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_float32_decoding_attention_is_recorded_and_kept_apart(data_dir, tmp_path, capsys, monkeypatch):
+    out = tmp_path / "r.jsonl"
+    static = ["--backend", "static"]
+    assert main(evaluate_argv(data_dir, out, *static, "--decode-attention", "float32")) == 0
+    assert {r["settings"]["decode_attention"] for r in read_store(out).records} == {"float32"}
+    capsys.readouterr()
+    import dysco_interp.models as models
+
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: (_ for _ in ()).throw(AssertionError("loaded")))
+    # fused and float32 records never share a store: refused in one line, before the model loads
+    for extra in ([], ["--decode-attention", "sdpa"]):
+        assert main(evaluate_argv(data_dir, out, *static, *extra)) == 2
+        err = capsys.readouterr().err.strip()
+        assert "decode_attention" in err and "\n" not in err, err
+    monkeypatch.undo()
+    # the default is not written down, so stores made before the option existed still resume
+    default = tmp_path / "default.jsonl"
+    assert main(evaluate_argv(data_dir, default, *static)) == 0
+    assert "decode_attention" not in read_store(default).records[0]["settings"]
+    capsys.readouterr()
+    assert main(evaluate_argv(data_dir, default, *static, "--decode-attention", "sdpa", "--json")) == 0
+    assert json.loads(capsys.readouterr().out)["new_records"] == 0

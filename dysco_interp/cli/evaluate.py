@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import flags
-from dysco_interp.cli.prepare import check_head_file, decoding_config, load_model_from_flags
+from dysco_interp.cli.prepare import check_backend_flags, check_head_file, decoding_config, load_model_from_flags
 from dysco_interp.errors import ConfigError, DataError
 
 
@@ -77,6 +77,7 @@ def run_evaluate(args) -> int:
         raise ConfigError("--devices splits one process's model: not with --device, nor under torchrun "
                           "(where each rank takes one GPU)")
     args.device = distributed.rank_device(launch, args.device)
+    check_backend_flags(args)
     task = get_task(args.task).name
     files = sorted(Path(args.data).glob(f"{task}_*.jsonl")) if Path(args.data).is_dir() else [Path(args.data)]
     if not files or not all(f.is_file() for f in files):
@@ -91,14 +92,14 @@ def run_evaluate(args) -> int:
     if args.if_settings_differ == "error":
         device = args.devices[0] if args.devices else resolve_device(args.device)
         known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device,
-                               teacher_forced=args.teacher_forced)
+                               teacher_forced=args.teacher_forced, decode_attention=args.decode_attention)
         precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()})
     with distributed.process_group(launch, args.device) as world, distributed.quiet_unless_main(world):
         model = load_model_from_flags(args)
         heads = resolve_heads(model, args.heads, args.allow_other_model) if needs_heads else None
         run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
                        backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
-                       teacher_forced=args.teacher_forced)
+                       teacher_forced=args.teacher_forced, decode_attention=args.decode_attention)
     if not world.is_main:
         return 0  # rank 0 reports the whole run
     adapter = ADAPTERS[task]

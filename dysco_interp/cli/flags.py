@@ -81,6 +81,7 @@ def add_dysco_flags(parser: argparse.ArgumentParser, default_preset: str = "pape
 
 def add_method_flags(parser: argparse.ArgumentParser, *, multi: bool) -> None:
     """--method (or --methods when `multi`), the heads, DySCO's and UniAttnS' parameters, the backend."""
+    from dysco_interp.decoding.backends.decode_attention import DECODE_ATTENTION
     from dysco_interp.decoding.config import METHODS
 
     if multi:
@@ -98,6 +99,10 @@ def add_method_flags(parser: argparse.ArgumentParser, *, multi: bool) -> None:
     parser.add_argument("--backend", default="bridge", choices=list(BACKENDS),
                         help="bridge: TransformerLens hooks (eager); sdpa: fast, same tokens, batches; "
                              "static: sdpa prefill, fixed KV buffers, CUDA graphs on a GPU (fastest decoding)")
+    parser.add_argument("--decode-attention", choices=list(DECODE_ATTENTION), default=None,
+                        help="the static backend's decoding attention: sdpa (fused, the default; on a GPU, reruns "
+                             "can differ in rare tokens) or float32 (bitwise repeatable on a GPU, so reruns and "
+                             "torchrun shards give identical records; slower at long contexts)")
 
 
 def method_list(text: str) -> str:

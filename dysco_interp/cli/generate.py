@@ -6,7 +6,7 @@ import argparse
 import json
 
 from dysco_interp.cli import flags
-from dysco_interp.cli.prepare import check_head_file, decoding_config, load_model_from_flags
+from dysco_interp.cli.prepare import check_backend_flags, check_head_file, decoding_config, load_model_from_flags
 from dysco_interp.errors import ConfigError, DataError
 
 
@@ -61,12 +61,14 @@ def generate_and_print(args, prompt: str) -> int:
     from dysco_interp.decoding.loop import dysco_generate
     from dysco_interp.heads import resolve_heads
 
+    check_backend_flags(args)
     config = decoding_config(args, args.method)
     if config.uses_heads:
         check_head_file(args.heads, args.model, args.allow_other_model)
     model = load_model_from_flags(args)
     heads = resolve_heads(model, args.heads, args.allow_other_model) if config.uses_heads else None
-    result = dysco_generate(model, prompt, heads, config, backend=args.backend, chat=args.chat)
+    result = dysco_generate(model, prompt, heads, config, backend=args.backend, chat=args.chat,
+                            decode_attention=args.decode_attention)
     if args.json:
         print(json.dumps({"model": args.model, "method": args.method, "text": result.text, "tokens": result.tokens,
                           "prompt_text": result.prompt_text, **result.timings.as_dict()}))

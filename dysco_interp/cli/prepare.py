@@ -44,6 +44,13 @@ def dysco_overrides(args) -> dict:
     return {field: value for field, value in given if value is not None}
 
 
+def check_backend_flags(args) -> None:
+    """--decode-attention only with the backend it belongs to."""
+    if args.decode_attention is not None and args.backend != "static":
+        raise ConfigError(f"--decode-attention sets the static backend's decoding attention; add --backend static "
+                          f"(the {args.backend} backend has none)")
+
+
 def check_head_file(arg: str, model: str, allow_other_model: bool = False) -> None:
     """Parse a head file before the model loads (a typo or a malformed file costs nothing);
     the check against the model's geometry comes after the load, in `resolve_heads`."""

@@ -178,20 +178,25 @@ def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfi
 def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig, heads: HeadSet | None,
                  prefix: Prefix, backend: BackendName | str = "bridge", spans: Sequence[Spans | None] | None = None,
                  graphs: bool | None = None, forced: Sequence[Sequence[int]] | None = None,
-                 hooks: Sequence[Hook] = (), name: str | None = None) -> list[GenerationResult]:
+                 hooks: Sequence[Hook] = (), name: str | None = None,
+                 decode_attention: str | None = None) -> list[GenerationResult]:
     """One method on every row, from a copy of the prefix; with `forced`, each row is fed its
     gold tokens instead of its own (teacher forcing through the method's steps). `hooks` run in
-    every pass (bridge only); `name` is the method's name for `current_pass` (config.method if None)."""
+    every pass (bridge only); `name` is the method's name for `current_pass` (config.method if None);
+    `decode_attention` is the static backend's (`make_backend`)."""
     with scheduled(method=config.method if name is None else name):
-        return _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks)
+        return _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks,
+                             decode_attention)
 
 
-def _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks) -> list[GenerationResult]:
+def _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks,
+                  decode_attention) -> list[GenerationResult]:
     assert batch.prepared is not None
     n_rows, width = len(batch.lengths), batch.width
     method = method_for(config)
     heads = method.heads(model, heads)
-    runner = make_backend(model, backend, heads, tau=config.temperature, graphs=graphs, hooks=hooks)
+    runner = make_backend(model, backend, heads, tau=config.temperature, graphs=graphs, hooks=hooks,
+                          decode_attention=decode_attention)
     if runner.max_batch is not None and n_rows > runner.max_batch:
         raise ConfigError(f"the {backend} backend decodes at most {runner.max_batch} prompt(s) at a time")
     span_mass = None
@@ -316,12 +321,13 @@ def iter_methods(
     prepared: Sequence[PreparedPrompt] | None = None,
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
+    decode_attention: str | None = None,
     forced: Sequence[str | Sequence[int]] | None = None,
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
-    check_backend(backend)
+    check_backend(backend, decode_attention)
     check_configs(configs)
     check_bool("chat", chat)
     user_hooks = check_hooks(model, hooks, backend)
@@ -355,7 +361,7 @@ def iter_methods(
             shared[key(name)] = prefill_prefix(model, batch, config, backend, graphs=graphs, hooks=user_hooks,
                                                name=users[0] if len(users) == 1 else None)
         yield name, decode_batch(model, batch, config, heads, shared[key(name)], backend, spans, graphs, gold,
-                                 hooks=user_hooks, name=name)
+                                 hooks=user_hooks, name=name, decode_attention=decode_attention)
         if len(sharing[key(name)]) == 1:
             del shared[key(name)]  # nobody else reads it: free its cache now
 
@@ -370,6 +376,7 @@ def generate_batch(
     prepared: Sequence[PreparedPrompt] | None = None,
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
+    decode_attention: str | None = None,
     forced: Sequence[str | Sequence[int]] | None = None,
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
@@ -396,6 +403,9 @@ def generate_batch(
         backend: "bridge" (TL hooks, one prompt), "sdpa" (fast; prompts of any lengths together,
             left-padded) or "static" (as sdpa, with fixed KV buffers and CUDA-graph steps on a GPU).
         graphs: CUDA graphs for the static backend (None: on CUDA devices).
+        decode_attention: the static backend's decoding attention: "sdpa" (fused; its default,
+            fastest) or "float32" (bitwise repeatable on a GPU, slower at long contexts); None
+            for the other backends.
         forced: per prompt, the gold continuation (text, encoded on its own after the prompt, or
             token ids) to teacher-force; None decodes freely.
         hooks: TransformerLens forward hooks `[(name or filter, fn(tensor, hook)), ...]` run in
@@ -408,7 +418,8 @@ def generate_batch(
         name -> one `GenerationResult` per prompt, in order.
     """
     return dict(iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
-                             graphs=graphs, forced=forced, hooks=hooks, chat=chat))
+                             graphs=graphs, decode_attention=decode_attention, forced=forced, hooks=hooks,
+                             chat=chat))
 
 
 def compare_methods(
@@ -421,6 +432,7 @@ def compare_methods(
     prepared: PreparedPrompt | None = None,
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
+    decode_attention: str | None = None,
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
 ) -> dict[str, GenerationResult]:
@@ -432,6 +444,7 @@ def compare_methods(
         heads: as `generate_batch`.
         backend: as `generate_batch`.
         graphs: as `generate_batch`.
+        decode_attention: as `generate_batch`.
         hooks: as `generate_batch`.
         chat: as `generate_batch`.
         prompt: text, chat messages, or token ids (a list of ints, a 1-D or `[1, N]` tensor).
@@ -444,7 +457,7 @@ def compare_methods(
     check_prompt(prompt)
     out = generate_batch(model, [prompt], configs, heads, spans=None if spans is None else [spans],
                          prepared=None if prepared is None else [prepared], backend=backend, graphs=graphs,
-                         hooks=hooks, chat=chat)
+                         decode_attention=decode_attention, hooks=hooks, chat=chat)
     return {name: results[0] for name, results in out.items()}
 
 
@@ -458,6 +471,7 @@ def generate(
     prepared: PreparedPrompt | None = None,
     backend: BackendName | str = "bridge",
     graphs: bool | None = None,
+    decode_attention: str | None = None,
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
     **fields,
@@ -478,6 +492,7 @@ def generate(
         prepared: the prompt already encoded with `prepare_prompt`.
         backend: "bridge" (TransformerLens hooks), "sdpa" (fast, same tokens) or "static" (fastest on a GPU).
         graphs: CUDA graphs for the static backend (None: on CUDA devices).
+        decode_attention: as `generate_batch`.
         hooks: TransformerLens forward hooks `[(name or filter, fn(tensor, hook)), ...]`, run in
             every pass after the method's own, the prompt's prefill included (bridge backend only);
             `dysco_interp.decoding.current_pass()` inside one says which pass is running.
@@ -495,7 +510,8 @@ def generate(
     check_config(config)
     config = with_fields(config, fields)
     return compare_methods(model, prompt, {config.method: config}, heads, spans=spans, prepared=prepared,
-                           backend=backend, graphs=graphs, hooks=hooks, chat=chat)[config.method]
+                           backend=backend, graphs=graphs, decode_attention=decode_attention, hooks=hooks,
+                           chat=chat)[config.method]
 
 
 def dysco_generate(

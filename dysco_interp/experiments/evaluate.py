@@ -25,7 +25,7 @@ import torch
 from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.chat import Messages
 from dysco_interp.checks import check_bool
-from dysco_interp.decoding.backends import BackendName
+from dysco_interp.decoding.backends import DEFAULT_DECODE_ATTENTION, BackendName, check_backend
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
@@ -112,13 +112,18 @@ def method_settings(config: DecodingConfig, heads: HeadSet | None) -> dict:
 
 
 def store_settings(model_name: str, task: str, backend: str, dtype: torch.dtype, device: torch.device,
-                   weights: str | None = None, teacher_forced: bool = False) -> dict:
+                   weights: str | None = None, teacher_forced: bool = False,
+                   decode_attention: str | None = None) -> dict:
     """What every record of an evaluation store shares: the model and its weights, the numeric
-    format, the device type, the task, the backend, and whether decoding was teacher-forced.
-    Without `weights` (before the model is loaded) the rest, for `precheck`."""
+    format, the device type, the task, the backend (and the static backend's decoding attention),
+    and whether decoding was teacher-forced. Without `weights` (before the model is loaded) the
+    rest, for `precheck`."""
     settings = {"model": model_name, "dtype": dtype_name(dtype), "device": device.type, "task": task,
                 "backend": backend}
-    if teacher_forced:  # only then: stores of free decoding made before the switch stay resumable
+    # each only when it is not the default, so stores made before the option existed stay resumable
+    if decode_attention not in (None, DEFAULT_DECODE_ATTENTION):
+        settings["decode_attention"] = decode_attention
+    if teacher_forced:
         settings["teacher_forced"] = True
     return settings if weights is None else {**settings, "weights": weights}
 
@@ -159,26 +164,28 @@ def check_methods(path: str | Path, records: Iterable[dict], wanted: Mapping[str
                                      f"({'; '.join(differences(stored, now))}); {NEW_STORE_HINT}")
 
 
-def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict]) -> None:
+def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict],
+             known_after_load: Iterable[str] = ("weights",)) -> None:
     """Before a model is loaded: refuse a path that is no store, or a store whose settings
-    differ in what is already known (`known`: some store settings; `methods`: method settings,
-    compared without their head sets, which need the model)."""
+    differ in what is already known (`known`: the store settings but `known_after_load`;
+    `methods`: method settings, compared without their head sets, which need the model)."""
+    known_after_load = set(known_after_load)
     # a killed data-parallel run's shards join the store when it is opened: check them with it
     for file in (Path(path), *shard_paths(path)):
         contents = read_resumable(file)
         if contents is None:
             continue
-        stored = contents.settings or {}
-        mine = {k: v for k, v in known.items() if k in stored}
-        theirs = {k: stored[k] for k in mine}
-        if theirs != mine:
+        # all but what only the loaded model tells; settings written only when set count when absent
+        theirs = {k: v for k, v in (contents.settings or {}).items() if k not in known_after_load}
+        if theirs != dict(known):
             raise StoreMismatchError(f"{file} holds results computed with other settings "
-                                     f"({'; '.join(differences(theirs, mine))}); {NEW_STORE_HINT}")
+                                     f"({'; '.join(differences(theirs, known))}); {NEW_STORE_HINT}")
         check_methods(file, contents.records, methods, ignore=("heads",))
 
 
 def decode_batch(model: LoadedModel, adapter: TaskAdapter, batch: Sequence, methods: Mapping[str, DecodingConfig],
-                 heads: HeadSet | None, keep_trace: bool, backend: str, teacher_forced: bool = False):
+                 heads: HeadSet | None, keep_trace: bool, backend: str, teacher_forced: bool = False,
+                 decode_attention: str | None = None):
     """Decode instances together under each method (teacher-forced on their gold answers, or
     freely): yields (name, config as run, results) as each method finishes."""
     thinking = {inst.enable_thinking for inst in batch}
@@ -194,7 +201,7 @@ def decode_batch(model: LoadedModel, adapter: TaskAdapter, batch: Sequence, meth
     spans = [adapter.spans(inst) for inst in batch] if keep_trace else None
     forced = [adapter.gold(inst) for inst in batch] if teacher_forced else None
     for method, rows in iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
-                                     forced=forced):
+                                     decode_attention=decode_attention, forced=forced):
         yield method, configs[method], rows
 
 
@@ -230,11 +237,13 @@ def open_results(
     if_differs: str = "error",
     teacher_forced: bool = False,
     order: Callable[[Mapping], Any] | None = None,
+    decode_attention: str | None = None,
 ) -> ResultStore:
     """The evaluation store at `path` (or a sibling with if_differs="new") for these settings;
     `methods` maps each method name to its `method_settings`. Shards a killed data-parallel run
     left beside the store are folded into it first (sorted by `order`), then checked with it."""
-    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced)
+    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced,
+                              decode_attention)
 
     def check(store: ResultStore) -> None:
         store.fold_shards(order)
@@ -258,6 +267,7 @@ def evaluate(
     batch_size: int = 1,
     if_differs: Literal["error", "new"] = "error",
     teacher_forced: bool = False,
+    decode_attention: str | None = None,
 ) -> EvaluationRun:
     """Run every method on every instance not yet in the store at `out`.
 
@@ -285,6 +295,9 @@ def evaluate(
         teacher_forced: feed each instance's gold answer through the method's steps and score
             the model's predictions of it (at most `max_new_tokens` gold tokens); a store holds
             either teacher-forced or free results, never both.
+        decode_attention: the static backend's decoding attention, "sdpa" (fused, the default)
+            or "float32" (bitwise repeatable on a GPU, so reruns and data-parallel shards give
+            identical records); a store holds one of them.
 
     Returns:
         An `EvaluationRun`: the records of the requested instances x methods, the new ones (made by
@@ -301,6 +314,7 @@ def evaluate(
     ids = [instance_id(inst) for inst in instances]
     wanted = {m: method_settings(c, heads) for m, c in methods.items()}
     check_bool("teacher_forced", teacher_forced)
+    check_backend(backend, decode_attention)
     world = current_world()
     order = grid_order(ids, methods)
 
@@ -308,7 +322,8 @@ def evaluate(
         return {"method": method, "instance": instance_hash}
 
     def open_main() -> ResultStore:
-        return open_results(out, model, model_name, task, wanted, backend, if_differs, teacher_forced, order)
+        return open_results(out, model, model_name, task, wanted, backend, if_differs, teacher_forced, order,
+                            decode_attention)
 
     def decode_missing(todo: list[tuple[Any, str]], done: ResultStore | Shard, sink: ResultStore) -> list[dict]:
         """Decode the (instance, hash) pairs in `todo` under each method not `done` yet into `sink`."""
@@ -321,7 +336,7 @@ def evaluate(
                 pending = {m: c for m, c in methods.items() if any(key(h, m) not in done for _, h in batch)}
                 # each method's records are stored as soon as it finishes, so a kill loses at most one
                 for method, config, rows in decode_batch(model, adapter, [inst for inst, _ in batch], pending, heads,
-                                                         keep_trace, backend, teacher_forced):
+                                                         keep_trace, backend, teacher_forced, decode_attention):
                     for (inst, h), res in zip(batch, rows):
                         if key(h, method) in done:
                             continue
@@ -357,7 +372,8 @@ def evaluate(
             records = [store.get(key(h, m)) for h in dict.fromkeys(ids) for m in methods]
             return EvaluationRun(records, new, store.path)
     # data-parallel (see experiments.distributed): this rank's share of what the store lacks, into its shard
-    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced)
+    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced,
+                              decode_attention)
     with sharded_store(world, open_main, lambda p: ResultStore(p, KEY, settings, purpose="evaluate"), order) as shard:
         by_hash = dict(zip(ids, instances))  # an instance listed twice is decoded once
         todo = [(by_hash[h], h) for h in dict.fromkeys(ids) if any(key(h, m) not in shard for m in methods)]

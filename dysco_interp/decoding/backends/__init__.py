@@ -23,7 +23,11 @@ from dysco_interp.decoding.backends.base import (
     stop_after,
 )
 from dysco_interp.decoding.backends.bridge import BridgeBackend
-from dysco_interp.decoding.backends.decode_attention import DEFAULT_DECODE_ATTENTION
+from dysco_interp.decoding.backends.decode_attention import (
+    DECODE_ATTENTION,
+    DEFAULT_DECODE_ATTENTION,
+    check_decode_attention,
+)
 from dysco_interp.decoding.backends.sdpa import SdpaBackend
 from dysco_interp.decoding.backends.static import StaticBackend
 from dysco_interp.errors import ConfigError
@@ -37,9 +41,14 @@ BACKENDS: tuple[str, ...] = get_args(BackendName)
 assert BACKENDS == tuple(REGISTRY)
 
 
-def check_backend(name: str) -> str:
+def check_backend(name: str, decode_attention: str | None = None) -> str:
+    """`name` if it is a backend, and `decode_attention` (if given) one the static backend has."""
     if name not in REGISTRY:
         raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(REGISTRY)}")
+    if decode_attention is not None:
+        if name != "static":
+            raise ConfigError(f"decode_attention sets the static backend's decoding; the {name} backend has none")
+        check_decode_attention(decode_attention)
     return name
 
 
@@ -63,17 +72,17 @@ def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | N
     Returns:
         A `Backend`.
     """
-    name = check_backend(name)
+    name = check_backend(name, decode_attention)
     if decode_attention is None and compile_kernels is None:
         return REGISTRY[name](model, heads, tau=tau, graphs=graphs, hooks=hooks)
     if name != "static":
-        given = "decode_attention" if decode_attention is not None else "compile_kernels"
-        raise ConfigError(f"{given} sets the static backend's decoding; the {name} backend has none")
+        raise ConfigError(f"compile_kernels sets the static backend's decoding; the {name} backend has none")
     return StaticBackend(model, heads, tau=tau, graphs=graphs, hooks=hooks,
                          decode_attention=decode_attention or DEFAULT_DECODE_ATTENTION, compile_kernels=compile_kernels)
 
 
 __all__ = [
-    "BACKENDS", "REGISTRY", "Backend", "BackendName", "BridgeBackend", "DecodeState", "SdpaBackend", "StaticBackend",
-    "StepOutput", "StopForward", "check_backend", "make_backend", "no_hooks_message", "stop_after",
+    "BACKENDS", "DECODE_ATTENTION", "DEFAULT_DECODE_ATTENTION", "REGISTRY", "Backend", "BackendName", "BridgeBackend",
+    "DecodeState", "SdpaBackend", "StaticBackend", "StepOutput", "StopForward", "check_backend", "make_backend",
+    "no_hooks_message", "stop_after",
 ]

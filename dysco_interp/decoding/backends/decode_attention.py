@@ -18,9 +18,17 @@ from collections.abc import Sequence
 
 import torch
 
+from dysco_interp.errors import ConfigError
+
 DECODE_ATTENTION = ("sdpa", "float32")
 DEFAULT_DECODE_ATTENTION = "sdpa"
 GRANULE = 256  # buffer capacities are a multiple of this, so keys split into equal chunks
+
+
+def check_decode_attention(kind: str) -> str:
+    if kind not in DECODE_ATTENTION:
+        raise ConfigError(f"decode_attention must be one of {', '.join(DECODE_ATTENTION)}, got {kind!r}")
+    return kind
 
 
 def bmm_float32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -40,10 +40,10 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.backends.base import Backend, DecodeState, SelectBias, StepOutput, StopForward, stop_after
 from dysco_interp.decoding.backends.decode_attention import (
-    DECODE_ATTENTION,
     DEFAULT_DECODE_ATTENTION,
     GRANULE,
     attend_one_query,
+    check_decode_attention,
 )
 from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
 from dysco_interp.decoding.backends.sdpa import (
@@ -283,10 +283,7 @@ class StaticBackend(Backend):
                  hooks: Sequence[Hook] = (), decode_attention: str = DEFAULT_DECODE_ATTENTION,
                  compile_kernels: bool | None = None):
         super().__init__(model, heads, tau=tau, graphs=graphs, hooks=hooks)
-        if decode_attention not in DECODE_ATTENTION:
-            raise ConfigError(f"decode_attention must be one of {', '.join(DECODE_ATTENTION)}, "
-                              f"got {decode_attention!r}")
-        self.decode_attention = decode_attention
+        self.decode_attention = check_decode_attention(decode_attention)
         on_cuda = model.device.type == "cuda"
         if graphs and not on_cuda:
             raise ConfigError("CUDA graphs need a CUDA device")
