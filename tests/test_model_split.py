@@ -51,7 +51,7 @@ def pair(style):
 
 
 @pytest.mark.parametrize("style", STYLES)
-@pytest.mark.parametrize("backend", ["sdpa", "static"])
+@pytest.mark.parametrize("backend", ["bridge", "sdpa", "static"])
 def test_a_split_model_gives_the_one_device_tokens_and_selections(style, backend):
     whole, halves = pair(style)
     assert halves.layout.parts == (0, 0, 1, 1)
@@ -85,6 +85,18 @@ def test_each_layers_keys_and_values_live_on_its_device():
             assert keys.device == halves.layout.layer_device(layer)
     logits = backends.make_backend(halves, "static").step(state, ids[:, -1]).logits
     assert logits.device == halves.device  # outputs come back where the inputs went in
+
+
+def test_transformerlens_hooks_see_each_layer_on_its_device():
+    whole, halves = pair("llama")
+    ids = torch.randint(20, 500, (1, 12), generator=torch.Generator().manual_seed(2))
+    logits, cache = halves.bridge.run_with_cache(ids.to(halves.device))
+    one_logits, one_cache = whole.bridge.run_with_cache(ids.to(whole.device))
+    torch.testing.assert_close(logits.to(one_logits.device), one_logits)
+    for layer in range(halves.spec.n_layers):
+        resid = cache[f"blocks.{layer}.hook_resid_post"]
+        assert resid.device == halves.layout.layer_device(layer)
+        torch.testing.assert_close(resid.to(ONE), one_cache[f"blocks.{layer}.hook_resid_post"])
 
 
 def test_layers_are_split_into_contiguous_runs_and_segments_follow_them():

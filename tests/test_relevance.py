@@ -238,3 +238,12 @@ def test_window_slice_takes_the_last_keys():
     assert window_slice(bias, 6).flatten().tolist() == list(range(6))
     with pytest.raises(ValueError, match="sees 7 keys"):
         window_slice(bias, 7)
+
+
+def test_aggregate_heads_gathers_rows_onto_the_requested_device():
+    rows = [torch.softmax(torch.randn(1, 2, 6), dim=-1), torch.softmax(torch.randn(1, 1, 6), dim=-1)]
+    here = aggregate_heads(rows, 6)
+    assert here.device == rows[0].device
+    # a split model's layers give rows on several devices; "meta" stands in for another one here
+    there = aggregate_heads(rows, 6, device="meta")
+    assert there.device.type == "meta" and there.shape == here.shape

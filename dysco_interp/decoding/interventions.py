@@ -93,8 +93,9 @@ class RelevanceReader:
         self.rows[layer] = pattern[:, idx, -1, :].float()
         return None
 
-    def attention(self) -> torch.Tensor:
-        """Mean of H*'s rows on absolute positions, float32 `[B, n_keys]` (sums to 1)."""
+    def attention(self, device: torch.device | str | None = None) -> torch.Tensor:
+        """Mean of H*'s rows on absolute positions, float32 `[B, n_keys]` (sums to 1), on
+        `device` (None: the shallowest QRHead layer's, which differs on a split model)."""
         missing = [layer for layer in self.heads_by_layer if layer not in self.rows]
         if missing:
             raise RuntimeError(
@@ -104,7 +105,7 @@ class RelevanceReader:
         if self.n_keys is None:
             raise RuntimeError("RelevanceReader: call set_length(n_keys) before each forward pass")
         layers = sorted(self.rows)
-        return relevance.aggregate_heads([self.rows[layer] for layer in layers], self.n_keys)
+        return relevance.aggregate_heads([self.rows[layer] for layer in layers], self.n_keys, device=device)
 
 
 class BiasWriter:

@@ -26,16 +26,19 @@ from dysco_interp.errors import ConfigError
 
 
 def aggregate_heads(
-    rows: Sequence[torch.Tensor], n_keys: int, offsets: Sequence[int] | None = None
+    rows: Sequence[torch.Tensor], n_keys: int, offsets: Sequence[int] | None = None,
+    device: torch.device | str | None = None,
 ) -> torch.Tensor:
     """Mean attention row over heads, on absolute key positions: float32 `[B, n_keys]`.
 
     Args:
         rows: one tensor per layer, `[B, h_l, k_l]`: the last query row of the chosen
             heads of that layer (each row a softmax over the keys it sees, so it sums to 1).
+            Layers of a model split over devices give rows on different devices.
         n_keys: absolute number of keys (cached + current token).
         offsets: absolute position of each row's first key; default `n_keys - k_l`
             (right-aligned, see the module docstring).
+        device: where the mean goes (None: the first row's device).
 
     The mean is over all heads together (sum of every row / total number of heads),
     so a layer with two chosen heads weighs twice a layer with one, as in `mean_h a_h`.
@@ -47,7 +50,7 @@ def aggregate_heads(
     if len(offsets) != len(rows):
         raise ValueError(f"{len(offsets)} offsets for {len(rows)} layers of rows")
     batch = rows[0].shape[0]
-    out = torch.zeros(batch, n_keys, dtype=torch.float32, device=rows[0].device)
+    out = torch.zeros(batch, n_keys, dtype=torch.float32, device=rows[0].device if device is None else device)
     n_heads = 0
     for row, off in zip(rows, offsets):
         if row.ndim != 3 or row.shape[0] != batch:
@@ -58,7 +61,7 @@ def aggregate_heads(
                 f"a row of {width} keys at offset {off} does not fit in {n_keys} absolute keys"
             )
         # float32 before summing: bf16 rows would lose the small weights DySCO ranks.
-        out[:, off : off + width] += row.float().sum(dim=1)
+        out[:, off : off + width] += row.float().sum(dim=1).to(out.device)
         n_heads += row.shape[1]
     return out / n_heads
 

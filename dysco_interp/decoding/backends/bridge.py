@@ -70,14 +70,14 @@ class BridgeBackend(Backend):
         with running("plain" if bias is None else "biased", state.n_keys, 1, self.all_layers):
             logits = runtime.step(self.model, state.cache, tokens[:, None], hooks + self.user_hooks)
         state.advance()
-        return StepOutput(logits, None if reader is None else reader.attention())
+        return StepOutput(logits, None if reader is None else reader.attention(self.model.device))
 
     def partial(self, state: DecodeState, tokens: torch.Tensor) -> StepOutput:
         reader = self._reader(state.n_keys + 1)
         stop = reader.max_layer + 1
         with running("partial", state.n_keys, 1, range(stop)):
             runtime.partial_step(self.model, state.cache, tokens[:, None], stop, reader.hooks() + self.user_hooks)
-        return StepOutput(attention=reader.attention())
+        return StepOutput(attention=reader.attention(self.model.device))
 
     def reuse_step(self, state: DecodeState, tokens: torch.Tensor, select_bias: SelectBias) -> StepOutput:
         reader = self._reader(state.n_keys + 1)
@@ -87,7 +87,7 @@ class BridgeBackend(Backend):
         read: list[torch.Tensor] = []
 
         def select(resid, hook):
-            read.append(reader.attention())
+            read.append(reader.attention(self.model.device))
             writer.set_bias(select_bias(read[0]))
 
         hooks = list(self.temperature) + reader.hooks() + writer.hooks()
@@ -96,7 +96,7 @@ class BridgeBackend(Backend):
         with running("reuse", state.n_keys, 1, self.all_layers):
             logits = runtime.step(self.model, state.cache, tokens[:, None], hooks + self.user_hooks)
         if after == n_layers:  # the deepest QRHead is in the last layer: nothing left to bias
-            read.append(reader.attention())
+            read.append(reader.attention(self.model.device))
             select_bias(read[0])
         state.advance()
         return StepOutput(logits, read[0])

@@ -184,7 +184,7 @@ class SdpaBackend(Backend):
         self.max_layer = max(self.read) if self.read else None
 
     def attention(self, rows: dict[int, torch.Tensor], n_keys: int) -> torch.Tensor:
-        return relevance.aggregate_heads([rows[layer].to(self.model.device) for layer in sorted(rows)], n_keys)
+        return relevance.aggregate_heads([rows[layer] for layer in sorted(rows)], n_keys, device=self.model.device)
 
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
                 reserve: int = 0) -> DecodeState:
