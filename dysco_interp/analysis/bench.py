@@ -155,7 +155,7 @@ def allocated_kv_bytes(cache) -> dict[torch.device, int]:
 
 
 def weight_bytes(model: LoadedModel) -> int:
-    return sum(t.numel() * t.element_size() for t in model.prefill_model.parameters())
+    return sum(tensors_bytes_by_device(model.prefill_model.parameters()).values())
 
 
 def memory_kept_by(fn: Step, token: torch.Tensor, devices: Sequence[torch.device]) -> dict[torch.device, int]:

@@ -164,19 +164,18 @@ def check_methods(path: str | Path, records: Iterable[dict], wanted: Mapping[str
                                      f"({'; '.join(differences(stored, now))}); {NEW_STORE_HINT}")
 
 
-def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict],
-             known_after_load: Iterable[str] = ("weights",)) -> None:
+def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict]) -> None:
     """Before a model is loaded: refuse a path that is no store, or a store whose settings
-    differ in what is already known (`known`: the store settings but `known_after_load`;
-    `methods`: method settings, compared without their head sets, which need the model)."""
-    known_after_load = set(known_after_load)
+    differ in what is already known (`known`: the store settings but the weights id, which
+    needs the model; `methods`: method settings, compared without their head sets, which need
+    it too)."""
     # a killed data-parallel run's shards join the store when it is opened: check them with it
     for file in (Path(path), *shard_paths(path)):
         contents = read_resumable(file)
         if contents is None:
             continue
-        # all but what only the loaded model tells; settings written only when set count when absent
-        theirs = {k: v for k, v in (contents.settings or {}).items() if k not in known_after_load}
+        # settings written only when set (teacher_forced, decode_attention) count when absent
+        theirs = {k: v for k, v in (contents.settings or {}).items() if k != "weights"}
         if theirs != dict(known):
             raise StoreMismatchError(f"{file} holds results computed with other settings "
                                      f"({'; '.join(differences(theirs, known))}); {NEW_STORE_HINT}")

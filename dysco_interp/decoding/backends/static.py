@@ -125,9 +125,6 @@ class SlotCache(DynamicCache):
             raise RuntimeError(f"layer {layer} of the static cache holds nothing yet")
         return pair[0]
 
-    def kv_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for pair in self.buffers if pair is not None for t in pair)
-
 
 @dataclass
 class Fixed:
@@ -447,8 +444,8 @@ class StaticBackend(Backend):
 
     def attention(self, rows: dict, n_keys: int) -> torch.Tensor:
         layers = sorted(rows)
-        full = relevance.aggregate_heads([rows[layer].to(self.model.device) for layer in layers],
-                                         rows[layers[0]].shape[-1], offsets=[0] * len(layers))
+        full = relevance.aggregate_heads([rows[layer] for layer in layers], rows[layers[0]].shape[-1],
+                                         offsets=[0] * len(layers), device=self.model.device)
         return full[:, :n_keys]
 
     @staticmethod
