@@ -61,7 +61,12 @@ def main(argv=None) -> int:
     if args.figures_only:
         from dysco_interp.analysis.budget_report import write_reports
 
-        for line in write_reports(Path(args.out_dir) / "budget"):
+        try:
+            lines = write_reports(Path(args.out_dir) / "budget")
+        except ConfigError as e:
+            print(f"budget_study: {e}", file=sys.stderr)
+            return 2
+        for line in lines:
             print(line)
         return 0
     if args.data_dir is None:

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
                 if (args.model is None or r["model"] == args.model)
                 and (args.index is None or r["index"] == args.index)]
         for r in recs if args.index is not None or args.all else featured(recs):
-            for path in draw(r, out_dir, r.get("command", command)):
+            for path in draw(r, out_dir, r.get("command", command), figures=not args.no_figures):
                 print(f"wrote {path}")
         return 0
 

@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     store_path = out_dir / STORE_NAME
     models = [args.model] if args.model else None
     if args.figures_only:
-        for path in draw(out_dir, store_path, models, args.step, args.n_boot, command):
+        for path in draw(out_dir, store_path, models, args.step, args.n_boot, command, figures=not args.no_figures):
             print(f"wrote {path}")
         return 0
 

@@ -32,7 +32,8 @@ def parse_args(argv):
     p.add_argument("--bench", nargs="*", default=[str(REPO / "figures/bench_decode*.json")],
                    help="benchmark JSON files (glob patterns)")
     p.add_argument("--stores", nargs="*", default=[str(REPO / "figures/path_traversal/*.jsonl")],
-                   help="evaluation stores whose decode timings to summarise (glob patterns)")
+                   help="evaluation stores whose decode timings to summarise (glob patterns); stores of other "
+                        "settings in one cell are refused (see dysco_interp/analysis/stores.py)")
     p.add_argument("--out", default=str(REPO / "figures/overhead/overhead"),
                    help="writes OUT.png, OUT.html, OUT.json, OUT.md")
     return p.parse_args(argv)

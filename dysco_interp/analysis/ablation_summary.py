@@ -23,6 +23,7 @@ from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments import store as runner
+from dysco_interp.paths import safe_component
 from dysco_interp.viz.ablation_figure import draw_ablation
 
 BASELINE = "none"  # the head_set name of the unablated pass
@@ -125,7 +126,7 @@ def write_outputs(out_dir: str | Path, models: list[str] | None, n_boot: int, co
         for model in sorted({r["model"] for r in records}):
             summary = summarise(records, model, n_boot=n_boot)
             summary.update({"settings": settings, "source": path.name, "command": command})
-            stem = out_dir / Path(model).name
+            stem = out_dir / safe_component(model)
             target = stem.with_name(stem.name + "_summary.json")
             with atomic_open(target) as f:
                 f.write(json.dumps(summary, indent=1) + "\n")

@@ -37,7 +37,7 @@ from dysco_interp.analysis.result_tables import (
     metric_estimates,
     paired_deltas,
 )
-from dysco_interp.analysis.stores import display_path, read_records
+from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, read_sourced
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.viz.budget_figure import budget_figure
@@ -416,17 +416,19 @@ def write_dev_free(rows: Sequence[Mapping], stem: str | Path, *, notes: Sequence
 
 def read_split(folder: Path, root: Path, note: Callable[[str], None]) -> tuple[list[dict], list[str]]:
     """The records of every store in `folder` and the stores' paths relative to `root`; a missing
-    folder or an unreadable store is a note, not an error."""
+    folder or an unreadable store is a note, not an error. ConfigError when the stores do not pool
+    (`stores.check_comparable`; teacher-forced and free records are compared apart)."""
     files = sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.xz")]) if folder.is_dir() else []
     if not files:
         note(f"no stores (*.jsonl, *.jsonl.xz) in {folder}")
-    records: list[dict] = []
+    items: list[Sourced] = []
     for path in files:
         try:
-            records += read_records(path)
+            items += read_sourced(path)
         except (ConfigError, OSError, ValueError) as e:
             note(f"{path} left out: {e}")
-    return records, [display_path(p, root) for p in files]
+    check_comparable(items, apart=("teacher_forced",))  # repeats are the tables' to count (`by_cell`)
+    return [it.record for it in items], [display_path(p, root) for p in files]
 
 
 def read_choices(budget_dir: Path, note: Callable[[str], None]) -> dict[str, dict]:

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from dysco_interp.paths import safe_component
 from dysco_interp.tasks.lengths import length_label
 from dysco_interp.viz.figures import save_bars
 from dysco_interp.viz.panels import BarPanel
@@ -15,7 +16,8 @@ from dysco_interp.viz.tables import table_html, table_markdown
 
 
 def stem_of(record: dict) -> str:
-    return f"{record['model']}_{length_label(record['length'])}_{record['index']}"
+    """The file stem of a record's outputs: one file-name component, whatever the record says."""
+    return safe_component(f"{record['model']}_{length_label(record['length'])}_{record['index']}")
 
 
 def edge_label(e: dict) -> str:

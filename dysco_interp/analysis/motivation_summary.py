@@ -7,14 +7,15 @@ OUT_DIR/motivation.jsonl, one per (model, length, seed, index).
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.report import write_json
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments import store as runner
+from dysco_interp.paths import safe_component
 from dysco_interp.viz.figures import save_ci_lines
 from dysco_interp.viz.panels import Panel, Series
 
@@ -116,17 +117,16 @@ def figure_panels(summary: dict):
 
 def draw(out_dir: Path, store_path: Path, models: list[str] | None, step: int, n_boot: int, command: str,
          figures: bool = True) -> list[Path]:
-    """<model>_summary.json, and unless `figures` is off <model>.png and <model>.html, for each model."""
+    """<model>_summary.json, and unless `figures` is off <model>.png and <model>.html, for each model
+    (its name made one file-name component, `paths.safe_component`)."""
     header, records = read_store(store_path)
     names = models or sorted({r["model"] for r in records})
     written = []
     for model in names:
         summary = summarise(records, model, step, n_boot=n_boot)
         summary.update({"settings": header, "source": store_path.name, "command": command})
-        out_dir.mkdir(parents=True, exist_ok=True)
-        path = out_dir / f"{model}_summary.json"
-        path.write_text(json.dumps(summary, indent=1) + "\n")
-        written.append(path)
+        name = safe_component(model)  # a name from the store, never a path of its own
+        written.append(write_json(out_dir / f"{name}_summary.json", summary))
         if not figures:
             continue
         try:
@@ -134,7 +134,7 @@ def draw(out_dir: Path, store_path: Path, models: list[str] | None, step: int, n
             title = (f"{model}: Path Traversal ({header['hops']} hops), teacher forced, edge {step}\nmean and 95% "
                      f"bootstrap CI over {n[0] if len(n) == 1 else f'{n[0]}-{n[-1]}'} instances per length")
             written += save_ci_lines(figure_panels(summary), [length_tick(r["length"]) for r in summary["rows"]],
-                                     out_dir / model, title=title, xlabel="context length (tokens)")
+                                     out_dir / name, title=title, xlabel="context length (tokens)")
         except ImportError as e:  # a compute-only machine: the numbers are written, the drawing waits
             print(f"not drawing ({e.name} is not installed); draw later with --figures-only", file=sys.stderr)
     return written

@@ -17,8 +17,7 @@ from dysco_interp.analysis import flops
 from dysco_interp.analysis.bench_results import decode_rows, device_label, record_speed_rows
 from dysco_interp.analysis.flops import ModelShape, decode_token_flops, dysco_extra_token, overhead
 from dysco_interp.analysis.report import with_footer
-from dysco_interp.analysis.result_tables import dedupe
-from dysco_interp.analysis.stores import display_path, expand, read_records
+from dysco_interp.analysis.stores import display_path, expand, pool_files
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import resolve_heads
 from dysco_interp.models import packaged as packaged_models
@@ -126,7 +125,7 @@ def measured(bench: list[str], stores: list[str], root: Path) -> tuple[list[dict
     files, unmatched = expand(stores or [])
     notes += [f"no evaluation store matches {p}" for p in unmatched]
     if files:
-        records, _ = dedupe(r for f in files for r in read_records(f))
+        records = pool_files(files).records
         speed = record_speed_rows(records, "evaluation stores")
         rows += speed
         sources += [display_path(f, root) for f in files]

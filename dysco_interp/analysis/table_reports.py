@@ -13,9 +13,9 @@ from pathlib import Path
 
 from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, MethodKey, default_value
-from dysco_interp.analysis.report import fmt_ci, fmt_delta, store_notes, with_footer
+from dysco_interp.analysis.report import fmt_ci, fmt_delta, with_footer
 from dysco_interp.analysis.result_tables import DELTA_METRICS
-from dysco_interp.analysis.stores import display_path, load_deduplicated, load_records
+from dysco_interp.analysis.stores import display_path, load_deduplicated, load_pooled
 from dysco_interp.errors import DyscoError
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
@@ -30,6 +30,10 @@ FIGURE_METRICS = (
     ("mrcr", "score", "MRCR score"),
 )
 PARAM_LABELS = {"top_p": "nucleus mass p", "top_k": "cap K (tokens)", "beta": "strength beta"}
+POOLING_HELP = ("Stores are pooled only when comparable: records of one model, task, length and token budget "
+                "computed with other settings (dtype, device, backend, weights, teacher forcing, head set, ...) "
+                "are refused in one line naming both files; a record stored twice counts once, and a note says "
+                "when the two differ in results.")
 
 
 # ---------------------------------------------------------------------------- Path Traversal
@@ -38,7 +42,7 @@ PARAM_LABELS = {"top_p": "nucleus mass p", "top_k": "cap K (tokens)", "beta": "s
 def table_arguments(description: str, *, stores: Sequence[str], stores_help: str, out: str,
                     out_help: str) -> argparse.ArgumentParser:
     """The flags every table script takes: --stores, --out, and the bootstrap's --n-boot and --seed."""
-    p = argparse.ArgumentParser(description=description)
+    p = argparse.ArgumentParser(description=description, epilog=POOLING_HELP)
     p.add_argument("--stores", nargs="+", default=list(stores), help=stores_help)
     p.add_argument("--out", default=out, help=out_help)
     p.add_argument("--n-boot", type=int, default=2000)
@@ -53,14 +57,13 @@ def ci_options(args: argparse.Namespace) -> T.CIOptions:
 def pt_table_result(stores: Sequence[str], tau_stores: Sequence[str], ci: T.CIOptions, command: str,
                     root: Path) -> dict:
     """The Path Traversal table from its stores and the MRCR tau-sweep stores (glob patterns)."""
-    records, files, unmatched = load_records(stores)
-    tau_records, tau_files, tau_unmatched = load_records(tau_stores)
-    records, dropped = T.dedupe(records)
-    if not any(r["task"] == "path_traversal" for r in records):
+    pooled, files, unmatched = load_pooled(stores)
+    tau_pooled, tau_files, tau_unmatched = load_pooled(tau_stores)
+    if not any(r["task"] == "path_traversal" for r in pooled.records):
         raise DyscoError(f"no Path Traversal records in {' '.join(stores)}")
-    sweep = T.tau_sweep(T.dedupe(tau_records)[0], ci=ci)
-    rows, notes = T.pt_table(records, {m: s["chosen_tau"] for m, s in sweep.items()}, ci)
-    notes = store_notes(unmatched + tau_unmatched, dropped) + notes
+    sweep = T.tau_sweep(tau_pooled.records, ci=ci)
+    rows, notes = T.pt_table(pooled.records, {m: s["chosen_tau"] for m, s in sweep.items()}, ci)
+    notes = pooled.notes(unmatched + tau_unmatched) + notes
     notes += [f"{m}: every tau in the MRCR sweep has the same mean score, so the data cannot choose; "
               f"the rule falls back to the tau closest to 1 ({s['chosen_tau']:g})"
               for m, s in sweep.items() if s["all_tied"]]
@@ -106,15 +109,15 @@ def render_pt_table(result: dict) -> str:
 
 def ablation_result(stores: Sequence[str], ci: T.CIOptions, command: str, root: Path) -> dict:
     """The ablation table (DySCO vs its variants at equal parameters) from its stores (glob patterns)."""
-    records, files, unmatched, dropped = load_deduplicated(stores)
-    rows, notes = T.ablation_table(records, ci)
+    pooled, files, unmatched = load_deduplicated(stores)
+    rows, notes = T.ablation_table(pooled.records, ci)
     return {
         "table": "ablations",
         "command": command,
         "ci": ci.description,
         "stores": [display_path(f, root) for f in files],
         "rows": rows,
-        "notes": store_notes(unmatched, dropped) + notes,
+        "notes": pooled.notes(unmatched) + notes,
     }
 
 
@@ -145,18 +148,18 @@ def robustness_result(stores: Sequence[str], ci: T.CIOptions, command: str, root
     """The robustness points (one parameter moved at a time) from the stores (glob patterns),
     each with its paired difference to vanilla on the same instances (`delta`; None where the
     cell has no vanilla run)."""
-    records, files, unmatched, dropped = load_deduplicated(stores)
-    points, notes = T.robustness_points(records, ci)
+    pooled, files, unmatched = load_deduplicated(stores)
+    points, notes = T.robustness_points(pooled.records, ci)
     if not points:
         raise DyscoError(f"no DySCO runs in {' '.join(stores)}")
-    notes += add_vanilla_deltas(points, records, ci)
+    notes += add_vanilla_deltas(points, pooled.records, ci)
     return {
         "figure": "robustness",
         "command": command,
         "ci": ci.description,
         "stores": [display_path(f, root) for f in files],
         "points": points,
-        "notes": store_notes(unmatched, dropped) + notes,
+        "notes": pooled.notes(unmatched) + notes,
     }
 
 
