@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import sys
 import time
 from pathlib import Path
@@ -159,6 +160,18 @@ def test_same_size_damage_is_caught_when_loading_and_by_models_verify(packaged, 
     assert f"{ALIAS:22} verified" in capsys.readouterr().out
 
 
+def test_heads_out_of_range_of_a_converted_registry_model_are_refused_before_the_load(packaged, capsys,
+                                                                                      monkeypatch):
+    import dysco_interp.models as models
+
+    packaged_models.ensure_converted(packaged.model, progress=False)
+    capsys.readouterr()
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    assert main(["generate", "--model", ALIAS, "--prompt", "hi", "--method", "dysco", "--heads", "99-0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--heads 99-0: head L99H0 is out of range for {ALIAS} (4 layers" in err
+
+
 def test_same_size_damage_without_packages(packaged, monkeypatch):
     packaged_models.ensure_converted(packaged.model, progress=False)
     spoil_header_in_place(packaged.folder, monkeypatch)
@@ -168,21 +181,61 @@ def test_same_size_damage_without_packages(packaged, monkeypatch):
     assert f"delete {packaged.folder}," in str(err.value)
 
 
-def test_folder_from_an_older_version_gets_its_manifest_after_a_good_load(packaged, capsys):
+def make_older(folder: Path) -> None:
+    """The marker an older version wrote: no manifest."""
+    marker = folder / "dysco_conversion.json"
+    marker.write_text(json.dumps({"alias": ALIAS, "gguf_sha256": json.loads(marker.read_text())["gguf_sha256"],
+                                  "upstream": "fake/upstream"}))
+
+
+def zero_weights_in_place(folder: Path) -> bytes:
+    """Every weight zeroed, header and size kept: the folder loads, and the model emits token 0
+    forever. Returns the good bytes."""
+    weights = folder / "model.safetensors"
+    good = weights.read_bytes()
+    (n,) = struct.unpack("<Q", good[:8])
+    weights.write_bytes(good[: 8 + n] + bytes(len(good) - 8 - n))
+    return good
+
+
+def test_folder_from_an_older_version_is_converted_again_not_certified_as_found(packaged, capsys):
+    packaged_models.ensure_converted(packaged.model, progress=False)
+    make_older(packaged.folder)
+    good = zero_weights_in_place(packaged.folder)
+    state = packaged_models.check_folder(packaged.model)
+    assert state.ok and state.legacy and not state.trusted
+    assert main(["models"]) == 0
+    assert "converted by an older version with no recorded hashes" in capsys.readouterr().out
+
+    load_model(ALIAS, progress=True)
+    assert "has no recorded hashes; converting it again from its verified GGUF" in capsys.readouterr().err
+    assert len(packaged.conversions) == 2
+    assert (packaged.folder / "model.safetensors").read_bytes() == good
+    assert main(["models", "--verify"]) == 0
+    assert f"{ALIAS:22} verified" in capsys.readouterr().out
+
+
+def test_folder_from_an_older_version_without_packages_is_never_verified(packaged, capsys):
+    packaged_models.ensure_converted(packaged.model, progress=False)
+    make_older(packaged.folder)
+    zero_weights_in_place(packaged.folder)
+    uninstall(packaged.site)
+    load_model(ALIAS, progress=False)  # used as it is: nothing to convert it from
+    assert "files" not in json.loads((packaged.folder / "dysco_conversion.json").read_text())
+    assert main(["models", "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"{ALIAS:22} unverified" in out and "so it cannot be verified; to convert it again, install" in out
+    assert "verified " not in out.replace("unverified", "")
+
+
+def test_hashes_of_a_version_that_recorded_them_at_a_load_do_not_certify(packaged, capsys):
     packaged_models.ensure_converted(packaged.model, progress=False)
     marker = packaged.folder / "dysco_conversion.json"
-    old = {"alias": ALIAS, "gguf_sha256": packaged.model.sha256, "upstream": "fake/upstream"}
-    marker.write_text(json.dumps(old))
-    state = packaged_models.check_folder(packaged.model)
-    assert state.ok and state.legacy
-    assert main(["models"]) == 0
-    assert "converted by an older version" in capsys.readouterr().out
-
-    load_model(ALIAS, progress=False)
-    record = json.loads(marker.read_text())
-    assert "model.safetensors" in record["files"] and record["upstream"] == "fake/upstream"
-    assert not packaged_models.check_folder(packaged.model).legacy
-    assert len(packaged.conversions) == 1
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "manifest_version": 2}))
+    assert main(["models", "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert f"{ALIAS:22} unverified" in out and "cannot certify it" in out and f"delete {packaged.folder}" in out
+    assert load_model(ALIAS, progress=False).spec.n_layers == 4 and len(packaged.conversions) == 1
 
 
 def test_older_folder_with_truncated_weights_is_corrupt(packaged):

@@ -15,6 +15,17 @@ def add_models_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def installed(model) -> bool:
+    """Whether the packages of a packaged model are installed (it can be converted again)."""
+    from dysco_interp.models import packaged as packaged_models
+
+    try:
+        packaged_models.locate_chunks(model)
+    except DyscoError:
+        return False
+    return True
+
+
 def run_models(args) -> int:
     from dysco_interp.models import packaged as packaged_models
 
@@ -22,22 +33,28 @@ def run_models(args) -> int:
     cache = packaged_models.cache_root()  # a misconfigured cache fails before any output
     pad = " " * 23
     print(f"{'alias':22} {'state':14} upstream")
-    corrupt = 0
+    failed = 0
     for alias, model in packaged_models.REGISTRY.items():
         # the cheap check at every listing; --verify hashes the weights too (seconds per GB)
         state = packaged_models.verify_converted(model) if verify else packaged_models.check_folder(model)
-        label = "verified" if verify and state.ok and not state.legacy else state.status
+        # only hashes taken at conversion certify a folder; matching any others proves nothing
+        unverifiable = verify and state.ok and not state.trusted
+        label = ("verified" if state.trusted else "unverified") if verify and state.ok else state.status
         print(f"{alias:22} {label:14} {model.upstream}")
+        if state.status == "corrupt" or unverifiable:
+            failed += 1
         if state.status == "corrupt":
-            corrupt += 1
-            try:
-                packaged_models.locate_chunks(model)
-                fix = "it is converted again at its next load"
-            except DyscoError:
-                fix = f"delete that folder and install its packages ({model.pip_install})"
+            fix = ("it is converted again at its next load" if installed(model)
+                   else f"delete that folder and install its packages ({model.pip_install})")
             print(f"{pad}{state.reason}: {state.folder}; {fix}")
         elif state.legacy:
-            print(f"{pad}converted by an older version (no recorded hashes yet; added at its next load)")
+            fix = ("it is converted again from its verified GGUF at its next load" if installed(model)
+                   else f"to convert it again, install its packages ({model.pip_install})")
+            print(f"{pad}converted by an older version with no recorded hashes, so it cannot be verified; {fix}")
+        elif unverifiable:
+            fix = "" if installed(model) else f" and install its packages ({model.pip_install})"
+            print(f"{pad}its hashes were recorded by an older version, perhaps at a load rather than at conversion, "
+                  f"so they cannot certify it; to convert it again from its verified GGUF, delete {state.folder}{fix}")
         if args.verbose:
             if state.status != "not converted":
                 print(f"{pad}folder: {state.folder}")
@@ -46,4 +63,4 @@ def run_models(args) -> int:
             size = packaged_models.folder_bytes(stale) / 1e6
             print(f"{pad}left by an interrupted conversion: {stale} ({size:.0f} MB), removed at the next load")
     print(f"cache: {cache} (override with ${packaged_models.CACHE_ENV})")
-    return 1 if verify and corrupt else 0
+    return 1 if verify and failed else 0

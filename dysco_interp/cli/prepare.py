@@ -52,14 +52,66 @@ def check_backend_flags(args) -> None:
 
 
 def check_head_file(arg: str, model: str, allow_other_model: bool = False) -> None:
-    """Parse a head file before the model loads (a typo or a malformed file costs nothing);
-    the check against the model's geometry comes after the load, in `resolve_heads`."""
+    """Parse a head file before the model loads (a typo or a malformed file costs nothing), and
+    check it against the model's geometry where its config tells that without the weights
+    (tiny models, converted registry models, local folders); else that check comes after the
+    load, in `resolve_heads`."""
     from dysco_interp.heads import SHIPPED, resolve_heads
+    from dysco_interp.models import model_spec
     from dysco_interp.models import packaged as packaged_models
 
     # an alias is the name shipped files go by; other models' names are known after the load
     if arg != SHIPPED or model in packaged_models.REGISTRY or model.startswith("tiny-"):
-        resolve_heads(model, arg, allow_other_model)
+        spec = model_spec(model)
+        # without the weights a file made under another name may still fit (`HeadSet.validate_for`
+        # recognises an alias's weights): only its geometry and indices are checked here
+        resolve_heads(spec or model, arg, allow_other_model or spec is not None, label=heads_label(arg))
+
+
+def heads_label(arg: str) -> str:
+    """How errors name the heads of --heads ARG (a file names itself)."""
+    return f"--heads {arg}"
+
+
+def context_window(model: str, yarn: float | None) -> tuple[int, str] | None:
+    """The tokens (prompt and new ones) the model can hold, and how to say so, read from its
+    config without loading it (times the --yarn factor); None when that needs the weights."""
+    from dysco_interp.models import context_length
+    from dysco_interp.models.yarn import scaled_context
+
+    context = context_length(model)
+    if context is None:
+        return None
+    limit = scaled_context(context, yarn)
+    words = f"{model}'s {context}-token context" + (f" x {yarn:g} (YaRN) = {limit} tokens" if yarn else "")
+    return limit, words
+
+
+def check_prompt_fits(args, prompt: str) -> None:
+    """ContextLengthError before the model loads when the prompt's tokens (the chat template
+    applied, as --no-chat does not) plus --max-new-tokens exceed the model's context; checked
+    where the context is known without the weights, with the tokenizer alone."""
+    from dysco_interp.chat import count_chat_tokens
+    from dysco_interp.errors import ContextLengthError
+    from dysco_interp.models import load_tokenizer
+
+    window = context_window(args.model, args.yarn)
+    if window is None:
+        return
+    limit, words = window
+    with contextlib.redirect_stdout(sys.stderr):
+        tokenizer = load_tokenizer(args.model, progress=False)
+    if args.chat and getattr(tokenizer, "chat_template", None) is None:
+        return  # refused in its own words when the prompt is prepared
+    # without the template: the text's own tokens, a lower bound of what the model is fed (BOS aside)
+    n = (count_chat_tokens(tokenizer, prompt) if args.chat
+         else len(tokenizer(prompt, add_special_tokens=False)["input_ids"]))
+    if n + args.max_new_tokens > limit:
+        more = "a larger --yarn" if args.yarn else "--yarn FACTOR"
+        raise ContextLengthError(
+            f"the prompt is {n} tokens{' with the chat template' if args.chat else ''}; with --max-new-tokens "
+            f"{args.max_new_tokens} it needs {n + args.max_new_tokens}, more than {words}: shorten it, pass a "
+            f"smaller --max-new-tokens, or {more}")
 
 
 def load_model_from_flags(args):

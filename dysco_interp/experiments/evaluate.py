@@ -24,13 +24,13 @@ import torch
 
 from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.chat import Messages
-from dysco_interp.checks import check_bool
+from dysco_interp.checks import check_bool, is_int, typed
 from dysco_interp.decoding.backends import DEFAULT_DECODE_ATTENTION, BackendName, check_backend
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
-from dysco_interp.errors import ConfigError
+from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.experiments.distributed import Shard, current_world, gather, note_world, sharded_store
 from dysco_interp.experiments.store import (
     ResultStore,
@@ -41,6 +41,7 @@ from dysco_interp.experiments.store import (
     open_store,
     read_resumable,
     shard_paths,
+    sibling_paths,
 )
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
@@ -62,6 +63,8 @@ class TaskAdapter:
     forced_metrics: tuple[str, ...]  # the table's metrics under teacher forcing
     # task-specific scores of a teacher-forced result (beyond `ForcedScores.summary`)
     score_forced: Callable[[GenerationResult, Any, Any], Mapping[str, float | None]] = lambda res, inst, tok: {}
+    # why an instance of the task cannot be scored, or None
+    unscorable: Callable[[Any], str | None] = lambda inst: None
 
 
 def _route_steps(res: GenerationResult, inst, tokenizer) -> Mapping[str, float | None]:
@@ -89,6 +92,8 @@ ADAPTERS: dict[str, TaskAdapter] = {
         metrics=("exact_match", "contains"),
         gold=lambda x: x.answers[0],
         forced_metrics=("tf_exact", "tf_logprob", "tf_token_accuracy"),
+        unscorable=lambda x: "a null-query example (for calibration) has no answer to score" if x.is_null_query
+        else None,
     ),
     "mrcr": TaskAdapter(
         prompt=lambda x: x.messages,
@@ -134,7 +139,7 @@ def instance_id(instance) -> str:
 
 
 def check_task(task: str, instances: Sequence) -> None:
-    """ConfigError unless every instance belongs to `task` (before anything is decoded)."""
+    """ConfigError unless every instance belongs to `task` and can be scored (before anything is decoded)."""
     if task not in ADAPTERS:
         raise ConfigError(f"no evaluation for task {task!r}; choose one of {', '.join(ADAPTERS)}")
     expected = get_task(task).instance_type
@@ -142,6 +147,9 @@ def check_task(task: str, instances: Sequence) -> None:
         if not isinstance(inst, expected):
             found = getattr(inst, "task", type(inst).__name__)
             raise ConfigError(f"the data holds {found} instances, not {task}; pass the matching --task")
+        why = ADAPTERS[task].unscorable(inst)
+        if why:
+            raise ConfigError(f"instance {inst.id!r}: {why}")
 
 
 KEY = ("method", "instance")
@@ -164,22 +172,100 @@ def check_methods(path: str | Path, records: Iterable[dict], wanted: Mapping[str
                                      f"({'; '.join(differences(stored, now))}); {NEW_STORE_HINT}")
 
 
-def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict]) -> None:
-    """Before a model is loaded: refuse a path that is no store, or a store whose settings
-    differ in what is already known (`known`: the store settings but the weights id, which
-    needs the model; `methods`: method settings, compared without their head sets, which need
-    it too)."""
+def record_problem(record: Mapping, metrics: Iterable[str] = ()) -> str | None:
+    """What makes a stored record unusable to a resumed run, or None: its key fields (method,
+    instance hash) missing or not strings, `settings` or `settings.method` not objects, a
+    `length` that is no integer, a metric among `metrics` that is no number."""
+    for field in KEY:
+        if field not in record:
+            return f"has no {field!r} field"
+        if not isinstance(record[field], str):
+            return f"{field!r} must be a string, got {typed(record[field])}"
+    settings = record.get("settings")
+    if settings is not None and not isinstance(settings, dict):
+        return f"'settings' must be an object, got {typed(settings)}"
+    method = (settings or {}).get("method")
+    if method is not None and not isinstance(method, dict):
+        return f"'settings.method' must be an object, got {typed(method)}"
+    length = record.get("length")
+    if length is not None and not is_int(length):
+        return f"'length' must be an integer or null, got {typed(length)}"
+    for metric in metrics:
+        value = record.get(metric)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"{metric!r} must be a number or null, got {typed(value)}"
+    return None
+
+
+def check_records(path: str | Path, records: Iterable[Mapping], metrics: Iterable[str] = ()) -> None:
+    """DataError naming the first record of the store at `path` that `record_problem` refuses."""
+    metrics = tuple(metrics)
+    for number, record in enumerate(records, 1):
+        problem = record_problem(record, metrics)
+        if problem:
+            joint = " " if problem.startswith("has ") else ": "
+            raise DataError(f"{path}: record {number}{joint}{problem}; the store is damaged: remove that record, "
+                            "or write to another file")
+
+
+def task_metrics(task: str) -> tuple[str, ...]:
+    """Every metric the task's records may carry, freely decoded or teacher-forced."""
+    adapter = ADAPTERS.get(task)
+    return () if adapter is None else (*adapter.metrics, *adapter.forced_metrics)
+
+
+def check_store_files(path: str | Path, task: str, if_differs: str = "error") -> None:
+    """DataError for a malformed record in a file that opening the store at `path` reads: the
+    store and its shards, and with if_differs="new" each sibling store it may move on to."""
+    candidates = [Path(path)]
+    if if_differs == "new":
+        candidates = []
+        for sibling in sibling_paths(path):
+            candidates.append(sibling)
+            if not sibling.exists():
+                break
+    for store in candidates:
+        # a killed data-parallel run's shards join the store when it is opened: check them with it
+        for file in (store, *shard_paths(store)):
+            contents = read_resumable(file)
+            if contents is not None:
+                check_records(file, contents.records, task_metrics(task))
+
+
+def check_traces(path: str | Path, records: Iterable[Mapping], methods: Iterable[str],
+                 instances: Iterable[str]) -> None:
+    """StoreMismatchError when a run that keeps traces would hand back a stored record of its
+    methods x instances that has none (written without keep_trace)."""
+    wanted = {(m, h) for m in methods for h in instances}
+    lacking = sum(1 for r in records if (r.get("method"), r.get("instance")) in wanted and "trace" not in r)
+    if lacking:
+        raise StoreMismatchError(f"{path} holds {lacking} record(s) of this run stored without a trace (written "
+                                 f"without --keep-trace), which --keep-trace would hand back as they are; "
+                                 f"{NEW_STORE_HINT}")
+
+
+def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict],
+             traces_for: Iterable[str] | None = None) -> None:
+    """Before a model is loaded: refuse a path that is no store, a malformed record, or a store
+    whose settings differ in what is already known (`known`: the store settings but the weights
+    id, which needs the model; `methods`: method settings, compared without their head sets,
+    which need it too); with `traces_for` (the hashes of instances whose traces are kept), a
+    stored record of them without a trace."""
+    instances = None if traces_for is None else list(traces_for)
     # a killed data-parallel run's shards join the store when it is opened: check them with it
     for file in (Path(path), *shard_paths(path)):
         contents = read_resumable(file)
         if contents is None:
             continue
+        check_records(file, contents.records, task_metrics(str(known.get("task"))))
         # settings written only when set (teacher_forced, decode_attention) count when absent
         theirs = {k: v for k, v in (contents.settings or {}).items() if k != "weights"}
         if theirs != dict(known):
             raise StoreMismatchError(f"{file} holds results computed with other settings "
                                      f"({'; '.join(differences(theirs, known))}); {NEW_STORE_HINT}")
         check_methods(file, contents.records, methods, ignore=("heads",))
+        if instances is not None:
+            check_traces(file, contents.records, methods, instances)
 
 
 def decode_batch(model: LoadedModel, adapter: TaskAdapter, batch: Sequence, methods: Mapping[str, DecodingConfig],
@@ -237,16 +323,22 @@ def open_results(
     teacher_forced: bool = False,
     order: Callable[[Mapping], Any] | None = None,
     decode_attention: str | None = None,
+    traces_for: Iterable[str] | None = None,
 ) -> ResultStore:
     """The evaluation store at `path` (or a sibling with if_differs="new") for these settings;
     `methods` maps each method name to its `method_settings`. Shards a killed data-parallel run
-    left beside the store are folded into it first (sorted by `order`), then checked with it."""
+    left beside the store are folded into it first (sorted by `order`), then checked with it.
+    With `traces_for` (instance hashes), a store holding their records without traces differs."""
     settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced,
                               decode_attention)
+    instances = None if traces_for is None else list(traces_for)
+    check_store_files(path, task, if_differs)
 
     def check(store: ResultStore) -> None:
         store.fold_shards(order)
         check_methods(store.path, store.records(), methods)
+        if instances is not None:
+            check_traces(store.path, store.records(), methods, instances)
 
     return open_store(path, KEY, settings, purpose="evaluate", if_differs=if_differs, check=check)
 
@@ -322,7 +414,7 @@ def evaluate(
 
     def open_main() -> ResultStore:
         return open_results(out, model, model_name, task, wanted, backend, if_differs, teacher_forced, order,
-                            decode_attention)
+                            decode_attention, traces_for=ids if keep_trace else None)
 
     def decode_missing(todo: list[tuple[Any, str]], done: ResultStore | Shard, sink: ResultStore) -> list[dict]:
         """Decode the (instance, hash) pairs in `todo` under each method not `done` yet into `sink`."""

@@ -210,6 +210,7 @@ def load_heads(
     fmt: str | None = None,
     top_k: int | None = None,
     allow_other_model: bool = False,
+    label: str | None = None,
 ) -> HeadSet:
     """Read a head set from a file, a parsed object, a 'L-H,...' string or a HeadSet.
 
@@ -222,6 +223,7 @@ def load_heads(
         fmt: one of FORMATS; None sniffs it from the extension (.json, .yaml/.yml), then the content.
         top_k: keep the first k heads of the ranking.
         allow_other_model: accept a file whose recorded model differs but whose geometry matches.
+        label: how errors name a 'L-H,...' string (the option it came from); default: heads '...'.
 
     Returns:
         The HeadSet, in ranking order.
@@ -246,7 +248,7 @@ def load_heads(
         elif isinstance(path_or_obj, (str, os.PathLike)) and _looks_like_path(path_or_obj):
             raise HeadFileError(f"head file not found: {path_or_obj}")
         elif isinstance(path_or_obj, str):
-            source = "<string>"
+            source = label or f"heads {brief(path_or_obj)}"
         hs = naming_source(source, lambda: _from_parsed(check_depth(obj), fmt or _sniff(obj), spec, source_name))
     if spec is not None:
         hs = naming_source(source, lambda: _adopt_geometry(hs, spec, allow_other_model))

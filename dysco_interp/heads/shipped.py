@@ -66,7 +66,8 @@ def paper_heads(model: str = "qwen3-8b") -> HeadSet:
     return HeadSet(**known[key])
 
 
-def resolve_heads(model: Any, source: str | os.PathLike | None = None, allow_other_model: bool = False) -> HeadSet:
+def resolve_heads(model: Any, source: str | os.PathLike | None = None, allow_other_model: bool = False,
+                  label: str | None = None) -> HeadSet:
     """The head set a heads option names: the model's shipped file, or a head file.
 
     Args:
@@ -77,6 +78,7 @@ def resolve_heads(model: Any, source: str | os.PathLike | None = None, allow_oth
         source: "shipped" or None for the shipped file; anything else is a head file (or a
             'L-H,...' string) for `load_heads`.
         allow_other_model: accept a head file made for another model of the same geometry.
+        label: how errors name a 'L-H,...' string (e.g. the option it came from).
 
     Returns:
         The HeadSet; a missing or malformed file, or one made for another model, is a
@@ -89,7 +91,7 @@ def resolve_heads(model: Any, source: str | os.PathLike | None = None, allow_oth
         alias = getattr(model, "spec", model).name
     if source is None or source == SHIPPED:
         return shipped_heads(shipped_alias(alias, target), spec=target)
-    return load_heads(source, spec=target, allow_other_model=allow_other_model)
+    return load_heads(source, spec=target, allow_other_model=allow_other_model, label=label)
 
 
 def shipped_alias(name: str, model: Any = None) -> str:

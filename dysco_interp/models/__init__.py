@@ -17,7 +17,7 @@ each layer), `spec`, `devices` (device and dtype), `identity` (weights ids), `ya
 
 from dysco_interp.models.devices import dtype_name, resolve_device, resolve_dtype
 from dysco_interp.models.loaded import LoadedModel, from_hf, share_weights_twin
-from dysco_interp.models.loading import context_length, load_model, load_tokenizer
+from dysco_interp.models.loading import context_length, load_model, load_tokenizer, model_spec
 from dysco_interp.models.packaged.registry import DEFAULT_MODEL
 from dysco_interp.models.placement import Placement
 from dysco_interp.models.spec import ModelSpec
@@ -33,6 +33,7 @@ __all__ = [
     "from_hf",
     "load_model",
     "load_tokenizer",
+    "model_spec",
     "resolve_device",
     "resolve_dtype",
     "share_weights_twin",

@@ -16,6 +16,7 @@ from dysco_interp.models.loaded import LoadedModel, split
 from dysco_interp.models.packaged.registry import DEFAULT_MODEL, known_aliases
 from dysco_interp.models.placement import parse_devices
 from dysco_interp.models.sources import source_for
+from dysco_interp.models.spec import ModelSpec
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -111,3 +112,11 @@ def context_length(name_or_path: str | os.PathLike) -> int | None:
     None when it cannot be read."""
     name = _model_name(name_or_path)
     return source_for(name).context_length(name)
+
+
+def model_spec(name_or_path: str | os.PathLike) -> ModelSpec | None:
+    """A model's geometry and context window read from its config alone (no weights loaded or
+    converted; the chat template, which the tokenizer holds, as None): what heads and prompt
+    lengths are checked against before a load. None when the config cannot be read so."""
+    name = _model_name(name_or_path)
+    return source_for(name).spec(name)

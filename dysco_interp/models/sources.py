@@ -33,13 +33,14 @@ from dysco_interp.models.identity import WeightsId, folder_weights_id, gguf_weig
 from dysco_interp.models.loaded import LoadedModel, from_hf
 from dysco_interp.models.packaged.cache import converted_folder
 from dysco_interp.models.packaged.conversion import ensure_converted, locate_chunks, repair
-from dysco_interp.models.packaged.manifest import is_converted, record_manifest
+from dysco_interp.models.packaged.manifest import is_converted
 from dysco_interp.models.packaged.registry import REGISTRY, known_aliases
+from dysco_interp.models.spec import ModelSpec
 from dysco_interp.models.tiny import TINY_PREFIX, tiny_config, tiny_model, tiny_tokenizer
 from dysco_interp.models.yarn import with_yarn, yarn_suffix
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 T = TypeVar("T")
 
@@ -85,8 +86,19 @@ class ModelSource(ABC):
         """Only the tokenizer; no weights are loaded or converted when avoidable."""
 
     @abstractmethod
+    def config(self, name: str) -> PretrainedConfig | None:
+        """The model's HF config alone (no weights loaded or converted); None when it cannot be read so."""
+
     def context_length(self, name: str) -> int | None:
-        """The model's context window from its config alone (no weights); None when it cannot be read."""
+        """The model's context window from its config alone; None when it cannot be read so."""
+        config = self.config(name)
+        return None if config is None else int(config.max_position_embeddings)
+
+    def spec(self, name: str) -> ModelSpec | None:
+        """The model's geometry and context from its config alone (its chat template, which the
+        tokenizer holds, as None); None when the config cannot be read so."""
+        config = self.config(name)
+        return None if config is None else ModelSpec.from_hf_config(name, config, None)
 
 
 class TinySource(ModelSource):
@@ -103,9 +115,9 @@ class TinySource(ModelSource):
     def load_tokenizer(self, name: str, *, progress: bool) -> PreTrainedTokenizerBase:
         return tiny_tokenizer(name.removeprefix(TINY_PREFIX))
 
-    def context_length(self, name: str) -> int | None:
+    def config(self, name: str) -> PretrainedConfig | None:
         style = name.removeprefix(TINY_PREFIX)
-        return tiny_config(style, vocab_size=len(tiny_tokenizer(style))).max_position_embeddings
+        return tiny_config(style, vocab_size=len(tiny_tokenizer(style)))
 
 
 @dataclass(frozen=True)
@@ -146,14 +158,11 @@ class PretrainedSource(ModelSource):
         except Exception as e:
             raise self.failure(name, location, e) from e
 
-    def after_read(self, name: str, progress: bool) -> None:
-        """Bookkeeping once the weights have been read without error; nothing by default."""
-
     def config_location(self, name: str) -> Location | None:
         """Where the config can be read without converting weights (None: nowhere yet)."""
         return self.locate(name, progress=False)
 
-    def context_length(self, name: str) -> int | None:
+    def config(self, name: str) -> PretrainedConfig | None:
         from transformers import AutoConfig
 
         try:
@@ -162,8 +171,9 @@ class PretrainedSource(ModelSource):
                 return None
             with contextlib.redirect_stdout(sys.stderr):  # GGUF readers print to stdout
                 config = AutoConfig.from_pretrained(location.path, **location.kwargs)
-            return int(config.max_position_embeddings)
-        except Exception:  # noqa: BLE001 - any failure only means the length is unknown
+            int(config.max_position_embeddings)  # a config without it is of no use before the load
+            return config
+        except Exception:  # noqa: BLE001 - any failure only means the config is unknown before the load
             return None
 
     def load(
@@ -191,7 +201,6 @@ class PretrainedSource(ModelSource):
             return tokenizer, kwargs, hf_model
 
         tokenizer, kwargs, hf_model = self.read(name, location, progress, read_model)
-        self.after_read(name, progress)
         hf_model.hf_quantizer = None
         hf_model.to(device)
 
@@ -286,9 +295,6 @@ class PackagedSource(PretrainedSource):
                 f"the converted model {name!r} in {location.path} still fails to load after converting it again "
                 f"({_describe(e)})"
             ) from e
-
-    def after_read(self, name: str, progress: bool) -> None:
-        record_manifest(REGISTRY[name], progress)
 
     def config_location(self, name: str) -> Location | None:
         packaged = REGISTRY[name]

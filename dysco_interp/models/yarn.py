@@ -3,6 +3,7 @@ change that applies it, and the suffix it adds to a weights id."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from dysco_interp.errors import ConfigError
@@ -15,8 +16,7 @@ def with_yarn(config: PretrainedConfig, factor: float | None) -> PretrainedConfi
     """The config with YaRN rope scaling by `factor` (context x factor), or unchanged for None."""
     if factor is None:
         return config
-    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not factor > 1:
-        raise ConfigError(f"YaRN factor must be a number > 1, got {factor!r}")
+    scaled = scaled_context(int(config.max_position_embeddings), factor)
     rope = dict(getattr(config, "rope_parameters", None) or {})
     if "rope_theta" not in rope:
         raise ConfigError(
@@ -29,8 +29,18 @@ def with_yarn(config: PretrainedConfig, factor: float | None) -> PretrainedConfi
         "factor": float(factor),
         "original_max_position_embeddings": original,
     }
-    config.max_position_embeddings = int(original * factor)
+    config.max_position_embeddings = scaled
     return config
+
+
+def scaled_context(context: int, factor: float | None) -> int:
+    """The context window under YaRN scaling by `factor` (unchanged for None); a ConfigError
+    for a factor that is no number > 1."""
+    if factor is None:
+        return context
+    if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 1 < factor < math.inf:
+        raise ConfigError(f"YaRN factor must be a finite number > 1, got {factor!r}")
+    return int(context * factor)
 
 
 def yarn_factor(config: PretrainedConfig) -> float | None:

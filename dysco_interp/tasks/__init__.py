@@ -164,6 +164,8 @@ def load_dataset(path: str | Path) -> list:
             raise DataError(f"{where}: {e}") from None
         try:
             out.append(spec.instance_type.from_dict(rec))
+        except DataError as e:  # the record's own checks, worded for it
+            raise DataError(f"{where}: not a valid {spec.name} record ({e}); regenerate it with make-data") from None
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             # whatever the dataclass constructor trips on, the cause is the record's content
             what = f"missing field {e}" if isinstance(e, KeyError) else brief(str(e))

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 import random
+import types
+import typing
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from importlib import resources
 from typing import Any, ClassVar, Self, TypedDict, TypeVar
 
 from dysco_interp.chat import EncodedPrompt, Span
-from dysco_interp.errors import ConfigError
+from dysco_interp.checks import is_int, typed
+from dysco_interp.errors import ConfigError, DataError
 
 T = TypeVar("T")
 
@@ -112,17 +115,92 @@ def as_spans(values) -> list[Span]:
     return [tuple(v) for v in values]
 
 
+_WORDS: dict[Any, tuple[str, str]] = {  # a JSON type: (one, many)
+    str: ("a string", "strings"),
+    int: ("an integer", "integers"),
+    float: ("a number", "numbers"),
+    bool: ("true or false", "true or false"),
+    dict: ("an object", "objects"),
+    list: ("a list", "lists"),
+    type(None): ("null", "null"),
+    Span: ("a [start, end] pair of integers", "[start, end] pairs of integers"),
+}
+
+
+def _words(tp: Any, many: bool = False) -> str:
+    if tp in _WORDS:
+        return _WORDS[tp][many]
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        return " or ".join(_words(a, many) for a in typing.get_args(tp))
+    origin = typing.get_origin(tp)
+    if origin in _WORDS:
+        args = typing.get_args(tp)
+        if origin is list and args:
+            return "lists of " + _words(args[0], True) if many else "a list of " + _words(args[0], True)
+        return _WORDS[origin][many]
+    return "values" if many else "a value"
+
+
+def type_problem(name: str, value: Any, tp: Any) -> str | None:
+    """Why the JSON `value` of field `name` is not of the annotated type `tp` (a list names its
+    first bad item), or None. Spans come as [start, end] lists; a bool is never a number."""
+    if tp is Any:
+        return None
+    if isinstance(tp, types.UnionType) or typing.get_origin(tp) is typing.Union:
+        alternatives = typing.get_args(tp)
+        if any(type_problem(name, value, a) is None for a in alternatives):
+            return None
+        if value is not None and type(None) in alternatives:  # an optional list: name its bad item
+            rest = [a for a in alternatives if a is not type(None)]
+            if len(rest) == 1 and typing.get_origin(rest[0]) is list and isinstance(value, list):
+                return type_problem(name, value, rest[0])
+        return f"'{name}' must be {_words(tp)}, got {typed(value)}"
+    origin, args = typing.get_origin(tp) or tp, typing.get_args(tp)
+    if origin is tuple:
+        ok = isinstance(value, (list, tuple)) and len(value) == len(args) and all(
+            type_problem(name, v, a) is None for v, a in zip(value, args))
+    elif origin is list:
+        if isinstance(value, list) and args:
+            return next((p for i, v in enumerate(value) if (p := type_problem(f"{name}[{i}]", v, args[0]))), None)
+        ok = isinstance(value, list)
+    elif origin is int:
+        ok = is_int(value)
+    elif origin is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif origin is type(None):
+        ok = value is None
+    else:
+        ok = isinstance(value, origin)
+    return None if ok else f"'{name}' must be {_words(tp)}, got {typed(value)}"
+
+
+_FIELD_TYPES: dict[type, dict[str, Any]] = {}
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    if cls not in _FIELD_TYPES:
+        _FIELD_TYPES[cls] = typing.get_type_hints(cls)
+    return _FIELD_TYPES[cls]
+
+
 class SpanRecord:
     """`to_dict` / `from_dict` for a task's instance dataclass, one JSON object per instance.
 
     Spans are tuples in memory and lists in JSON; a subclass names its fields holding one
-    span (`SPAN_FIELDS`) and those holding a list of spans (`SPAN_LIST_FIELDS`).
+    span (`SPAN_FIELDS`) and those holding a list of spans (`SPAN_LIST_FIELDS`). `from_dict`
+    refuses a record whose fields are not of their annotated types or whose spans leave
+    what they index (`span_bounds`), and what `problem` finds: a DataError, before any model
+    sees the instance.
     """
 
     SPAN_FIELDS: ClassVar[tuple[str, ...]] = ()
     SPAN_LIST_FIELDS: ClassVar[tuple[str, ...]] = ()
     # Declared (not set) so type checkers see a dataclass: every subclass is one.
     __dataclass_fields__: ClassVar[dict[str, Any]]
+    # Fields every task's instance has (declared here, defined by each dataclass).
+    id: str
+    n_tokens: int
+    prompt_text: str
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -135,11 +213,43 @@ class SpanRecord:
     @classmethod
     def from_dict(cls, d: dict) -> Self:
         d = dict(d)
+        hints = _field_types(cls)
+        for f in fields(cls):
+            problem = type_problem(f.name, d[f.name], hints[f.name]) if f.name in d else None
+            if problem:
+                raise DataError(problem)
         for k in cls.SPAN_LIST_FIELDS:
             d[k] = as_spans(d[k])
         for k in cls.SPAN_FIELDS:
             d[k] = tuple(d[k])
-        return cls(**d)
+        instance = cls(**d)
+        problem = instance.span_problem() or instance.problem()
+        if problem:
+            raise DataError(problem)
+        return instance
+
+    def span_bounds(self) -> dict[str, tuple[int, str]]:
+        """Per span field, the length it indexes and how to name it: token spans index the
+        prompt's ids, character spans its rendered text (a task whose spans index more says so)."""
+        n_tokens, n_chars = self.n_tokens, len(self.prompt_text)
+        tokens, chars = (n_tokens, f"the prompt's {n_tokens} tokens"), (n_chars, f"the prompt's {n_chars} characters")
+        return {k: tokens if "token" in k else chars for k in (*self.SPAN_FIELDS, *self.SPAN_LIST_FIELDS)}
+
+    def span_problem(self) -> str | None:
+        """The first span that is reversed or leaves what it indexes, or None."""
+        for name, (limit, what) in self.span_bounds().items():
+            value = getattr(self, name)
+            spans = [(f"{name}[{i}]", s) for i, s in enumerate(value)] if name in self.SPAN_LIST_FIELDS \
+                else [(name, value)]
+            for label, (start, end) in spans:
+                if not 0 <= start <= end <= limit:
+                    return f"{label} ({start}, {end}) is outside {what}" if start <= end \
+                        else f"{label} ({start}, {end}) ends before it starts"
+        return None
+
+    def problem(self) -> str | None:
+        """What else makes the instance unusable (a task's own rules), or None."""
+        return None
 
 
 @dataclass(frozen=True)

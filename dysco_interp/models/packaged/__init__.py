@@ -30,7 +30,6 @@ from dysco_interp.models.packaged.manifest import (
     FolderState,
     check_folder,
     is_converted,
-    record_manifest,
     sha256_file,
     verify_converted,
 )
@@ -52,7 +51,6 @@ __all__ = [
     "is_converted",
     "known_aliases",
     "locate_chunks",
-    "record_manifest",
     "repair",
     "sha256_file",
     "stale_folders",

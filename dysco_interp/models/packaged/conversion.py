@@ -4,8 +4,10 @@ into a dense safetensors folder in the cache.
 Conversion is atomic (build in a temporary folder, then rename) and serialised across
 processes with a file lock. A folder that fails the cheap check is converted again when the
 model's packages are installed, else a `ModelIntegrityError` names the folder to delete and
-the pip line. A load that fails on a folder that passed the cheap check hashes it fully
-(`repair`) and converts it again when it is corrupt. Work folders of a conversion killed
+the pip line. A folder with no manifest (converted by an older version) is converted again
+where the packages allow, so that it gets hashes taken at conversion; else it is used as it
+is, unverified. A load that fails on a folder that passed the cheap check hashes it fully
+(`repair`) and converts it again when it is corrupt or its hashes cannot be trusted. Work folders of a conversion killed
 midway (SIGKILL skips TemporaryDirectory's cleanup) are removed under the lock by the next
 conversion, or by the next use when no conversion holds the lock.
 """
@@ -121,31 +123,51 @@ def ensure_converted(model: PackagedModel, progress: bool = True) -> Path:
     when the packages are installed, else a ModelIntegrityError names the folder to delete.
     """
     state = check_folder(model)
+    if state.ok and state.legacy:
+        why_not = conversion_blocker(model)
+        if why_not is None:
+            return _convert(model, state, progress, full=False)
+        if progress:
+            print(f"[dysco-interp] note: {model.alias} in {state.folder} was converted by an older version and has "
+                  f"no recorded hashes; it is used unverified ({why_not})", file=sys.stderr)
     if state.ok:
         remove_stale_if_idle(model)
         return state.folder
     return _convert(model, state, progress, full=False)
 
 
+def conversion_blocker(model: PackagedModel) -> str | None:
+    """Why the model cannot be converted now (its cache folder is read-only, its packages are
+    missing), or None."""
+    try:
+        check_cache_writable(f"converting {model.alias}")
+        locate_chunks(model)
+    except (ConfigError, ModelPackageMissingError) as e:
+        return str(e)
+    return None
+
+
 def repair(model: PackagedModel, progress: bool = True) -> bool:
     """After the folder failed to load: hash it fully and convert it again if it is corrupt
-    or has no manifest to check it by. True when it was converted again."""
+    or has no trusted hashes to check it by. True when it was converted again."""
     state = verify_converted(model)
-    if state.ok and not state.legacy:
+    if state.ok and state.trusted:
         return False
     if state.ok:
-        state = FolderState(state.folder, "corrupt", "converted by an older version, fails to load", legacy=True)
+        state = FolderState(state.folder, "corrupt", "no hashes taken at conversion, fails to load",
+                            legacy=state.legacy)
     _convert(model, state, progress, full=True)
     return True
 
 
-def _usable(state: FolderState, distrust_legacy: bool) -> bool:
-    return state.ok and not (distrust_legacy and state.legacy)
+def _usable(state: FolderState, distrust: bool) -> bool:
+    return state.ok and (state.trusted or not distrust)
 
 
 def _convert(model: PackagedModel, state: FolderState, progress: bool, full: bool) -> Path:
     # `full`: `state` came from hashing every file (a load failed), so check as thoroughly
-    # under the lock, and do not trust a folder without a manifest.
+    # under the lock. After a failed load, or for a folder without a manifest, only hashes
+    # taken at conversion make a folder found under the lock usable.
     final = state.folder
     corrupt = state.status == "corrupt"
     try:
@@ -163,7 +185,7 @@ def _convert(model: PackagedModel, state: FolderState, progress: bool, full: boo
     final.parent.mkdir(parents=True, exist_ok=True)
     with conversion_lock(model):
         again = check_folder(model, full=full)
-        if _usable(again, distrust_legacy=full):  # another process finished while we waited
+        if _usable(again, distrust=full or state.legacy):  # another process finished while we waited
             return final
         remove_stale(model)
         if final.exists():
@@ -171,6 +193,9 @@ def _convert(model: PackagedModel, state: FolderState, progress: bool, full: boo
                 reason = again.reason if again.status == "corrupt" else state.reason
                 print(f"[dysco-interp] {model.alias} in {final} is corrupt ({reason}); converting it again",
                       file=sys.stderr)
+            elif again.legacy:
+                print(f"[dysco-interp] {model.alias} in {final} was converted by an older version and has no "
+                      "recorded hashes; converting it again from its verified GGUF", file=sys.stderr)
             # Moved aside first: no reader ever sees a half-deleted folder, and a kill during
             # the deletion leaves a folder that the next conversion removes.
             aside = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.broken-"))

@@ -4,9 +4,14 @@ The completion marker records a manifest: the GGUF's SHA-256 and every file of t
 folder with its size and SHA-256. Each use checks the folder cheaply (every file
 present at its recorded size; files up to `SMALL_FILE_BYTES`, i.e. the config and the
 tokenizer, also by hash); hashing the weights too (6.7 GB for the largest model) is
-`verify_converted`, or `dysco-interp models --verify`. A folder converted before manifests
-existed is checked by structure (every JSON parses, every safetensors file is as long as
-its header says) and used; `record_manifest` adds the manifest after its weights loaded once.
+`verify_converted`, or `dysco-interp models --verify`.
+
+Only hashes taken at conversion, from a GGUF checked against the registry, can certify a
+folder (`FolderState.trusted`). A folder converted before manifests existed has none: it is
+checked by structure (every JSON parses, every safetensors file is as long as its header
+says) and converted again at its next load where the packages allow. Manifests of version 2
+cannot certify either: that version also recorded the hashes of such a folder at its first
+load, whatever its weights then held.
 """
 
 from __future__ import annotations
@@ -18,13 +23,15 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from dysco_interp.models.packaged.cache import conversion_lock, converted_folder
+from dysco_interp.models.packaged.cache import converted_folder
 from dysco_interp.models.packaged.registry import PackagedModel
 
 _COMPLETE_MARKER = "dysco_conversion.json"
 _MARKER_TMP = f".{_COMPLETE_MARKER}.tmp"
 HASH_BLOCK = 1 << 22
-MANIFEST_VERSION = 2
+MANIFEST_VERSION = 3
+# From this version on, a manifest's hashes were taken at conversion and nowhere else.
+TRUSTED_SINCE = 3
 # Config, generation config and tokenizer files (Qwen's tokenizer.json is 7 MB) are hashed
 # at every use; the weights (500 MB to 6.7 GB) only by size.
 SMALL_FILE_BYTES = 32 << 20
@@ -107,6 +114,8 @@ class FolderState:
     reason: str = ""
     # converted by a version that recorded no manifest: checked by structure only
     legacy: bool = False
+    # its manifest's hashes were taken at conversion from the verified GGUF: they can certify it
+    trusted: bool = False
 
     @property
     def ok(self) -> bool:
@@ -141,7 +150,11 @@ def check_folder(model: PackagedModel, full: bool = False) -> FolderState:
         problem = manifest_problem(folder, files, full)
     except (AttributeError, KeyError, TypeError):
         problem = f"{_COMPLETE_MARKER} has a malformed manifest"
-    return FolderState(folder, "corrupt", problem) if problem else FolderState(folder, "converted")
+    if problem:
+        return FolderState(folder, "corrupt", problem)
+    version = record.get("manifest_version")
+    trusted = isinstance(version, int) and not isinstance(version, bool) and version >= TRUSTED_SINCE
+    return FolderState(folder, "converted", trusted=trusted)
 
 
 def is_converted(model: PackagedModel) -> bool:
@@ -170,28 +183,3 @@ def conversion_record(model: PackagedModel, folder: Path) -> dict:
         "manifest_version": MANIFEST_VERSION,
         "files": folder_manifest(folder),
     }
-
-
-def record_manifest(model: PackagedModel, progress: bool = True) -> bool:
-    """Add the manifest to a folder converted by an older version (once, under the lock).
-
-    Call it after the folder's weights loaded: then the recorded hashes describe a folder
-    known to work. False when there was nothing to do or the cache is read-only.
-    """
-    final = converted_folder(model)
-    record = _read_marker(final)
-    if record is None or "files" in record:  # the usual case, decided without hashing
-        return False
-    try:
-        with conversion_lock(model):
-            state = check_folder(model)
-            if not (state.ok and state.legacy):
-                return False
-            if progress:
-                print(f"[dysco-interp] recording the sizes and hashes of {model.alias} (converted by an older version)")
-            write_marker(final, {**(_read_marker(final) or {}), **conversion_record(model, final)})
-    except OSError:  # a read-only cache: keep using the folder as it is
-        return False
-    return True
-
-

@@ -47,6 +47,14 @@ class MRCRExample(SpanRecord):
 
     SPAN_LIST_FIELDS = ("message_char_spans", "message_token_spans")
 
+    def problem(self) -> str | None:
+        n = len(self.messages)
+        if not len(self.message_char_spans) == len(self.message_token_spans) == n:
+            return f"it has {n} messages but {len(self.message_token_spans)} message spans"
+        if not 0 <= self.gold_message_index < n:
+            return f"'gold_message_index' {self.gold_message_index} is not one of its {n} messages"
+        return None
+
     @property
     def n_turns(self) -> int:
         """User-assistant exchanges before the final question."""

@@ -62,6 +62,15 @@ class NeedleQAExample(SpanRecord):
     def n_docs(self) -> int:
         return len(self.documents)
 
+    def problem(self) -> str | None:
+        if not self.answers and not self.is_null_query:
+            return "'answers' is empty: only a null-query example (for calibration) has no gold answer"
+        if not 0 <= self.gold_index < self.n_docs:
+            return f"'gold_index' {self.gold_index} is not one of its {self.n_docs} documents"
+        if not len(self.doc_char_spans) == len(self.doc_token_spans) == self.n_docs:
+            return f"it has {self.n_docs} documents but {len(self.doc_token_spans)} document spans"
+        return None
+
     @property
     def gold_char_span(self) -> Span:
         return self.doc_char_spans[self.gold_index]

@@ -61,6 +61,21 @@ class PathTraversalInstance(SpanRecord):
 
     SPAN_LIST_FIELDS = ("edge_char_spans", "edge_token_spans", "step_char_spans", "step_token_spans")
 
+    def span_bounds(self) -> dict[str, tuple[int, str]]:
+        n_ids = self.n_tokens + self.completion_n_tokens
+        return {**super().span_bounds(),
+                "step_char_spans": (len(self.completion), f"the gold answer's {len(self.completion)} characters"),
+                "step_token_spans": (n_ids, f"the {n_ids} tokens of the prompt and its gold answer")}
+
+    def problem(self) -> str | None:
+        n = len(self.context_repr)
+        if not len(self.edge_char_spans) == len(self.edge_token_spans) == n:
+            return f"it has {n} edges but {len(self.edge_token_spans)} edge spans"
+        bad = next((i for i in self.gold_edge_indices if not 0 <= i < n), None)
+        if bad is not None:
+            return f"'gold_edge_indices' holds {bad}, not one of its {n} edges"
+        return None
+
     @property
     def n_hops(self) -> int:
         return len(self.answer_repr)
