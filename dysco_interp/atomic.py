@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
+from dysco_interp.outputs import output_target
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -22,8 +24,10 @@ def atomic_open(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[Te
 
     A killed process or an exception leaves the previous file (or none), never a truncated one.
     The file gets the permissions a plain `open` would give it (mkstemp's are owner-only).
+    A symbolic link is written through: its target is replaced, the link stays. A path that is
+    no regular file (a folder, a FIFO, a device) is an `OutputPathError`, left as it is.
     """
-    path = Path(path)
+    path = output_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

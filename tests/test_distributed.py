@@ -15,9 +15,12 @@ from dysco_interp.cli import main
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments import distributed
 from dysco_interp.experiments.store import (
+    FORMAT,
+    STORE_KIND,
     ResultStore,
     StoreBusyError,
     StoreMismatchError,
+    create_shard,
     read_store,
     shard_path,
     shard_paths,
@@ -222,11 +225,16 @@ def make_store(path: Path, records: list[dict], settings: dict = SETTINGS) -> No
             store.append(r)
 
 
+def new_shard(store: Path, rank: int, settings: dict = SETTINGS, purpose: str = "test") -> Path:
+    """Rank `rank`'s shard of `store`, as a data-parallel run starts it (marked in its header)."""
+    return create_shard(store, rank, {"kind": STORE_KIND, "format": FORMAT, "purpose": purpose, "settings": settings})
+
+
 def test_folding_shards_appends_what_is_missing_in_order_then_deletes_them(tmp_path):
     out = tmp_path / "r.jsonl"
     make_store(out, [{"k": 1, "v": "main"}])
-    make_store(shard_path(out, 0), [{"k": 4, "v": "s0"}, {"k": 1, "v": "s0"}])
-    make_store(shard_path(out, 3), [{"k": 2, "v": "s3"}])
+    make_store(new_shard(out, 0), [{"k": 4, "v": "s0"}, {"k": 1, "v": "s0"}])
+    make_store(new_shard(out, 3), [{"k": 2, "v": "s3"}])
     with open(shard_path(out, 3), "a") as f:
         f.write('{"k": 9, "v"')  # cut by a kill
     assert shard_paths(out) == [shard_path(out, 0), shard_path(out, 3)]
@@ -241,14 +249,14 @@ def test_folding_shards_appends_what_is_missing_in_order_then_deletes_them(tmp_p
 def test_a_shard_with_other_settings_or_a_writer_stops_the_fold_untouched(tmp_path):
     out = tmp_path / "r.jsonl"
     make_store(out, [])
-    make_store(shard_path(out, 1), [{"k": 1}], settings={"model": "other"})
+    make_store(new_shard(out, 1, {"model": "other"}), [{"k": 1}], settings={"model": "other"})
     before = out.read_bytes()
     with ResultStore(out, KEY, SETTINGS, purpose="test") as store:
         with pytest.raises(StoreMismatchError, match="rank1"):
             store.fold_shards()
     assert out.read_bytes() == before and shard_path(out, 1).exists()
     shard_path(out, 1).unlink()
-    with ResultStore(shard_path(out, 2), KEY, SETTINGS, purpose="test") as busy:
+    with ResultStore(new_shard(out, 2), KEY, SETTINGS, purpose="test") as busy:
         busy.append({"k": 2})
         with ResultStore(out, KEY, SETTINGS, purpose="test") as store, pytest.raises(StoreBusyError):
             store.fold_shards()
@@ -259,7 +267,8 @@ def test_one_process_folds_in_what_a_killed_parallel_run_left(setup, tmp_path, c
     expected = single_process(setup, "single.jsonl")
     out = tmp_path / "r.jsonl"
     settings = settings_of(setup / "single.jsonl")
-    with ResultStore(shard_path(out, 1), ("method", "instance"), settings, purpose="evaluate") as shard:
+    with ResultStore(new_shard(out, 1, settings, "evaluate"), ("method", "instance"), settings,
+                     purpose="evaluate") as shard:
         for r in expected[3:6]:
             shard.append(r)
     assert main(evaluate_args(setup, out, "--json")) == 0

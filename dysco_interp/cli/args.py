@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from dysco_interp.checks import check_int, check_number, check_seed
 from dysco_interp.errors import ConfigError
+from dysco_interp.outputs import OutputPathError, check_output_file, check_output_folder
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -83,42 +83,22 @@ positive_ints = _typed(_ints, lambda v: [check_int("value", x, minimum=1) for x 
                        else check_int("value", v, minimum=1))
 
 
-def _nearest_existing(path: Path) -> Path:
-    for parent in (path, *path.parents):
-        if parent.exists():
-            return parent
-    return Path(".")
-
-
-def _check_writable_below(path: Path) -> None:
-    """The folders above `path` can be created: none of them is a file, the existing one is writable."""
-    anchor = _nearest_existing(path.parent if path.parent != path else path)
-    if not anchor.is_dir():
-        raise argparse.ArgumentTypeError(f"{anchor} is a file, so {path} cannot be created below it")
-    if not os.access(anchor, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"cannot write in {anchor} (permission denied)")
+def _checked(check, text: str) -> str:
+    try:
+        check(text)
+    except OutputPathError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def output_file(text: str) -> str:
-    """A file to (over)write: not an existing folder, and creatable."""
-    path = Path(text)
-    if not str(text).strip():
-        raise argparse.ArgumentTypeError("an empty path")
-    if path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is a folder; name the file to write inside it")
-    _check_writable_below(path)
-    return text
+    """A file to (over)write: a regular file or a new path, creatable (`outputs.check_output_file`)."""
+    return _checked(check_output_file, text)
 
 
 def output_folder(text: str) -> str:
     """A folder to write files in: an existing folder, or a path where one can be created."""
-    path = Path(text)
-    if not str(text).strip():
-        raise argparse.ArgumentTypeError("an empty path")
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text} is an existing file, not a folder")
-    _check_writable_below(path / "x")
-    return text
+    return _checked(check_output_folder, text)
 
 
 def one_line(message: object) -> str:

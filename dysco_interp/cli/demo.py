@@ -7,7 +7,7 @@ import argparse
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import flags
-from dysco_interp.cli.prepare import check_head_file, dysco_overrides, load_model_from_flags
+from dysco_interp.cli.prepare import check_head_file, dysco_overrides, heads_label, load_model_from_flags
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:
@@ -44,7 +44,7 @@ def run_demo(args) -> int:
     dysco = preset(args.preset, **dysco_overrides(args))
     check_head_file(args.heads, args.model, args.allow_other_model)
     model = load_model_from_flags(args)
-    heads = resolve_heads(model, args.heads, args.allow_other_model)
+    heads = resolve_heads(model, args.heads, args.allow_other_model, label=heads_label(args.heads))
     demo = demo_job.run_demo(model, heads, length=args.length, seed=args.seed, hops=args.hops,
                             dysco=dysco, max_new_tokens=args.max_new_tokens)
     html = write_demo_page(demo, args.out)

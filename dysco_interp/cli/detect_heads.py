@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shlex
 import sys
+import tempfile
 from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import flags
 from dysco_interp.errors import ConfigError, NoSignalError
+from dysco_interp.outputs import OutputPathError, check_output_file, output_target
 
 METHOD_CHOICES = ("qrscore", "qrscore-ndcg", "copy", "copy-paste")
 DEFAULT_N = 20
@@ -41,9 +44,10 @@ def add_detect_parser(subparsers) -> argparse.ArgumentParser:
                         "(NDCG@10 of the document ranking) or copy-paste (alias copy: the retrieval-head score)")
     p.add_argument("--top-k", type=cli_args.positive_int, default=16, help="heads to keep (default 16)")
     p.add_argument("--seed", type=cli_args.seed, default=0, help="data seed (and split-half seed)")
-    p.add_argument("--out", required=True, help="head file to write (JSON)")
+    p.add_argument("--out", type=cli_args.output_file, required=True, help="head file to write (JSON)")
     p.add_argument("--split-half", action="store_true", help="also report top-k overlap of two disjoint halves")
-    p.add_argument("--resume-dir", default=None, help="folder for per-example records; a re-run resumes there")
+    p.add_argument("--resume-dir", type=cli_args.output_folder, default=None,
+                   help="folder for per-example records; a re-run resumes there")
     p.add_argument("--compare", default=None, help="a head file to compare the result with (overlap, Jaccard)")
     p.add_argument("--max-new-tokens", type=cli_args.positive_int, default=12,
                    help="copy-paste: greedy tokens per example")
@@ -54,14 +58,36 @@ def add_detect_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _check_args(args) -> None:
-    """Everything that can be checked before loading a model (numeric ranges: argparse types)."""
+    """Everything that can be checked before loading a model (numeric ranges and whether --out
+    and --resume-dir can be written: argparse types)."""
     from dysco_interp.tasks.lengths import parse_length
+    from dysco_interp.viz.heatmap import heatmap_paths
 
     args.length_tokens = parse_length(args.length)
     if Path(args.out).suffix.lower() != ".json":
         raise ConfigError(f"--out must name a .json head file, got {args.out!r}")
-    if Path(args.out).is_dir():
-        raise ConfigError(f"--out {args.out!r} is a folder; name a .json file")
+    # the heatmaps go beside the head file itself: through a symbolic link, beside its target
+    for path in heatmap_paths(output_target(args.out)):
+        try:
+            check_output_file(path)
+        except OutputPathError as e:
+            raise ConfigError(f"--out {args.out}: its heatmap cannot be written: {e}") from None
+
+
+def _check_resume_dir(args) -> None:
+    """Scores stored with other settings, known before the model loads, are refused now (the
+    weights and the heads are compared once it is loaded)."""
+    from dysco_interp.detection.api import check_store
+    from dysco_interp.experiments.store import StoreError
+    from dysco_interp.models import dtype_name, resolve_device, resolve_dtype
+
+    if args.resume_dir is None:
+        return
+    dtype = dtype_name(resolve_dtype(args.dtype, resolve_device(args.device)))
+    try:
+        check_store(args.resume_dir, args.method, model=args.model, dtype=dtype, max_new_tokens=args.max_new_tokens)
+    except StoreError as e:
+        raise ConfigError(f"--resume-dir {args.resume_dir}: {e}") from None
 
 
 def _load_compare(path: str | None):
@@ -159,6 +185,7 @@ def run_detect(args) -> int:
     launch = distributed.torchrun_launch()
     args.device = distributed.rank_device(launch, args.device)
     _check_args(args)
+    _check_resume_dir(args)
     reference = _load_compare(args.compare)
     data_file = _data_file(args)
     file_examples = None if data_file is None else _load_file_examples(data_file, args.n)
@@ -222,13 +249,42 @@ def _report(args, result, examples, model, reference, top_k: int, note: str | No
     if reference is not None:
         ov = head_overlap(headset, reference)
         print(f"vs {args.compare}: {ov.count} shared heads of {ov.size_a} / {ov.size_b}, Jaccard {ov.jaccard:.3f}")
-    out = headset.to_json(args.out)
+    out = _write_head_file(headset, args.out, args.resume_dir)
     png, html = save_head_heatmaps(
-        result.scores, out, model=model.spec.name, method=result.method, scored=result.scored,
+        result.scores, output_target(out), model=model.spec.name, method=result.method, scored=result.scored,
         highlight=headset.heads, n_examples=len(examples),
     )
     print(f"wrote {out}, {png}, {html}")
     return 0
+
+
+def _write_head_file(headset, out: str, resume_dir: str | None) -> Path:
+    """The head file at `out`; when it cannot be written there after all (the folder went away or
+    turned read-only during the run), the scores of the whole run are not lost: the head file,
+    score matrix included, is kept in the first folder that takes it, which the error names."""
+    try:
+        return headset.to_json(out)
+    except (OSError, OutputPathError) as e:
+        reason = (e.strerror if isinstance(e, OSError) else None) or str(e)
+        failure = e
+    stem = Path(out).stem
+    for folder in dict.fromkeys([Path(out).parent, *([Path(resume_dir)] if resume_dir else []), Path.cwd(),
+                                 Path(tempfile.gettempdir())]):
+        try:
+            fd, kept = tempfile.mkstemp(prefix=f"{stem}.", suffix=".json", dir=folder)  # a name of its own
+        except OSError:
+            continue
+        os.close(fd)
+        try:
+            headset.to_json(kept)
+        except (OSError, OutputPathError):
+            Path(kept).unlink(missing_ok=True)
+            continue
+        # an OSError: like any file-system error, `main` shows it in one line and exits with 1
+        raise OSError(getattr(failure, "errno", None), f"cannot write {out} ({reason}); "
+                      f"the head file was kept in {Path(kept).resolve()}") from None
+    raise OSError(getattr(failure, "errno", None), f"cannot write {out} ({reason}), nor keep the head file "
+                  "in its folder, --resume-dir, the working folder or the temporary folder") from None
 
 
 __all__ = ["add_detect_parser", "format_head_table", "informative_top", "run_detect"]

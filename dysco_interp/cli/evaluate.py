@@ -12,7 +12,14 @@ from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import flags
-from dysco_interp.cli.prepare import check_backend_flags, check_head_file, decoding_config, load_model_from_flags
+from dysco_interp.cli.prepare import (
+    check_backend_flags,
+    check_head_file,
+    context_window,
+    decoding_config,
+    heads_label,
+    load_model_from_flags,
+)
 from dysco_interp.errors import ConfigError, DataError
 
 
@@ -21,7 +28,7 @@ def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--task", type=task_name, default="path_traversal",
                    help="path_traversal (default), needle_qa or mrcr: the task of the --data files")
     p.add_argument("--data", required=True, help="a folder from make-data, or one JSONL file")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", type=cli_args.output_file, required=True,
                    help="result store (JSONL): created, or resumed with finished items skipped; "
                    "other settings are refused")
     p.add_argument("--limit", type=cli_args.positive_int, default=None, help="instances per file (default: all)")
@@ -59,9 +66,11 @@ def run_evaluate(args) -> int:
     from dysco_interp.experiments import distributed
     from dysco_interp.experiments.evaluate import (
         ADAPTERS,
+        check_store_files,
         check_task,
         evaluate,
         format_table,
+        instance_id,
         method_settings,
         precheck,
         store_settings,
@@ -83,20 +92,26 @@ def run_evaluate(args) -> int:
     if not files or not all(f.is_file() for f in files):
         raise DataError(f"no {task} data in {args.data}; make it with `dysco-interp make-data {task} ...`")
     # everything that can be refused is refused before the model loads
-    instances = [inst for f in files for inst in load_dataset(f)[: args.limit]]
+    data = {f: load_dataset(f)[: args.limit] for f in files}
+    instances = [inst for part in data.values() for inst in part]
     check_task(task, instances)
     methods = {m: decoding_config(args, m) for m in args.methods.split(",")}
     needs_heads = any(c.uses_heads for c in methods.values())
     if needs_heads:
         check_head_file(args.heads, args.model, args.allow_other_model)
+    check_data_fits(data, args)
+    traces_for = [instance_id(inst) for inst in instances] if args.keep_trace else None
     if args.if_settings_differ == "error":
         device = args.devices[0] if args.devices else resolve_device(args.device)
         known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device,
                                teacher_forced=args.teacher_forced, decode_attention=args.decode_attention)
-        precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()})
+        precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()}, traces_for)
+    else:
+        check_store_files(args.out, task, args.if_settings_differ)
     with distributed.process_group(launch, args.device) as world, distributed.quiet_unless_main(world):
         model = load_model_from_flags(args)
-        heads = resolve_heads(model, args.heads, args.allow_other_model) if needs_heads else None
+        heads = (resolve_heads(model, args.heads, args.allow_other_model, label=heads_label(args.heads))
+                 if needs_heads else None)
         run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
                        backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
                        teacher_forced=args.teacher_forced, decode_attention=args.decode_attention)
@@ -112,3 +127,20 @@ def run_evaluate(args) -> int:
     print(format_table(summary, metrics))
     print(f"results: {run.path} ({len(run.new)} new records)")
     return 0
+
+
+def check_data_fits(data: dict, args) -> None:
+    """ConfigError naming the first instance whose recorded prompt length plus --max-new-tokens
+    exceeds the model's context (read from its config; unchecked when that needs the weights)."""
+    window = context_window(args.model, args.yarn)
+    if window is None:
+        return
+    limit, words = window
+    for path, instances in data.items():
+        for inst in instances:
+            if inst.n_tokens + args.max_new_tokens > limit:
+                more = "a larger --yarn" if args.yarn else "--yarn FACTOR"
+                raise ConfigError(
+                    f"{path}: instance {inst.id!r} has a {inst.n_tokens}-token prompt; with --max-new-tokens "
+                    f"{args.max_new_tokens} it needs {inst.n_tokens + args.max_new_tokens} tokens, more than {words}: "
+                    f"pass {more}, a smaller --max-new-tokens, or shorter data")

@@ -6,7 +6,14 @@ import argparse
 import json
 
 from dysco_interp.cli import flags
-from dysco_interp.cli.prepare import check_backend_flags, check_head_file, decoding_config, load_model_from_flags
+from dysco_interp.cli.prepare import (
+    check_backend_flags,
+    check_head_file,
+    check_prompt_fits,
+    decoding_config,
+    heads_label,
+    load_model_from_flags,
+)
 from dysco_interp.errors import ConfigError, DataError
 
 
@@ -65,8 +72,10 @@ def generate_and_print(args, prompt: str) -> int:
     config = decoding_config(args, args.method)
     if config.uses_heads:
         check_head_file(args.heads, args.model, args.allow_other_model)
+    check_prompt_fits(args, prompt)
     model = load_model_from_flags(args)
-    heads = resolve_heads(model, args.heads, args.allow_other_model) if config.uses_heads else None
+    heads = (resolve_heads(model, args.heads, args.allow_other_model, label=heads_label(args.heads))
+             if config.uses_heads else None)
     result = dysco_generate(model, prompt, heads, config, backend=args.backend, chat=args.chat,
                             decode_attention=args.decode_attention)
     if args.json:

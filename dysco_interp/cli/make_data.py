@@ -14,8 +14,8 @@ from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import flags
-from dysco_interp.errors import ConfigError
-from dysco_interp.tasks import TASKS, get_task, make_dataset, save_dataset
+from dysco_interp.errors import ConfigError, DataError
+from dysco_interp.tasks import TASKS, get_task, load_dataset, make_dataset, save_dataset
 from dysco_interp.tasks.lengths import length_label, parse_lengths
 
 
@@ -99,25 +99,36 @@ def _options(spec_name: str, args) -> dict:
     return opts
 
 
+def check_replaceable(path: Path, task: str) -> None:
+    """ConfigError unless `path` is free or holds data of `task` (which a new set replaces):
+    a result store, another task's data or any other file there is left alone."""
+    if not path.exists() and not path.is_symlink():
+        return
+    try:
+        found = {x.task for x in load_dataset(path)}
+    except DataError:
+        found = set()
+    if found != {task}:
+        what = f"it holds {', '.join(sorted(found))} data" if found else "it does not read as task data"
+        raise ConfigError(f"{path} exists and is not a {task} data file ({what}); it was left untouched: "
+                          "move it, or choose another --out")
+
+
 def _range(values: list) -> str:
     lo, hi = min(values), max(values)
     mean = sum(values) / len(values)
     return f"{lo}" if lo == hi else f"{mean:.0f} ({lo}-{hi})"
 
 
-def context_limit(context: int | None, yarn: float | None) -> int | None:
-    """Prompt tokens the evaluation can hold: the context, times the YaRN factor when given."""
-    return None if context is None else int(context * (yarn or 1))
-
-
 def _check_context(lengths: list[int], context: int | None, args) -> None:
+    from dysco_interp.models.yarn import scaled_context
+
     model = args.model
     if context is None:
         print(f"dysco-interp: note: the context length of {model} is unknown; lengths are not checked against it",
               file=sys.stderr)
         return
-    limit = context_limit(context, args.yarn)
-    assert limit is not None  # the context is known
+    limit = scaled_context(context, args.yarn)
     too_long = [length for length in lengths if length > limit]
     if too_long:
         window = (f"{model}'s {context}-token context x {args.yarn:g} (YaRN) = {limit} tokens" if args.yarn
@@ -133,7 +144,12 @@ def run_make_data(args) -> int:
     if repeated:
         raise ConfigError(f"--lengths names {', '.join(repeated)} more than once")
     options = _options(spec.name, args)
+    out = Path(args.out)
+    paths = {length: out / f"{spec.name}_{length_label(length)}.jsonl" for length in lengths}
+    for path in paths.values():
+        check_replaceable(path, spec.name)
     from dysco_interp.models import context_length, load_tokenizer
+    from dysco_interp.models.yarn import scaled_context
 
     model = args.model
     with contextlib.redirect_stdout(sys.stderr):  # status lines; stdout is the summary table
@@ -145,7 +161,7 @@ def run_make_data(args) -> int:
     datasets = {}
     for length in lengths:
         data = make_dataset(spec.name, tokenizer, length, n=args.n, seed=args.seed, progress=True, **options)
-        limit = context_limit(context, args.yarn)
+        limit = None if context is None else scaled_context(context, args.yarn)
         over = [x for x in data if limit is not None and x.n_tokens > limit]
         if over:
             raise ConfigError(
@@ -154,10 +170,9 @@ def run_make_data(args) -> int:
                 "pick a shorter length or a smaller --tolerance"
             )
         datasets[length] = data
-    out = Path(args.out)
     rows = []
     for length, data in datasets.items():
-        path = save_dataset(out / f"{spec.name}_{length_label(length)}.jsonl", data)
+        path = save_dataset(paths[length], data)
         summaries = [spec.summary(x) for x in data]
         row = {"target": length, "file": str(path)}
         for key in summaries[0]:

@@ -39,7 +39,14 @@ from dysco_interp.detection.scores import mean_over_examples
 from dysco_interp.detection.selection import HeadsArg, qrscore_heads, requested_heads
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.distributed import current_world, gather, note_world, sharded_store
-from dysco_interp.experiments.store import ResultStore, content_hash
+from dysco_interp.experiments.store import (
+    ResultStore,
+    StoreMismatchError,
+    content_hash,
+    differences,
+    read_resumable,
+    shard_paths,
+)
 from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import sliding_layers
 from dysco_interp.models import dtype_name
@@ -54,6 +61,54 @@ _EXTRA_QR = {
 
 def _family(method: str) -> str:
     return COPY_PASTE if method == COPY_PASTE else QRSCORE
+
+
+def _params(method: str, max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS) -> dict[str, Any]:
+    """The method's parameters that its stored scores depend on."""
+    if method == COPY_PASTE:
+        return {"max_new_tokens": max_new_tokens, "needle": "gold document"}
+    return {"ndcg_k": NDCG_K, "filter_sigmas": FILTER_SIGMAS}
+
+
+def _store_file(store: str | os.PathLike, method: str) -> Path:
+    return Path(store) / f"{_family(method)}.jsonl"
+
+
+def _check_stored(path: Path, settings: dict[str, Any]) -> None:
+    """StoreMismatchError when the store at `path` (or a shard a killed run left beside it) holds
+    scores of other settings in the fields `settings` names; fields it does not name are not
+    compared, so what needs the model can be left out before the model loads."""
+    for file in (path, *shard_paths(path)):
+        contents = read_resumable(file)
+        if contents is None:
+            continue
+        if contents.purpose != "detect":
+            raise StoreMismatchError(f"{file} is a {contents.purpose!r} store, not one of detection scores; "
+                                     "score into another folder")
+        stored = contents.settings or {}
+        theirs = {k: stored[k] for k in settings if k in stored}
+        if theirs != settings:
+            raise StoreMismatchError(
+                f"{file} holds detection scores computed with other settings "
+                f"({'; '.join(differences(theirs, settings))}); score into another folder, or remove {file}"
+            )
+
+
+def check_store(
+    store: str | os.PathLike,
+    method: str = QRSCORE,
+    *,
+    model: str,
+    dtype: str,
+    max_new_tokens: int = DEFAULT_MAX_NEW_TOKENS,
+) -> None:
+    """Before the model loads: refuse a `store` folder for `detect(..., store=)` whose store for
+    `method` is no detection store, or holds scores computed with another model name, dtype
+    (as `dtype_name` writes it) or method parameters. The weights and the heads are compared
+    when the model is loaded."""
+    method = resolve_method(method)
+    _check_stored(_store_file(store, method), {"family": _family(method), "model": model, "dtype": dtype,
+                                               "params": _params(method, max_new_tokens)})
 
 
 def _run(
@@ -87,7 +142,7 @@ def _run(
             "dtype": dtype_name(model.dtype), "n_layers": spec.n_layers, "n_heads": spec.n_heads,
             "scored_heads": [list(h) for h in torch.nonzero(mask).tolist()], "params": params,
         }
-        path = Path(store) / f"{family}.jsonl"
+        path = _store_file(store, method)
 
     def open_store(where: Path) -> ResultStore:
         return ResultStore(where, key_fields=("example",), settings=settings, purpose="detect")
@@ -96,7 +151,8 @@ def _run(
         return order.get(str(record.get("example")), len(order))
 
     def open_main() -> ResultStore:
-        assert path is not None
+        assert path is not None and settings is not None
+        _check_stored(path, settings)  # with a detection store's words, before the generic check
         db = open_store(path)
         try:
             db.fold_shards(in_order)
@@ -182,7 +238,7 @@ def qrscore(
     per, _ = _run(
         model, examples, method, mask,
         lambda ex: passes.qrscore_one(model, ex, mask, hooks, chunk_size),
-        {"ndcg_k": NDCG_K, "filter_sigmas": FILTER_SIGMAS}, progress, store,
+        _params(method), progress, store,
     )
     extra: dict[str, Any] = dict(_EXTRA_QR)
     if sliding_layers(model.spec):
@@ -211,7 +267,7 @@ def copy_paste_score(
     per, records = _run(
         model, examples, COPY_PASTE, mask,
         lambda ex: passes.copy_paste_one(model, ex, mask, max_new_tokens, hooks, chunk_size),
-        {"max_new_tokens": max_new_tokens, "needle": "gold document"}, progress, store,
+        _params(COPY_PASTE, max_new_tokens), progress, store,
     )
     extra = {
         "needle": "gold document token span",

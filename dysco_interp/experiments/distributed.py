@@ -22,7 +22,8 @@ process. Under torchrun:
   round-robin in data order: the same store and data give every rank the same share. An
   evaluation keeps every method of an instance on one rank, so methods still share prefills.
 - Each rank writes its records to its own shard beside the store (results.rank1.jsonl beside
-  results.jsonl), a store with the same settings header and its own lock. Rank 0 holds the
+  results.jsonl), a store with the same settings header, marked as a shard of that store, and
+  its own lock; a file of that name that is no such shard stops the run untouched. Rank 0 holds the
   store's lock for the whole run, so a second run on the same store is refused. When every rank
   is done, rank 0 folds the shards into the store in the order one process would have written
   them (instance by instance, methods in the order given), then deletes them.
@@ -52,7 +53,14 @@ from typing import Any, TypeVar
 import torch
 
 from dysco_interp.errors import ConfigError, DyscoError
-from dysco_interp.experiments.store import ResultStore, StoreMismatchError, differences, read_store, shard_path
+from dysco_interp.experiments.store import (
+    ResultStore,
+    StoreError,
+    StoreMismatchError,
+    create_shard,
+    differences,
+    read_store,
+)
 
 T = TypeVar("T")
 
@@ -248,13 +256,18 @@ def sharded_store(
         def open_own_shard() -> Shard:
             nonlocal shard
             contents = read_store(path)
-            shard = open_shard(shard_path(path, world.rank))
-            stored = (contents.settings if contents is not None else None) or {}
+            if contents is None or contents.header is None:
+                raise StoreError(f"{path} lost its header while the run started; start again")
+            try:
+                shard = open_shard(create_shard(path, world.rank, contents.header))
+            except StoreMismatchError as e:  # the shard starts with the store's header
+                raise StoreMismatchError(f"rank {world.rank} computes other settings than the store {path} holds: "
+                                         f"{e}") from None
+            stored = contents.settings or {}
             if stored != shard.settings:
                 raise StoreMismatchError(f"rank {world.rank} computes other settings than the store {path} holds "
                                          f"({'; '.join(differences(stored, shard.settings or {}))})")
-            records = contents.records if contents is not None else []
-            return Shard(path, shard, {shard.key(r): r for r in reversed(records)})
+            return Shard(path, shard, {shard.key(r): r for r in reversed(contents.records)})
 
         own = agree(world, open_own_shard)
         yield own

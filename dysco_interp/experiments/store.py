@@ -10,15 +10,21 @@ The guarantees, each pinned by a test:
   differ; `open_store(..., if_differs="new")` moves to a sibling file instead. Never a mix.
 - Only a file whose first line is one of our headers is ever written to, and only a writer
   repairs it: a line cut short by a kill is dropped, a complete last record that lost its
-  newline keeps it. Any other file (a head file, a data file, text) is refused untouched.
-- One writer at a time: a writer holds a lock file beside the store for its lifetime; a
-  second writer fails at once with `StoreBusyError`. Readers (`read_store`, `readonly=True`)
-  take no lock and never modify the file.
+  newline keeps it. Any other file (a head file, a data file, text) is refused untouched, and
+  so is anything that is no regular file (a FIFO, a device): it is never even opened.
+- A store reached through a symbolic link is written through it: the link stays a link.
+- One writer at a time: a writer holds a lock file beside the store (beside the file a link
+  points to, so two names of one store share one lock) for its lifetime; a second writer
+  fails at once with `StoreBusyError`. Readers (`read_store`, `readonly=True`) take no lock
+  and never modify the file.
+- A file is judged on its first line before the rest is read, and a compressed archive is
+  decompressed up to `MAX_DECOMPRESSED` bytes, never further.
 - Records are plain JSON, never pickles.
 - A data-parallel run writes one shard per rank beside the store (`shard_path`: results.rank1.jsonl
-  beside results.jsonl), each a store of its own with the same header. `fold_shards` appends
-  what the shards hold and the store lacks (never a record twice), then deletes them; a writer
-  folds in the shards a killed run left before it decodes anything.
+  beside results.jsonl), each a store of its own with the same header, marked as a shard of
+  that store (`create_shard`). `fold_shards` appends what the shards hold and the store lacks
+  (never a record twice), then deletes them; a writer folds in the shards a killed run left
+  before it decodes anything. A file of a shard's name without the mark is never touched.
 
 Format 1 stores (before settings headers) are read for the tables: a header line
 `{"kind": "header", ...}` still counts as settings; a file of bare evaluation records can be
@@ -27,22 +33,26 @@ read but not resumed.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
+import io
 import json
 import lzma
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from filelock import FileLock, Timeout
 
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
 from dysco_interp.jsonl import LineError, parse_line, parse_lines
+from dysco_interp.outputs import file_kind, output_target
 
 STORE_KIND = "dysco-interp-store"
 FORMAT = 2
@@ -51,6 +61,9 @@ LEGACY_HEADER_KIND = "header"
 LEGACY_RECORD_FIELDS = ("model", "task", "method", "index", "config")
 # Header fields that describe who wrote the store, not what its records depend on.
 _PROVENANCE_FIELDS = ("package_version", "created_by")
+# In the header of a data-parallel run's shard: the file name of the store it belongs to. Only
+# files marked so are folded into a store (and deleted), whatever their name.
+SHARD_FIELD = "shard_of"
 
 
 class StoreError(ConfigError):
@@ -146,47 +159,137 @@ def _header_kind(obj: Any) -> int | None:
 
 
 # Archived stores: committed results are kept compressed; readers open them as they are.
-_DECOMPRESS = {b"\xfd7zXZ\x00": lzma.decompress, b"\x1f\x8b": gzip.decompress}
+_DECOMPRESSORS: dict[bytes, Callable[[BinaryIO], io.BufferedIOBase]] = {
+    b"\xfd7zXZ\x00": lambda raw: lzma.LZMAFile(raw),
+    b"\x1f\x8b": lambda raw: gzip.GzipFile(fileobj=raw),
+}
+# An archive is decompressed up to this many bytes, never further: a few MB of gzip can expand
+# to gigabytes, all of it held in memory.
+MAX_DECOMPRESSED = 2 << 30
+# The longest first line read when looking for a header: far beyond any header (the head list of
+# the largest models is kilobytes) and any record, and a bound on what another file costs.
+HEADER_LIMIT = 64 << 20
 
 
-def _decompressed(data: bytes) -> tuple[bytes, bool]:
-    for magic, decompress in _DECOMPRESS.items():
-        if data.startswith(magic):
-            return decompress(data), True
-    return data, False
+def _size(n: int) -> str:
+    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
+
+
+def _check_regular(path: Path) -> bool:
+    """Whether `path` exists; NotAStoreError when it is no regular file (a folder, a FIFO, a
+    device: never opened, so a FIFO cannot block the reader)."""
+    try:
+        kind = file_kind(path)
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}") from None
+    if kind == "a folder":
+        raise NotAStoreError(f"{path} is a folder; give a file path for the results")
+    if kind is not None:
+        raise NotAStoreError(f"{path} is {kind}, not a regular file; it was left untouched: choose another path")
+    return path.exists()
+
+
+@contextlib.contextmanager
+def _store_bytes(path: Path) -> Iterator[tuple[io.BufferedIOBase, bool]]:
+    """The bytes of a store file, decompressed as they are read when it is an archive; and whether it is."""
+    try:
+        # O_NONBLOCK: should the file have been swapped for a FIFO since it was checked, opening
+        # it does not wait for a writer; fstat then refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise StoreError(f"cannot read {path}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as raw:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotAStoreError(f"{path} is not a regular file; it was left untouched: choose another path")
+        magic = raw.read(6)
+        raw.seek(0)
+        opener = next((o for m, o in _DECOMPRESSORS.items() if magic.startswith(m)), None)
+        if opener is None:
+            yield raw, False
+            return
+        with opener(raw) as stream:
+            yield stream, True
+
+
+def _read(stream: io.BufferedIOBase, path: Path, compressed: bool,
+          read: Callable[[io.BufferedIOBase], bytes]) -> bytes:
+    try:
+        return read(stream)
+    except (OSError, EOFError, lzma.LZMAError) as e:
+        if not compressed:
+            raise StoreError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+        raise StoreCorruptError(f"{path} is a compressed store that does not decompress ({e})") from None
+
+
+def _first_line(stream: io.BufferedIOBase, path: Path, compressed: bool) -> bytes:
+    limit = min(HEADER_LIMIT, MAX_DECOMPRESSED) if compressed else HEADER_LIMIT
+    return _read(stream, path, compressed, lambda s: s.readline(limit + 1))
+
+
+def _not_a_store(path: Path) -> NotAStoreError:
+    return NotAStoreError(
+        f"{path} exists and is not a dysco-interp result store (its first line is not a store header); "
+        "it was left untouched: choose another path"
+    )
+
+
+def _parse_first(line: bytes, path: Path) -> tuple[Any, int | None]:
+    """The first line's JSON value and the store format its header announces; NotAStoreError
+    when it is neither a header of ours nor a format-1 evaluation record."""
+    if len(line) > HEADER_LIMIT:
+        raise _not_a_store(path)
+    try:
+        first = parse_line(line.removesuffix(b"\n"), 1)
+    except LineError:
+        raise _not_a_store(path) from None
+    fmt = _header_kind(first)
+    if fmt is None and not (isinstance(first, dict) and all(f in first for f in LEGACY_RECORD_FIELDS)):
+        raise _not_a_store(path)
+    if fmt is not None and fmt > FORMAT:
+        raise StoreError(f"{path} is a store of format {fmt}, newer than this dysco-interp reads ({FORMAT}); upgrade")
+    return first, fmt
+
+
+def read_header(path: str | Path) -> dict | None:
+    """The settings header of the store at `path`, read from its first line alone; None for a
+    missing or empty file, a format-1 store, or any file that is no store of ours."""
+    path = Path(path)
+    try:
+        if not _check_regular(path):
+            return None
+        with _store_bytes(path) as (stream, compressed):
+            line = _first_line(stream, path, compressed)
+            first, fmt = _parse_first(line, path) if line else (None, None)
+    except StoreError:
+        return None
+    return first if fmt == FORMAT else None
 
 
 def read_store(path: str | Path) -> StoreContents | None:
     """The contents of a store without modifying it; None for a missing or empty file. An
-    xz- or gzip-compressed store (an archive of finished results) reads like a plain one.
+    xz- or gzip-compressed store (an archive of finished results) reads like a plain one, up
+    to MAX_DECOMPRESSED bytes; any file is judged on its first line before the rest is read.
 
     NotAStoreError when the file is something else (its first line is no header of ours and
-    no format-1 evaluation record); StoreCorruptError for a broken line before the last.
+    no format-1 evaluation record, or it is no regular file); StoreCorruptError for a broken
+    line before the last.
     """
     path = Path(path)
-    if path.is_dir():
-        raise NotAStoreError(f"{path} is a folder; give a file path for the results")
-    if not path.exists():
+    if not _check_regular(path):
         return None
-    try:
-        data, compressed = _decompressed(path.read_bytes())
-    except (OSError, EOFError, lzma.LZMAError) as e:
-        raise StoreCorruptError(f"{path} is a compressed store that does not decompress ({e})") from None
-    if not data:
-        return None
-    not_a_store = NotAStoreError(
-        f"{path} exists and is not a dysco-interp result store (its first line is not a store header); "
-        "it was left untouched: choose another path"
-    )
-    try:
-        first = parse_line(data.split(b"\n", 1)[0], 1)
-    except LineError:
-        raise not_a_store from None
-    fmt = _header_kind(first)
-    if fmt is None and not (isinstance(first, dict) and all(f in first for f in LEGACY_RECORD_FIELDS)):
-        raise not_a_store
-    if fmt is not None and fmt > FORMAT:
-        raise StoreError(f"{path} is a store of format {fmt}, newer than this dysco-interp reads ({FORMAT}); upgrade")
+    with _store_bytes(path) as (stream, compressed):
+        line = _first_line(stream, path, compressed)
+        if not line:
+            return None
+        first, fmt = _parse_first(line, path)
+        if compressed:
+            rest = _read(stream, path, compressed, lambda s: s.read(MAX_DECOMPRESSED - len(line) + 1))
+            if len(line) + len(rest) > MAX_DECOMPRESSED:
+                raise StoreError(f"{path} decompresses to more than {_size(MAX_DECOMPRESSED)}, the most a store is "
+                                 "decompressed to; it was not read (decompress it yourself if it is a store)")
+        else:
+            rest = _read(stream, path, compressed, lambda s: s.read())
+    data = line + rest
     try:
         parsed = parse_lines(data, torn_tail="report")  # a kill may have cut the last line
     except LineError as e:
@@ -269,21 +372,32 @@ class ResultStore:
     def _open_for_writing(self) -> StoreContents | None:
         if self.path.is_dir():
             raise NotAStoreError(f"{self.path} is a folder; give a file path for the results")
+        # a symbolic link is written through, and locked as the file it points to: two writers
+        # through two names of one file must exclude each other
+        target = output_target(self.path)
         # refuse a file that is no store, or other settings, before creating anything beside it
         early = read_resumable(self.path)
         if early is not None:
             self._check(early)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            target.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise StoreError(f"cannot create the folder {self.path.parent} for the results: {e.strerror}") from None
-        lock = FileLock(str(_lock_path(self.path)), timeout=0)
+            raise StoreError(f"cannot create the folder {target.parent} for the results: {e.strerror}") from None
+        lock_file = _lock_path(target)
+        try:
+            # filelock reports a lock file it cannot create as a lock held by someone else;
+            # O_NONBLOCK: a FIFO in its place fails here instead of blocking
+            os.close(os.open(lock_file, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o666))
+        except OSError as e:
+            raise StoreError(f"cannot write {self.path}: its lock file {lock_file} cannot be created "
+                             f"({e.strerror})") from None
+        lock = FileLock(str(lock_file), timeout=0)
         try:
             lock.acquire()
         except Timeout:
             raise StoreBusyError(
                 f"{self.path} is being written by another writer, in this or another process "
-                f"(lock {_lock_path(self.path)}); wait for it to finish, or write to another file"
+                f"(lock {lock_file}); wait for it to finish, or write to another file"
             ) from None
         except OSError as e:
             raise StoreError(f"cannot lock {self.path}: {e.strerror}") from None
@@ -406,9 +520,10 @@ class ResultStore:
                 shard.path.unlink()  # still locked: nobody appends to a shard that is going away
         finally:
             for shard in shards:
+                lock = shard._lock
                 shard.close()
-                if not shard.path.exists():
-                    _lock_path(shard.path).unlink(missing_ok=True)
+                if lock is not None and not shard.path.exists():
+                    Path(lock.lock_file).unlink(missing_ok=True)
         return added
 
 
@@ -419,15 +534,38 @@ def shard_path(path: str | Path, rank: int) -> Path:
     return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
 
 
+def is_shard_of(path: str | Path, store: str | Path) -> bool:
+    """Whether the file at `path` is a shard of the store at `store`: its header says so."""
+    header = read_header(path)
+    return header is not None and header.get(SHARD_FIELD) == Path(store).name
+
+
 def shard_paths(path: str | Path) -> list[Path]:
-    """The shard files beside the store at `path` that exist, by rank."""
+    """The shards of the store at `path` that exist, by rank: the files at `shard_path`s whose
+    header marks them as its shards (another file of such a name is no shard, and left alone)."""
     path = Path(path)
     pattern = re.compile(re.escape(path.stem) + r"\.rank(\d+)" + re.escape(path.suffix))
     if not path.parent.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in path.parent.iterdir()
-             if (m := pattern.fullmatch(p.name)) is not None and p.is_file()]
+             if (m := pattern.fullmatch(p.name)) is not None and is_shard_of(p, path)]
     return [p for _, p in sorted(found)]
+
+
+def create_shard(store: str | Path, rank: int, header: Mapping[str, Any]) -> Path:
+    """Rank `rank`'s shard of the store at `store` (`shard_path`), made with `header` (the
+    store's) marked as a shard of it unless a shard is there already, left by a killed run.
+    A StoreError, touching nothing, when another file is in the way."""
+    store = Path(store)
+    path = shard_path(store, rank)
+    if os.path.lexists(path):
+        if not is_shard_of(path, store):
+            raise StoreError(f"{path} exists and is not a shard of {store}, where a data-parallel run writes rank "
+                             f"{rank}'s records; move it away, or write to another store")
+        return path
+    with atomic_open(path) as f:
+        f.write(canonical_json({**header, SHARD_FIELD: store.name}) + "\n")
+    return path
 
 
 def sibling_paths(path: str | Path) -> Iterator[Path]:

@@ -1,0 +1,120 @@
+"""What may be written: the one rule for every output path, checked by the command line before
+anything is computed and again by each writer.
+
+An output is a regular file or a path that does not exist yet. A symbolic link stands for what
+it points to, and writers write through it (the link stays a link). Anything else is refused:
+a device reads as empty, so a writer would replace it (as root, /dev/null), a FIFO blocks
+whoever opens it, and a folder or a socket cannot hold the content.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from dysco_interp.errors import ConfigError
+
+_KINDS = (
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+class OutputPathError(ConfigError):
+    """A path named for output cannot be written as a regular file (or a folder of them)."""
+
+
+def file_kind(path: str | os.PathLike) -> str | None:
+    """What an existing path that is no regular file is ("a folder", "a FIFO (named pipe)", ...),
+    following symbolic links; None for a regular file, a missing path or a dangling link.
+    An OSError when the path cannot be looked at (a link loop, no permission)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(mode):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def output_target(path: str | os.PathLike) -> Path:
+    """The file that writing to `path` writes: `path` with its symbolic links resolved.
+    OutputPathError when that is no regular file and no new path."""
+    try:
+        kind = file_kind(path)
+    except OSError as e:
+        raise OutputPathError(f"cannot write {os.fspath(path)}: {e.strerror}") from None
+    if kind == "a folder":
+        raise OutputPathError(f"{os.fspath(path)} is a folder; name the file to write inside it")
+    if kind is not None:
+        raise OutputPathError(f"{os.fspath(path)} is {kind}, not a regular file; name a regular file or a new path")
+    return Path(os.path.realpath(path))
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in (path, *path.parents):
+        if parent.exists():
+            return parent
+    return Path(".")
+
+
+def check_writable_below(path: Path, named: str | os.PathLike | None = None) -> None:
+    """`path` can be created: no folder above it is a file, and the nearest existing one takes
+    new files (tried with a nameless temporary file: permissions alone miss read-only and
+    virtual file systems such as /proc, where even root creates nothing). Errors name `named`
+    (the path as given), else `path`."""
+    shown = os.fspath(path if named is None else named)
+    anchor = _nearest_existing(path.parent if path.parent != path else path)
+    if not anchor.is_dir():
+        raise OutputPathError(f"{anchor} is a file, so {shown} cannot be created below it")
+    if not os.access(anchor, os.W_OK | os.X_OK):
+        raise OutputPathError(f"cannot write {shown}: no new file can be made in {anchor} "
+                              f"({os.strerror(errno.EACCES)})")
+    try:
+        with tempfile.TemporaryFile(dir=anchor):
+            pass
+    except OSError as e:
+        raise OutputPathError(f"cannot write {shown}: no new file can be made in {anchor} ({e.strerror})") from None
+
+
+def check_output_file(path: str | os.PathLike) -> Path:
+    """The file to write for `path` (links resolved), checked before any work: a regular file
+    or a new path (`output_target`), in a folder that exists or can be made, and writable."""
+    if not os.fspath(path).strip():
+        raise OutputPathError("an empty path")
+    target = output_target(path)
+    check_writable_below(target, path)
+    if target.exists() and not os.access(target, os.W_OK):
+        raise OutputPathError(f"cannot write {os.fspath(path)} ({os.strerror(errno.EACCES)})")
+    return target
+
+
+def check_output_folder(path: str | os.PathLike) -> Path:
+    """A folder to write files in: an existing folder, or a path where one can be created."""
+    if not os.fspath(path).strip():
+        raise OutputPathError("an empty path")
+    try:
+        kind = file_kind(path)
+    except OSError as e:
+        raise OutputPathError(f"cannot write in {os.fspath(path)}: {e.strerror}") from None
+    folder = Path(path)
+    if folder.exists() and kind != "a folder":
+        raise OutputPathError(f"{os.fspath(path)} is {'an existing file' if kind is None else kind}, not a folder")
+    check_writable_below(Path(os.path.realpath(folder)) / "x", path)  # x: any file the folder will hold
+    return folder
+
+
+__all__ = [
+    "OutputPathError",
+    "check_output_file",
+    "check_output_folder",
+    "check_writable_below",
+    "file_kind",
+    "output_target",
+]
