@@ -15,7 +15,6 @@ store under --work-dir).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 from pathlib import Path
@@ -32,11 +31,12 @@ from dysco_interp.errors import ConfigError
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, evaluate_args = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--processes", type=cli_args.positive_ints, default="1,2",
                    help="process counts, comma-separated, the first one 1")
-    p.add_argument("--work-dir", default=None, help="where the runs' stores go (default: a new temporary folder)")
-    p.add_argument("--out", default="figures/bench_data_parallel.json")
+    p.add_argument("--work-dir", type=cli_args.output_folder, default=None,
+                   help="where the runs' stores go (default: a new temporary folder)")
+    p.add_argument("--out", type=cli_args.output_file, default="figures/bench_data_parallel.json")
     p.add_argument("--reuse", action="store_true",
                    help="read the runs already finished in --work-dir instead of repeating them (a sweep in pieces)")
     args = p.parse_args(ours)

@@ -13,7 +13,6 @@ sequences decode together and tokens per second count the tokens of all rows.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import torch
@@ -28,7 +27,7 @@ from dysco_interp.models import load_model, resolve_device, resolve_dtype
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--random-geometry", choices=sorted(bench.GEOMETRIES), default=None,
                    help="benchmark a real model's shape with random weights instead of --model")
@@ -51,7 +50,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 for the CPU benchmark)")
-    p.add_argument("--out", default="figures/bench_decode.json")
+    p.add_argument("--out", type=cli_args.output_file, default="figures/bench_decode.json")
     p.add_argument("--peer", action="store_true",
                    help="also time plain transformers (StaticCache + torch.compile, vanilla) on the same contexts "
                         "and store it as the 'peer' entry with our speed over its")

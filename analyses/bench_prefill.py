@@ -18,15 +18,16 @@ import sys
 
 from dysco_interp.analysis.bench_prefill import METHODS, measure_prefill, prefill_result
 from dysco_interp.analysis.report import write_json
+from dysco_interp.cli import args as cli_args
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--lengths", default="1024,2048,4096,8192")
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--chunk", type=int, default=1024)
-    p.add_argument("--out", default="figures/bench_prefill.json")
+    p.add_argument("--out", type=cli_args.output_file, default="figures/bench_prefill.json")
     p.add_argument("--child", nargs=2, metavar=("METHOD", "LENGTH"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:

@@ -14,7 +14,6 @@ Data (--data-dir): dev/ (made with seed 1, never reported) and test/ (seed 0), e
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from dysco_interp.analysis.budget_study import (
     check_parts,
     run_study,
 )
+from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
 
 
@@ -38,10 +38,10 @@ def numbers(kind):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--data-dir", default=None, help="holds dev/ and test/ task files")
-    p.add_argument("--out-dir", default="figures")
+    p.add_argument("--out-dir", type=cli_args.output_folder, default="figures")
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)

@@ -21,12 +21,12 @@ OUT_DIR/<model>_means/; summary and figure in OUT_DIR/<model>_summary.json, .png
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from dysco_interp.analysis.ablation_summary import KEY, store_path, summarise, summary_lines, write_outputs
 from dysco_interp.analysis.study_arguments import add_head_study_arguments, apply_preset
+from dysco_interp.cli import args as cli_args
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"model": "smollm2-135m", "lengths": "1k", "n": 2, "out_dir": "results/ablations_causal_small"}
@@ -34,7 +34,7 @@ FULL = {"model": "qwen2.5-coder-0.5b", "lengths": "2k,8k", "n": 50, "out_dir": "
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     add_head_study_arguments(p, FULL, SMALL, small_help="smollm2-135m, 1K, 2 instances (a CPU smoke run)",
                              data_help="read DIR/<task>_<length>.jsonl instead of generating")
     p.add_argument("--seed", type=int, default=0, help="data seed (Path Traversal; needle QA too unless --qa-seed)")

@@ -10,7 +10,6 @@ path's logits and QRHead relevance against the float32 reference with the same D
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from dysco_interp.analysis.bench import provenance
@@ -22,14 +21,14 @@ from dysco_interp.models import dtype_name, load_model
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="qwen2.5-coder-0.5b")
     p.add_argument("--heads", default="shipped", help="head file or 'shipped'")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--lengths", type=cli_args.positive_ints, default="8192",
                    help="prompt lengths in tokens, comma-separated")
-    p.add_argument("--out", default="figures/exactness/decode_exactness.json")
+    p.add_argument("--out", type=cli_args.output_file, default="figures/exactness/decode_exactness.json")
     args = p.parse_args(argv)
     model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
     heads = resolve_heads(model, args.heads)

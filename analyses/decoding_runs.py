@@ -14,7 +14,6 @@ Data: the task files `path_traversal_<len>.jsonl` and `mrcr_<len>.jsonl` in --da
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -28,14 +27,15 @@ from dysco_interp.analysis.decoding_runs import (
     check_parts,
     run_parts,
 )
+from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default=None, help="default qwen2.5-coder-0.5b (smollm2-135m with --small)")
     p.add_argument("--data-dir", required=True)
-    p.add_argument("--out-dir", default="figures")
+    p.add_argument("--out-dir", type=cli_args.output_folder, default="figures")
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)

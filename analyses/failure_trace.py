@@ -10,20 +10,21 @@ marking the gold route's edges.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
+from dysco_interp.cli import args as cli_args
+
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", required=True)
     p.add_argument("--data", required=True, help="the path traversal JSONL the results were made from")
     p.add_argument("--model", required=True, help="for its tokenizer")
     p.add_argument("--index", type=int, default=0)
     p.add_argument("--steps", type=int, default=24)
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", type=cli_args.output_file, required=True)
     args = p.parse_args(argv)
 
     from dysco_interp.analysis.stores import read_records

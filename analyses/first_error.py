@@ -21,16 +21,16 @@ OUT_DIR/<model>_<length>_<index>*.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from dysco_interp.analysis.first_error import SMALL, STORE_NAME, featured, stored_records
 from dysco_interp.analysis.first_error_figures import describe, draw
+from dysco_interp.cli import args as cli_args
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", default=None, help="evaluation records (vanilla, and DySCO for the side-by-side)")
     p.add_argument("--model", default=None, help="the records' model (registry alias or folder)")
     p.add_argument("--length", default=None, help="which length of the records (when they hold several)")
@@ -45,7 +45,7 @@ def parse_args(argv):
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out-dir", default=None, help="default figures/first_error")
+    p.add_argument("--out-dir", type=cli_args.output_folder, default=None, help="default figures/first_error")
     p.add_argument("--small", action="store_true",
                    help="generate vanilla + DySCO for smollm2-135m at 1K (2 instances) first")
     p.add_argument("--figures-only", action="store_true", help="draw every stored record; loads no model")

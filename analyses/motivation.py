@@ -22,7 +22,6 @@ step 2 (`--step`) against length, with 95% bootstrap intervals over instances.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -36,13 +35,14 @@ from dysco_interp.analysis.motivation_summary import (
     summarise,
 )
 from dysco_interp.analysis.study_arguments import add_head_study_arguments, apply_preset
+from dysco_interp.cli import args as cli_args
 
 SMALL = {"model": "smollm2-135m", "lengths": "1k,2k", "n": 2, "out_dir": "results/motivation_small"}
 FULL = {"model": "qwen2.5-coder-0.5b", "lengths": "1k,2k,4k,8k", "n": 50, "out_dir": "figures/motivation"}
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     add_head_study_arguments(p, FULL, SMALL, small_help="smollm2-135m, 1K and 2K, 2 instances (a CPU smoke run)",
                              data_help="read DIR/path_traversal_<length>.jsonl instead of generating")
     p.add_argument("--seed", type=int, default=0, help="data seed")

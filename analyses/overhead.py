@@ -10,12 +10,12 @@ the outputs, not guessed. Writes STEM.{png,html,json,md}.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from dysco_interp.analysis.overhead import measured, overhead_result, overhead_settings, panels, render
 from dysco_interp.analysis.report import command_line, write_report
+from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import DyscoError
 from dysco_interp.tasks.lengths import parse_lengths
 from dysco_interp.viz.figures import save_panels
@@ -25,7 +25,7 @@ SCRIPT = "analyses/overhead.py"
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="qwen2.5-coder-0.5b", help="comma-separated model aliases with shipped heads")
     p.add_argument("--inputs", default="1k,2k,4k,8k", help="input lengths for our models")
     p.add_argument("--outputs", default="100,256", help="output lengths for our models")
@@ -34,7 +34,7 @@ def parse_args(argv):
     p.add_argument("--stores", nargs="*", default=[str(REPO / "figures/path_traversal/*.jsonl")],
                    help="evaluation stores whose decode timings to summarise (glob patterns); stores of other "
                         "settings in one cell are refused (see dysco_interp/analysis/stores.py)")
-    p.add_argument("--out", default=str(REPO / "figures/overhead/overhead"),
+    p.add_argument("--out", type=cli_args.output_stem, default=str(REPO / "figures/overhead/overhead"),
                    help="writes OUT.png, OUT.html, OUT.json, OUT.md")
     return p.parse_args(argv)
 

@@ -21,7 +21,6 @@ its status and its outputs.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib.util
 import json
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 from dysco_interp.analysis.pipeline import SMALL_MODEL, Runner, regenerate_steps, run_steps, small_steps
+from dysco_interp.cli import args as cli_args
 
 REPO = Path(__file__).resolve().parents[1]
 ANALYSES = Path(__file__).resolve().parent
@@ -79,9 +79,9 @@ def redraw_root(figures: Path, out_dir: str | None, stack: contextlib.ExitStack)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--small", action="store_true", help="run the whole pipeline small on the CPU (a few minutes)")
-    p.add_argument("--out-dir", default=None,
+    p.add_argument("--out-dir", type=cli_args.output_folder, default=None,
                    help="--small: where everything goes (default: a new temp folder); default mode: redraw a copy "
                         "of the figures folder here instead of the folder itself")
     p.add_argument("--model", default=SMALL_MODEL, help="--small: the model (default smollm2-135m)")

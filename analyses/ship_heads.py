@@ -13,16 +13,18 @@ command), the score heatmap under figures/heads/, and a report JSON with:
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+from dysco_interp.cli import args as cli_args
+from dysco_interp.paths import safe_component
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", required=True)
     p.add_argument("--n", type=int, default=24, help="detection examples")
     p.add_argument("--length", default="2k")
@@ -30,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--top-k", type=int, default=16)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--work", default="results/heads", help="resumable per-example records")
+    p.add_argument("--work", type=cli_args.output_folder, default="results/heads", help="resumable per-example records")
     p.add_argument("--data-dir", default=None,
                    help="read detect.jsonl and heldout.jsonl from here instead of generating them")
     p.add_argument("--no-figures", action="store_true", help="skip the heatmap (draw it later with --figures-only)")
@@ -49,7 +51,8 @@ def main(argv=None) -> int:
     from dysco_interp.models import load_model
     from dysco_interp.tasks.lengths import parse_length
 
-    out_file = REPO / "dysco_interp" / "heads" / "data" / "shipped" / f"{args.model}.json"
+    # the model name becomes a file name: one path component, never a way out of the folder
+    out_file = REPO / "dysco_interp" / "heads" / "data" / "shipped" / f"{safe_component(args.model)}.json"
     fig_dir = REPO / "figures" / "heads"
     if args.figures_only:
         draw_head_heatmap(HeadSet.from_json(out_file), args.model, fig_dir)

@@ -83,16 +83,50 @@ def check_writable_below(path: Path, named: str | os.PathLike | None = None) -> 
         raise OutputPathError(f"cannot write {shown}: no new file can be made in {anchor} ({e.strerror})") from None
 
 
+# How the files that commands replace begin, by suffix. An existing file that begins otherwise
+# was not written by such a command (a note named like a table, a log named like a page): it is
+# someone else's, and left alone.
+SIGNATURES = {".json": (b"{", b"["), ".html": (b"<!doctype html", b"<html"), ".png": (b"\x89png",)}
+
+
+def check_replaceable(path: str | os.PathLike, target: Path) -> None:
+    """OutputPathError when `target` exists and does not begin as files of its suffix do."""
+    signature = SIGNATURES.get(target.suffix.lower())
+    if signature is None or not target.is_file():
+        return
+    with open(target, "rb") as f:
+        head = f.read(64).lstrip().lower()
+    if head and not head.startswith(signature):
+        raise OutputPathError(f"{os.fspath(path)} exists and is no {target.suffix} file of ours (it begins "
+                              f"{head[:16]!r}); it was left untouched: choose another path, or remove it")
+
+
 def check_output_file(path: str | os.PathLike) -> Path:
     """The file to write for `path` (links resolved), checked before any work: a regular file
-    or a new path (`output_target`), in a folder that exists or can be made, and writable."""
+    or a new path (`output_target`), in a folder that exists or can be made, writable, and,
+    when it exists, of the kind its suffix says (`check_replaceable`)."""
     if not os.fspath(path).strip():
         raise OutputPathError("an empty path")
     target = output_target(path)
     check_writable_below(target, path)
     if target.exists() and not os.access(target, os.W_OK):
         raise OutputPathError(f"cannot write {os.fspath(path)} ({os.strerror(errno.EACCES)})")
+    check_replaceable(path, target)
     return target
+
+
+# what a report written under one stem consists of (tables: STEM.md and STEM.json; figures add
+# STEM.png and STEM.html)
+STEM_SUFFIXES = (".md", ".json", ".png", ".html")
+
+
+def check_output_stem(stem: str | os.PathLike) -> str:
+    """`check_output_file` for every file a report under `stem` may write."""
+    if not os.fspath(stem).strip():
+        raise OutputPathError("an empty path")
+    for suffix in STEM_SUFFIXES:
+        check_output_file(os.fspath(stem) + suffix)
+    return os.fspath(stem)
 
 
 def check_output_folder(path: str | os.PathLike) -> Path:
@@ -114,6 +148,8 @@ __all__ = [
     "OutputPathError",
     "check_output_file",
     "check_output_folder",
+    "check_output_stem",
+    "check_replaceable",
     "check_writable_below",
     "file_kind",
     "output_target",

@@ -346,3 +346,16 @@ def test_a_compressed_file_is_refused_on_its_first_line(tmp_path):
     cut.write_bytes(cut.read_bytes()[:-20])
     with pytest.raises(NotAStoreError, match="is not a dysco-interp result store"):
         read_store(cut)
+
+
+def test_a_stored_record_without_its_key_fields_is_a_corrupt_store(tmp_path):
+    from dysco_interp.experiments.store import ResultStore, StoreCorruptError
+
+    path = tmp_path / "s.jsonl"
+    with ResultStore(path, ("index",), {"a": 1}) as store:
+        store.append({"index": 0})
+    with open(path, "a") as f:
+        f.write('{"no_index": 1}\n')
+    for readonly in (True, False):
+        with pytest.raises(StoreCorruptError, match="a record lacks index"):
+            ResultStore(path, ("index",), {"a": 1}, readonly=readonly)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Mapping
 
+from dysco_interp.cli import args as cli_args
+
 
 def add_head_study_arguments(p: argparse.ArgumentParser, full: Mapping, small: Mapping, *, small_help: str,
                              data_help: str) -> None:
@@ -23,7 +25,8 @@ def add_head_study_arguments(p: argparse.ArgumentParser, full: Mapping, small: M
     p.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when present)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16 or float16 (default: float32 on CPU, bf16 on GPU)")
     p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out-dir", default=None, help=f"default {full['out_dir']} ({small['out_dir']} with --small)")
+    p.add_argument("--out-dir", type=cli_args.output_folder, default=None,
+                   help=f"default {full['out_dir']} ({small['out_dir']} with --small)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples")
     p.add_argument("--small", action="store_true", help=small_help)
     p.add_argument("--figures-only", action="store_true", help="draw from the stored records; loads no model")

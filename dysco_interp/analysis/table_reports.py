@@ -16,6 +16,7 @@ from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, MethodKey, defau
 from dysco_interp.analysis.report import fmt_ci, fmt_delta, with_footer
 from dysco_interp.analysis.result_tables import DELTA_METRICS
 from dysco_interp.analysis.stores import display_path, load_deduplicated, load_pooled
+from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import DyscoError
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
@@ -42,9 +43,9 @@ POOLING_HELP = ("Stores are pooled only when comparable: records of one model, t
 def table_arguments(description: str, *, stores: Sequence[str], stores_help: str, out: str,
                     out_help: str) -> argparse.ArgumentParser:
     """The flags every table script takes: --stores, --out, and the bootstrap's --n-boot and --seed."""
-    p = argparse.ArgumentParser(description=description, epilog=POOLING_HELP)
+    p = cli_args.ArgumentParser(description=description, epilog=POOLING_HELP)
     p.add_argument("--stores", nargs="+", default=list(stores), help=stores_help)
-    p.add_argument("--out", default=out, help=out_help)
+    p.add_argument("--out", type=cli_args.output_stem, default=out, help=out_help)
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     return p
@@ -152,6 +153,9 @@ def robustness_result(stores: Sequence[str], ci: T.CIOptions, command: str, root
     points, notes = T.robustness_points(pooled.records, ci)
     if not points:
         raise DyscoError(f"no DySCO runs in {' '.join(stores)}")
+    drawn = sorted({task for task, _, _ in FIGURE_METRICS})
+    if not any(p["task"] in drawn for p in points):
+        raise DyscoError(f"no DySCO runs of {' or '.join(drawn)} in {' '.join(stores)}: the figure draws only those")
     notes += add_vanilla_deltas(points, pooled.records, ci)
     return {
         "figure": "robustness",

@@ -14,7 +14,7 @@ import sys
 
 from dysco_interp.checks import check_int, check_number, check_seed
 from dysco_interp.errors import ConfigError
-from dysco_interp.outputs import OutputPathError, check_output_file, check_output_folder
+from dysco_interp.outputs import OutputPathError, check_output_file, check_output_folder, check_output_stem
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -96,6 +96,11 @@ def output_file(text: str) -> str:
     return _checked(check_output_file, text)
 
 
+def output_stem(text: str) -> str:
+    """A report's stem: STEM.md, STEM.json (and STEM.png, STEM.html) can each be (over)written."""
+    return _checked(check_output_stem, text)
+
+
 def output_folder(text: str) -> str:
     """A folder to write files in: an existing folder, or a path where one can be created."""
     return _checked(check_output_folder, text)
@@ -126,6 +131,7 @@ __all__ = [
     "open_fraction",
     "output_file",
     "output_folder",
+    "output_stem",
     "positive_float",
     "positive_int",
     "probability",

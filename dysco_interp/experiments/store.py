@@ -359,6 +359,11 @@ class ResultStore:
         self.header = contents.header if contents is not None else self._new_header()
         self._by_key: dict[tuple, dict] = {}
         for r in contents.records if contents is not None else []:
+            missing = [k for k in self.key_fields if k not in r]
+            if missing:  # a record that no key finds would be decoded again and stored twice
+                self.close()
+                raise StoreCorruptError(f"{self.path}: a record lacks {', '.join(missing)}, which identify its "
+                                        "item; the store is corrupt (remove that line, or start a new store)")
             self._by_key.setdefault(self.key(r), r)
 
     # ------------------------------------------------------------------ opening
