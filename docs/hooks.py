@@ -121,6 +121,19 @@ def linked_files(text: str, source: str) -> list[str]:
     return found
 
 
+def shared_scripts(published: list[str]) -> list[str]:
+    """Repository paths of the shared plotly.min.js that the published HTML figures load, however
+    large: a figure published without it draws nothing."""
+    from dysco_interp.viz.render_html import loaded_plotlyjs
+
+    found = set()
+    for repo_path in published:
+        js = loaded_plotlyjs(ROOT / repo_path) if repo_path.endswith(".html") else None
+        if js is not None and js.is_file() and js.is_relative_to(ROOT):
+            found.add(js.relative_to(ROOT).as_posix())
+    return sorted(found - set(published))
+
+
 def _expand_braces(pattern: str) -> list[str]:
     match = _BRACES.search(pattern)
     if not match:
@@ -370,6 +383,7 @@ def on_files(files: Files, config) -> Files:
     readme, figures_readme = _read("README.md"), _read("figures/README.md")
     extra = sorted(set(linked_files(readme, "README.md") + linked_files(figures_readme, "figures/README.md"))
                    - {f"figures/{p}" for p in pngs} - set(SITE_PAGES))
+    extra += shared_scripts(extra)
 
     for repo_path in [f"notebooks/{name}" for name in notebooks] + [f"figures/{png}" for png in pngs] + extra:
         add_repo_file(repo_path)

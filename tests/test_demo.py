@@ -1,11 +1,12 @@
 """`dysco-interp demo` on the default model: the teacher-forced step table, both free routes, the
-verdict, and one self-contained HTML page."""
+verdict, and one HTML page that opens offline."""
 
 import re
 
 import pytest
 
 from dysco_interp.cli import main
+from dysco_interp.viz.render_html import PLOTLYJS_NAME, loaded_plotlyjs
 
 pytestmark = pytest.mark.real_model
 
@@ -29,7 +30,9 @@ def test_demo_prints_the_mechanism_and_both_routes_and_writes_the_page(tmp_path,
                      r"dysco-interp demo --model qwen2.5-coder-1.5b", printed, re.MULTILINE)
 
     html = out.read_text()
-    assert not re.search(r"<script[^>]+src=", html)  # plotly.js inlined: opens offline
+    # opens offline: the one script loaded is the plotly.min.js written beside the page, no copy inlined
+    assert re.findall(r"<script[^>]+src=\"([^\"]*)\"", html) == [PLOTLYJS_NAME] and len(html) < 1_000_000
+    assert loaded_plotlyjs(out) == out.parent / PLOTLYJS_NAME and (out.parent / PLOTLYJS_NAME).is_file()
     assert html.count("Plotly.newPlot") == 3 and "addFrames" in html
     assert "Teacher-forced on the gold route" in html and "Free greedy generation" in html
 

@@ -1,14 +1,23 @@
-"""Head-score heatmaps: PNG and self-contained plotly HTML."""
+"""Head-score heatmaps: PNG and plotly HTML; every HTML figure the package writes loads the one
+shared plotly.min.js by a relative path."""
 
 from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
 
+from dysco_interp.analysis.replay import AttentionReplay
 from dysco_interp.viz import heatmap
+from dysco_interp.viz.figures import save_bars, save_ci_lines, save_panels
+from dysco_interp.viz.panels import BarPanel, Panel, Series
+from dysco_interp.viz.render_html import PLOTLYJS_NAME, loaded_plotlyjs, write_plotly
+from dysco_interp.viz.replay_view import write_replay_html
+
+REPO = Path(__file__).resolve().parents[1]
 
 SCORES = torch.tensor([[0.8125, -1.0, 0.25], [0.125, 0.5, -1.0]])
 
@@ -36,12 +45,30 @@ def test_png_is_written(tmp_path):
     assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
 
 
-def test_html_is_self_contained_and_holds_the_scores(tmp_path):
+def bundled_plotlyjs() -> bytes:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs().encode("utf-8")
+
+
+def check_shared_plotlyjs(page: Path) -> Path:
+    """`page` draws with plotly, loads it from a plotly.min.js beside it or one folder up that is
+    the bundled plotly.js, embeds no copy of its own and loads nothing else; returns that copy."""
+    html = page.read_text(encoding="utf-8")
+    js = loaded_plotlyjs(page)
+    assert js is not None and js.is_file() and js.read_bytes() == bundled_plotlyjs(), page
+    assert js.parent in (page.absolute().parent, page.absolute().parent.parent), js
+    # no CDN nor any other external script (plotly.js itself mentions cdn.plot.ly for geo maps)
+    assert re.findall(r"<script[^>]*\bsrc=\"([^\"]*)\"", html) in (
+        [PLOTLYJS_NAME], [f"../{PLOTLYJS_NAME}"]), page
+    assert "Plotly.newPlot" in html and bundled_plotlyjs()[:300].decode() not in html and len(html) < 1_000_000
+    return js
+
+
+def test_html_loads_the_shared_plotlyjs_and_holds_the_scores(tmp_path):
     path = heatmap.head_scores_html(SCORES, tmp_path / "h.html", title="qrscore head scores: tiny", highlight=[(0, 0)])
+    assert check_shared_plotlyjs(path) == tmp_path / PLOTLYJS_NAME
     html = path.read_text()
-    # no CDN or any other external script (plotly.js itself mentions cdn.plot.ly for geo maps)
-    assert not re.search(r"<script[^>]*\bsrc=", html)
-    assert len(html) > 1_000_000 and "Plotly.newPlot" in html  # plotly.js inlined
     assert "0.8125" in html and "0.125" in html and "null" in html  # scores, unscored as gaps
     assert "qrscore head scores: tiny" in html
 
@@ -50,3 +77,54 @@ def test_save_head_heatmaps_names_files_after_the_head_file(tmp_path):
     png, html = heatmap.save_head_heatmaps(SCORES, tmp_path / "heads.json", model="m", method="qrscore", n_examples=3)
     assert png == tmp_path / "heads_heatmap.png" and html == tmp_path / "heads_heatmap.html"
     assert png.exists() and "qrscore head scores: m, 3 examples" in html.read_text()
+
+
+def draw_every_html_figure(folder: Path) -> list[Path]:
+    """One HTML file of each writer of the package, in two subfolders of `folder`."""
+    panel = Panel("acc", "accuracy", (Series("dysco", [0.1, 0.5], lo=[0.0, 0.4], hi=[0.2, 0.6]),))
+    qr = torch.tensor([[0.1, 0.5], [0.3, 0.1]])
+    replay = AttentionReplay(method="dysco", names=["A → B", "B → C"], spans=[(0, 4), (4, 8)], tokens=[5, 6],
+                             pieces=["A", "B"], query_positions=[11, 12], qr_heads=qr, all_heads=qr / 2,
+                             heads=[(1, 0)], gold=[0, 1])
+    return [
+        save_ci_lines([panel], ["1k", "2k"], folder / "a" / "ci", title="t", xlabel="length")[1],
+        save_bars([BarPanel("b", "score", [0.5, 0.2])], ["L0H0", "L0H1"], folder / "a" / "bars", title="t",
+                  marks={0: "top"})[1],
+        save_panels([Panel("p", "score", (Series("a", [1.0, 2.0], x=[1, 4]),))], folder / "b" / "grid", title="g")[1],
+        heatmap.save_head_heatmaps(SCORES, folder / "b" / "h.json", model="m", method="qrscore")[1],
+        write_replay_html(replay, folder / "b" / "replay.html"),
+    ]
+
+
+def test_every_html_figure_loads_one_plotlyjs_beside_it_or_one_folder_up(tmp_path):
+    import plotly.graph_objects as go
+
+    # an output folder of its own: a copy beside the figures of each folder, so each opens offline
+    pages = draw_every_html_figure(tmp_path / "out")
+    assert {check_shared_plotlyjs(p) for p in pages} == {tmp_path / "out" / s / PLOTLYJS_NAME for s in "ab"}
+    # a tree with a copy at its top (as figures/ has): its subfolders share that one and get none
+    write_plotly(go.Figure(), tmp_path / "tree" / "top.html")
+    pages = draw_every_html_figure(tmp_path / "tree")
+    assert {check_shared_plotlyjs(p) for p in pages} == {tmp_path / "tree" / PLOTLYJS_NAME}
+    assert sorted(tmp_path.glob(f"tree/**/{PLOTLYJS_NAME}")) == [tmp_path / "tree" / PLOTLYJS_NAME]
+
+
+def test_the_shared_copy_is_written_only_when_missing_or_different(tmp_path):
+    import plotly.graph_objects as go
+
+    page = write_plotly(go.Figure(), tmp_path / "f.html")
+    js = tmp_path / PLOTLYJS_NAME
+    first = js.stat()
+    write_plotly(go.Figure(), tmp_path / "g.html")
+    assert (js.stat().st_ino, js.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # left as it was
+    js.write_text("/* plotly.js of an older plotly */")
+    write_plotly(go.Figure(), page)
+    assert js.read_bytes() == bundled_plotlyjs()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.html", "g.html", PLOTLYJS_NAME]  # no temporary left
+
+
+def test_the_committed_figures_share_one_plotlyjs():
+    figures = REPO / "figures"
+    pages = [p for p in sorted(figures.rglob("*.html")) if "Plotly.newPlot" in p.read_text(encoding="utf-8")]
+    assert pages and {check_shared_plotlyjs(p) for p in pages} == {figures / PLOTLYJS_NAME}
+    assert list(figures.rglob(PLOTLYJS_NAME)) == [figures / PLOTLYJS_NAME]

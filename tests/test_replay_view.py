@@ -8,6 +8,7 @@ import torch
 
 from dysco_interp.analysis.replay import AttentionReplay
 from dysco_interp.errors import ConfigError
+from dysco_interp.viz.render_html import PLOTLYJS_NAME, loaded_plotlyjs
 from dysco_interp.viz.replay_view import (
     GOLD_COLOR,
     SELECTED_OUTLINE,
@@ -64,12 +65,14 @@ def test_caption_marks_the_token_and_the_gold_edge():
     assert "ended" in token_caption(rep, 5)
 
 
-def test_html_is_self_contained(tmp_path):
+def test_html_opens_offline_with_plotlyjs_beside_it(tmp_path):
     path = write_replay_html(make_replay(), tmp_path / "sub" / "replay.html", title="t <x>\nsecond line")
     text = path.read_text()
-    assert not re.search(r"<script[^>]+src=", text)  # no CDN: plotly.js is inlined
+    # no CDN: the one script loaded is the plotly.min.js written beside the page
+    assert re.findall(r"<script[^>]+src=\"([^\"]*)\"", text) == [PLOTLYJS_NAME]
+    assert loaded_plotlyjs(path) == tmp_path / "sub" / PLOTLYJS_NAME and (tmp_path / "sub" / PLOTLYJS_NAME).is_file()
     assert "Plotly.newPlot" in text and "addFrames" in text and "t &lt;x&gt;" in text and "second line" in text
-    assert path.stat().st_size > 1_000_000
+    assert path.stat().st_size < 1_000_000  # no copy of plotly.js of its own
 
 
 def test_bad_input_is_a_clear_error():

@@ -17,6 +17,7 @@ import pytest
 from dysco_interp.analysis import overhead
 from dysco_interp.analysis.decoding_runs import SMALL_TAUS
 from dysco_interp.analysis.pipeline import SMALL_N
+from dysco_interp.viz.render_html import opens_offline
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -30,9 +31,8 @@ def check_png(path: Path) -> None:
 
 def check_html(path: Path) -> None:
     text = path.read_text(encoding="utf-8")
-    # plotly.js inlined (opens offline): large, draws, loads no external script
-    assert len(text) > 1_000_000 and "Plotly.newPlot" in text, path
-    assert not re.search(r"<script[^>]*\bsrc=", text), path
+    # draws, with plotly.js from the shared copy on disk and no external script
+    assert opens_offline(path) and "Plotly.newPlot" in text, path
 
 
 def check_md(path: Path) -> None:

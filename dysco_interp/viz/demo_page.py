@@ -3,8 +3,8 @@
 From top to bottom: what ran and what was measured over many instances (the verdict), the route
 steps teacher-forced (where the QRHeads and all heads looked, what DySCO selected, each method's
 log-probability of the step's city), the replay of the gold route token by token, and the replay
-of the two free generations side by side. plotly.js is inlined once; every plot's width follows
-the window.
+of the two free generations side by side. plotly.js is loaded once, from the shared copy beside
+the page (`render_html.shared_plotlyjs`); every plot's width follows the window.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from dysco_interp.atomic import atomic_open
 from dysco_interp.experiments.demo import DemoResult, config_label, route_score_text, step_cells, verdict
+from dysco_interp.viz.render_html import PLOTLYJS_NAME, shared_plotlyjs
 from dysco_interp.viz.replay_view import replay_figure
 
 METHOD_COLORS = {"vanilla": "#9d9d9d", "dysco": "#e45756"}
@@ -65,8 +66,9 @@ def step_figure(demo: DemoResult):
     return fig
 
 
-def _plot(fig, div_id: str, first: bool) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=first, div_id=div_id, config={"responsive": True},
+def _plot(fig, div_id: str, plotlyjs: str | bool) -> str:
+    # plotlyjs: the script's src for the page's first plot, False for the others
+    return fig.to_html(full_html=False, include_plotlyjs=plotlyjs, div_id=div_id, config={"responsive": True},
                        auto_play=False)
 
 
@@ -85,8 +87,8 @@ def _step_rows(demo: DemoResult) -> str:
     return f"<table>{head}{''.join(rows)}</table>"
 
 
-def demo_page(demo: DemoResult) -> str:
-    """The page's HTML."""
+def demo_page(demo: DemoResult, plotlyjs: str = PLOTLYJS_NAME) -> str:
+    """The page's HTML; `plotlyjs` is the relative path it loads plotly.js from."""
     inst = demo.instance
     totals = demo.totals
     measured = demo.measured
@@ -115,7 +117,7 @@ def demo_page(demo: DemoResult) -> str:
         "fed. Attention is the mean over heads of that row summed over the gold edge's line; rank 1 is the "
         "most attended of the edges. DySCO selected: the share of the gold edge's tokens that got log β.</p>",
         _step_rows(demo), total_line,
-        _plot(step_figure(demo), "demo-steps", True),
+        _plot(step_figure(demo), "demo-steps", plotlyjs),
         "<h2>2. The gold route, token by token</h2>",
         "<p>Every token of the gold answer: attention per edge line (QRHeads and all heads) of the row that "
         "predicts it, and the share of each line DySCO selected at that step.</p>",
@@ -130,10 +132,11 @@ def demo_page(demo: DemoResult) -> str:
 
 
 def write_demo_page(demo: DemoResult, path: str | Path) -> Path:
-    """Write the page as one self-contained HTML file (opens offline)."""
+    """Write the page as one HTML file that opens offline, with the shared plotly.min.js beside it."""
     path = Path(path)
+    page = demo_page(demo, shared_plotlyjs(path))
     with atomic_open(path) as f:
-        f.write(demo_page(demo))
+        f.write(page)
     return path
 
 

@@ -1,5 +1,5 @@
 """The head-score heatmap: x = query head, y = layer (layer 0 at the top), as a PNG and as
-self-contained HTML. Unscored heads (-1, TransformerLens' head_detector convention, or a
+HTML that opens offline. Unscored heads (-1, TransformerLens' head_detector convention, or a
 False entry of `scored`) are blank on grey; `highlight` heads (e.g. the top-k) are framed.
 
 matplotlib and plotly are imported inside the functions, when a figure is drawn.
@@ -111,7 +111,7 @@ def head_scores_html(
     scored=None,
     highlight: Iterable[Sequence[int]] | None = None,
 ) -> Path:
-    """Write the heatmap as one self-contained HTML file (plotly.js inlined, no CDN)."""
+    """Write the heatmap as one HTML file that opens offline (the shared plotly.js copy beside it, no CDN)."""
     return write_plotly(head_scores_plotly(scores, title=title, scored=scored, highlight=highlight), path)
 
 

@@ -1,6 +1,8 @@
-"""The panel model (`panels.py`) drawn by plotly, as self-contained HTML files.
+"""The panel model (`panels.py`) drawn by plotly, as HTML files that open offline.
 
-plotly.js is inlined, so a file opens offline; the numbers travel in it as plain JSON
+Every HTML file the package writes loads plotly.js from one shared `plotly.min.js` by a
+relative path (`shared_plotlyjs`), never from a CDN and never inlined: a tree of figures
+holds one 4.8 MB copy instead of one per file. The numbers travel in each file as plain JSON
 (lists of floats and nulls, never numpy arrays), readable in the file. plotly is imported
 inside the functions.
 """
@@ -8,10 +10,13 @@ inside the functions.
 from __future__ import annotations
 
 import html
+import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from dysco_interp.atomic import atomic_open
+from dysco_interp.outputs import output_target
 from dysco_interp.viz.panels import (
     CI_COLORS,
     GRID_COLORS,
@@ -43,13 +48,66 @@ def plot_div_id(path: str | Path) -> str:
     return "plot-" + re.sub(r"[^A-Za-z0-9_-]", "-", Path(path).stem)
 
 
-def write_plotly(fig, path: str | Path) -> Path:
+PLOTLYJS_NAME = "plotly.min.js"
+
+
+def shared_plotlyjs(html_path: str | Path) -> str:
+    """The relative `<script src>` by which the HTML file `html_path` loads plotly.js, after
+    making that copy the bundled plotly.js the figure is drawn for.
+
+    The copy is the one in the file's folder, else the one in the folder above (so
+    figures/plotly.min.js serves every figures/<kind>/*.html), else a new one beside the file: an
+    output folder opens offline as it is, and a tree of figures keeps one copy. Only the folder
+    above is searched, never further, so no unrelated plotly.min.js is used or rewritten. The copy
+    is written atomically, and only when missing or different (a plotly upgrade), so figures
+    written side by side neither rewrite it nor ever read half of one.
+    """
+    from plotly.offline import get_plotlyjs
+
+    output_target(html_path)  # a page that may not be written gets no copy either
+    # beside the path as named, a symlink's own folder: a browser resolves the src from there
+    folder = Path(html_path).absolute().parent
+    copy, src = folder / PLOTLYJS_NAME, PLOTLYJS_NAME
+    if not copy.exists() and (folder.parent / PLOTLYJS_NAME).is_file():
+        copy, src = folder.parent / PLOTLYJS_NAME, f"../{PLOTLYJS_NAME}"
+    js = get_plotlyjs()
+    if not copy.is_file() or copy.read_bytes() != js.encode("utf-8"):
+        with atomic_open(copy) as f:
+            f.write(js)
+    return src
+
+
+def loaded_plotlyjs(html_path: str | Path) -> Path | None:
+    """The plotly.min.js file that the HTML page `html_path` loads by a relative `<script src>`
+    (whether or not it is there), None where it loads none."""
+    text = Path(html_path).read_text(encoding="utf-8")
+    match = re.search(r'<script[^>]*\bsrc="([^":]*/)?' + re.escape(PLOTLYJS_NAME) + '"', text)
+    if match is None:
+        return None
+    return Path(os.path.normpath(Path(html_path).absolute().parent / (match.group(1) or "") / PLOTLYJS_NAME))
+
+
+def opens_offline(html_path: str | Path) -> bool:
+    """Whether the page loads plotly.js from a copy on disk and no script from anywhere else:
+    every `<script src>` is a relative path to an existing file, and one of them is plotly.js."""
+    text = Path(html_path).read_text(encoding="utf-8")
+    sources = re.findall(r'<script[^>]*\bsrc="([^"]*)"', text)
+    folder = Path(html_path).absolute().parent
+    local = all(":" not in src and not src.startswith("/") and (folder / src).is_file() for src in sources)
+    return local and loaded_plotlyjs(html_path) is not None
+
+
+def write_plotly(fig, path: str | Path, *, auto_play: bool = True) -> Path:
+    """`fig` as a full HTML page at `path` (written atomically), loading the shared plotly.js.
+    The plot's id comes from the file name, so a redraw writes the same bytes; `auto_play` starts
+    an animated figure's frames on load."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # inlined plotly.js: opens offline; a figure without a fixed width fills the window and
-    # follows it when the window is resized
-    fig.write_html(path, include_plotlyjs=True, full_html=True, div_id=plot_div_id(path),
-                   config={"responsive": True})
+    src = shared_plotlyjs(path)
+    # a figure without a fixed width fills the window and follows it when the window is resized
+    page = fig.to_html(include_plotlyjs=src, full_html=True, div_id=plot_div_id(path),
+                       config={"responsive": True}, auto_play=auto_play)
+    with atomic_open(path) as f:  # a page drawn halfway is never left behind
+        f.write(page)
     return path
 
 
@@ -148,7 +206,7 @@ def bars_html(
 
 
 def panels_html(panels: Sequence[Panel], path: str | Path, *, title: str, ncols: int = 3) -> Path:
-    """`panels_figure` as a self-contained HTML file."""
+    """`panels_figure` as an HTML file (`write_plotly`)."""
     return write_plotly(panels_figure(panels, title=title, ncols=ncols), path)
 
 

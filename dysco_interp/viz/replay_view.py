@@ -19,9 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dysco_interp.analysis.replay import AttentionReplay
-from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
-from dysco_interp.viz.render_html import plot_div_id
+from dysco_interp.viz.render_html import write_plotly
 
 ROW_COLORS = {"qr_heads": "#4c78a8", "all_heads": "#72b7b2", "selected": "#b279a2"}
 ROW_TITLES = {
@@ -316,12 +315,9 @@ def replay_snapshot(replays: AttentionReplay | Mapping[str, AttentionReplay], to
 def write_replay_html(
     replays: AttentionReplay | Mapping[str, AttentionReplay], path: str | Path, title: str = "Attention replay"
 ) -> Path:
-    """Write the figure as one self-contained HTML file (plotly.js inlined; opens offline)."""
-    path = Path(path)
-    with atomic_open(path) as f:  # a page of several MB: never leave half of one behind
-        replay_figure(replays, title).write_html(f, include_plotlyjs=True, full_html=True, auto_play=False,
-                                                 div_id=plot_div_id(path), config={"responsive": True})
-    return path
+    """Write the figure as one HTML file that opens offline (`render_html.write_plotly`); the
+    slider waits for the reader instead of playing on load."""
+    return write_plotly(replay_figure(replays, title), path, auto_play=False)
 
 
 __all__ = ["destination_token", "outside_share", "replay_figure", "replay_snapshot", "slider_label", "start_token",
