@@ -18,6 +18,7 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
+from dysco_interp.paths import safe_component
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs
 from dysco_interp.viz.render_html import opens_offline
@@ -340,3 +341,26 @@ def test_figure_helpers_check_their_input_and_write_both_formats(tmp_path):
     assert tables.table_markdown(["a", "b"], [["x|y", "z"]]) == "| a | b |\n|---|---|\n| x\\|y | z |\n"
     page = tables.table_html(["a"], [["<b>"]], tmp_path / "t.html", title="T", classes=[["good"]]).read_text()
     assert '<td class="good">&lt;b&gt;</td>' in page
+
+
+# a model name read from a store becomes one file-name component: nothing is written outside --out-dir
+def motivation_store(out: Path, model: str) -> None:
+    store = ResultStore(out / motivation_summary.STORE_NAME, motivation_summary.KEY,
+                        motivation_summary.store_header(5, 0, 0.05))
+    for r in fake_records():
+        store.append({**r, "model": model})
+    store.close()
+
+
+@pytest.mark.parametrize("absolute", [False, True])
+def test_motivation_figures_only_writes_inside_out_dir(tmp_path, absolute, run_script):
+    model = str(tmp_path / "abs") if absolute else "../../x/pwn"
+    out = tmp_path / "a" / "b" / "out"
+    out.mkdir(parents=True)
+    motivation_store(out, model)
+    before = {p for p in tmp_path.rglob("*") if p.is_file()}
+    proc = run_script("motivation", ["--figures-only", "--no-figures", "--out-dir", str(out)], tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    new = {p for p in tmp_path.rglob("*") if p.is_file()} - before
+    assert new and all(p.parent == out for p in new), new
+    assert [p.name for p in new] == [f"{safe_component(model)}_summary.json"]  # --no-figures: no drawing

@@ -16,8 +16,7 @@ import pytest
 from dysco_interp.atomic import atomic_open
 from dysco_interp.cli.app import build_parser, main
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments import distributed
-from dysco_interp.experiments import store as store_module
+from dysco_interp.experiments import distributed, store_format
 from dysco_interp.experiments.store import (
     NotAStoreError,
     ResultStore,
@@ -93,7 +92,7 @@ def evaluate_argv(data: Path, out) -> list[str]:
 
 
 def detect_argv(out, *extra: str) -> list[str]:
-    return ["detect-heads", "--model", "tiny-llama", "--n", "2", "--length", "700", "--top-k", "4",
+    return ["detect-heads", "--model", "tiny-llama", "--n", "2", "--length", "700", "--n-heads", "4",
             "--out", str(out), "--no-progress", *extra]
 
 
@@ -330,7 +329,7 @@ def gzip_bomb(path: Path, first_line: bytes, zeros: int) -> None:
 
 
 def test_a_compressed_store_is_decompressed_up_to_a_cap(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "MAX_DECOMPRESSED", 1 << 20)
+    monkeypatch.setattr(store_format, "MAX_DECOMPRESSED", 1 << 20)
     header = {"kind": "dysco-interp-store", "format": 2, "purpose": "test", "settings": {}}
     bomb = tmp_path / "bomb.jsonl"
     gzip_bomb(bomb, json.dumps(header).encode() + b"\n", 8 << 20)

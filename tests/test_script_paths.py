@@ -8,10 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from dysco_interp.analysis import motivation_summary
-from dysco_interp.experiments.store import ResultStore
 from dysco_interp.paths import safe_component
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,30 +33,6 @@ def test_plain_names_are_kept_and_others_become_one_component():
     assert len(set(made)) == len(made)  # different names never share a file
     assert safe_component("a/b") != safe_component("a_b")
     assert safe_component(7) == "7"
-
-
-def motivation_store(out: Path, model: str) -> None:
-    from tests.test_motivation import fake_records  # noqa: PLC0415 -- the motivation tests' known records
-
-    store = ResultStore(out / motivation_summary.STORE_NAME, motivation_summary.KEY,
-                        motivation_summary.store_header(5, 0, 0.05))
-    for r in fake_records():
-        store.append({**r, "model": model})
-    store.close()
-
-
-@pytest.mark.parametrize("absolute", [False, True])
-def test_motivation_figures_only_writes_inside_out_dir(tmp_path, absolute):
-    model = str(tmp_path / "abs") if absolute else "../../x/pwn"
-    out = tmp_path / "a" / "b" / "out"
-    out.mkdir(parents=True)
-    motivation_store(out, model)
-    before = files_under(tmp_path)
-    proc = run_script("motivation", "--figures-only", "--no-figures", "--out-dir", str(out), cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    new = files_under(tmp_path) - before
-    assert new and all(p.parent == out for p in new), new
-    assert [p.name for p in new] == [f"{safe_component(model)}_summary.json"]  # --no-figures: no drawing
 
 
 def test_first_error_figures_only_writes_inside_out_dir(tmp_path):
