@@ -119,4 +119,4 @@ def test_the_command_line_defaults_to_the_demo_preset():
     from dysco_interp.cli.app import build_parser
 
     assert build_parser().parse_args(["demo"]).preset == demo_job.DEFAULT_PRESET
-    assert build_parser().parse_args(["generate", "--prompt", "x"]).preset == "paper"
+    assert build_parser().parse_args(["generate", "--prompt", "x"]).preset == demo_job.DEFAULT_PRESET

@@ -469,7 +469,7 @@ def _cli(argv):
 
 def test_cli_writes_head_file_table_and_heatmaps(tmp_path, capsys):
     out = tmp_path / "heads.json"
-    argv = ["detect-heads", "--model", "tiny-llama", "--n", "2", "--length", "700", "--top-k", "4",
+    argv = ["detect-heads", "--model", "tiny-llama", "--n", "2", "--length", "700", "--n-heads", "4",
             "--out", str(out), "--split-half", "--resume-dir", str(tmp_path / "runs"), "--no-progress"]
     assert _cli(argv) == 0
     printed = capsys.readouterr().out
@@ -494,12 +494,12 @@ def test_cli_bad_input_fails_before_loading_a_model(tmp_path, capsys):
     with pytest.raises(HeadFileError, match="not valid JSON"):
         _cli(base + ["--compare", str(broken)])
     with pytest.raises(SystemExit):  # an argparse type: refused while the command line is read
-        _cli(base + ["--top-k", "0"])
-    assert "argument --top-k: must be an integer >= 1, got 0" in capsys.readouterr().err
+        _cli(base + ["--n-heads", "0"])
+    assert "argument --n-heads: must be an integer >= 1, got 0" in capsys.readouterr().err
     with pytest.raises(ConfigError, match=".json"):
         _cli(["detect-heads", "--out", str(tmp_path / "h.txt")])
-    with pytest.raises(ConfigError, match="--top-k 17 is larger than the 16 heads"):
-        _cli(["detect-heads", "--model", "tiny-llama", "--top-k", "17", "--out", str(tmp_path / "h.json")])
+    with pytest.raises(ConfigError, match="--n-heads 17 is larger than the 16 heads"):
+        _cli(["detect-heads", "--model", "tiny-llama", "--n-heads", "17", "--out", str(tmp_path / "h.json")])
 
 
 def test_cli_reads_a_saved_dataset_and_runs_copy_paste(tmp_path):
@@ -508,7 +508,7 @@ def test_cli_reads_a_saved_dataset_and_runs_copy_paste(tmp_path):
     data = save_dataset(tmp_path / "nq.jsonl", examples(n=2, n_docs=3))
     out = tmp_path / "cp.json"
     argv = ["detect-heads", "--model", "tiny-llama", "--data", str(data), "--method", "copy",
-            "--max-new-tokens", "2", "--top-k", "3", "--out", str(out), "--no-progress"]
+            "--max-new-tokens", "2", "--n-heads", "3", "--out", str(out), "--no-progress"]
     # a random tiny model never copies from the gold document: every score is 0, and ranking
     # zeros would list L0H0, L0H1, L0H2 as "top heads" (detect_cli.informative_top)
     with pytest.raises(NoSignalError, match="every copy-paste score is zero on 2 example"):

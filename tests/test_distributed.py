@@ -93,8 +93,9 @@ def test_two_ranks_store_what_one_process_stores_record_for_record(setup, tmp_pa
     assert comparable(stored(out)) == comparable(expected)  # in the order one process writes them
     assert settings_of(out) == settings_of(setup / "single.jsonl")
     assert shard_paths(out) == [] and sorted(p.name for p in tmp_path.iterdir()) == [out.name, out.name + ".lock"]
-    assert "rank 1 of 2" not in run.stderr  # one progress bar: rank 0's, over its 3 of the 5 instances
-    assert "| 3/3 [" in run.stderr and "5/5" not in run.stderr
+    # one progress bar: rank 0's, over its 3 of the 5 instances under each of the 2 methods
+    assert "rank 1 of 2" not in run.stderr
+    assert "| 6/6 [" in run.stderr and "10/10" not in run.stderr
 
 
 KILL_RANK_1 = """
@@ -143,7 +144,7 @@ def test_a_killed_rank_loses_nothing_and_the_rerun_does_only_the_missing_work(se
 
 
 def test_detect_heads_on_two_ranks_finds_the_heads_of_one_process(setup, tmp_path, capsys):
-    args = ["detect-heads", "--model", "tiny-llama", "--n", "4", "--length", "500", "--top-k", "4",
+    args = ["detect-heads", "--model", "tiny-llama", "--n", "4", "--length", "500", "--n-heads", "4",
             "--threads", "1", "--device", "cpu", "--no-progress"]
     assert main([*args, "--resume-dir", str(tmp_path / "one"), "--out", str(tmp_path / "one.json")]) == 0
     capsys.readouterr()

@@ -275,7 +275,7 @@ def test_cli_out_that_is_no_store_is_refused_untouched(data_dir, tmp_path, capsy
     before = None if out.is_dir() else out.read_bytes()
     assert main(evaluate_argv(data_dir, out)) == 2
     err = capsys.readouterr().err
-    assert "not a dysco-interp result store" in err or "folder" in err
+    assert "not a dysco-interp result store" in err or "folder" in err or "left untouched" in err
     assert before is None or out.read_bytes() == before
 
 
@@ -309,7 +309,7 @@ def test_cli_teacher_forced_prints_paired_intervals_and_keeps_its_store_apart(tm
     out = tmp_path / "tf.jsonl"
     argv = ["evaluate", "--model", "tiny-llama", "--task", "needle_qa", "--data", str(tmp_path / "data"),
             "--methods", "vanilla,dysco", "--heads", str(heads_file), "--out", str(out), "--teacher-forced",
-            "--beta", "4", "--k", "4"]
+            "--beta", "4", "--select-k", "4"]
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "tf_exact" in printed and "tf_logprob" in printed and "- vanilla" in printed  # the paired CI line

@@ -39,8 +39,8 @@ def test_entry_points_take_options_by_keyword_and_document_them():
 
 def test_methods_and_backends_are_literal_types():
     from dysco_interp.decoding.backends import BACKENDS, BackendName
+    from dysco_interp.decoding.choices import MethodName
     from dysco_interp.decoding.config import METHODS
-    from dysco_interp.decoding.methods import MethodName
 
     assert typing.get_args(MethodName) == tuple(METHODS)
     assert typing.get_args(BackendName) == BACKENDS

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.report import fmt_delta
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments import store as runner
@@ -144,8 +145,7 @@ def summary_lines(summary: dict) -> list[str]:
     lines = [summary["model"]]
     for row in summary["rows"]:
         for metric, m in row["metrics"].items():
-            parts = [f"{name} {g['drop']['mean']:+.3f} [{g['drop']['lo']:+.3f}, {g['drop']['hi']:+.3f}]"
-                     for name, g in m["groups"].items()]
+            parts = [f"{name} {fmt_delta(g['drop'])}" for name, g in m["groups"].items()]
             lines.append(f"  {row['task']} {row['length']} {metric} (n={row['n']}): baseline "
                          f"{m['baseline']['mean']:.3f}; drop " + "; ".join(parts))
     return lines

@@ -14,6 +14,10 @@ import numpy as np
 
 from dysco_interp.errors import ConfigError
 
+# Fewer instances have no interval worth printing: every resample of one value is that value.
+MIN_CI_N = 2
+NO_CI = "n too small"  # what a table prints in place of such an interval
+
 
 @dataclass(frozen=True)
 class BootstrapCI:

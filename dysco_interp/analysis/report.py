@@ -7,20 +7,23 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from dysco_interp.analysis.bootstrap import MIN_CI_N, NO_CI
 from dysco_interp.atomic import atomic_open
 
 
-def fmt_ci(est: Mapping | None, digits: int = 3) -> str:
-    """'0.250 [0.100, 0.400]' from {mean, lo, hi}; '-' when there is nothing."""
+def fmt_ci(est: Mapping | None, digits: int = 3, sign: str = "") -> str:
+    """'0.250 [0.100, 0.400]' from {mean, lo, hi[, n]}; '0.250 (n too small)' for fewer than
+    `MIN_CI_N` instances; '-' when there is nothing. `sign` "+" prints the signs."""
     if not est:
         return "-"
-    return f"{est['mean']:.{digits}f} [{est['lo']:.{digits}f}, {est['hi']:.{digits}f}]"
+    mean = f"{est['mean']:{sign}.{digits}f}"
+    if est.get("n", MIN_CI_N) < MIN_CI_N:
+        return f"{mean} ({NO_CI})"
+    return f"{mean} [{est['lo']:{sign}.{digits}f}, {est['hi']:{sign}.{digits}f}]"
 
 
 def fmt_delta(est: Mapping | None, digits: int = 3) -> str:
-    if not est:
-        return "-"
-    return f"{est['mean']:+.{digits}f} [{est['lo']:+.{digits}f}, {est['hi']:+.{digits}f}]"
+    return fmt_ci(est, digits, sign="+")
 
 
 def store_notes(unmatched: Sequence[str], dropped: int) -> list[str]:

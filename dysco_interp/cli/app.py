@@ -16,7 +16,12 @@ from dysco_interp.cli.make_data import add_make_data_parser
 from dysco_interp.cli.models import add_models_parser
 from dysco_interp.errors import DyscoError
 
-DESCRIPTION = "The `dysco-interp` command line."
+DESCRIPTION = (
+    "DySCO decoding on TransformerLens: query-focused retrieval heads pick the relevant context "
+    "tokens at every decoding step, and those tokens are up-weighted in every head. Find the heads, "
+    "generate and evaluate with DySCO and its baselines, and see what DySCO changes "
+    "(start with `dysco-interp demo`)."
+)
 # the order `dysco-interp --help` lists the commands in
 COMMANDS = (add_models_parser, add_install_model_parser, add_generate_parser, add_evaluate_parser,
             add_make_data_parser, add_detect_parser, add_demo_parser)

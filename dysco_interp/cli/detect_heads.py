@@ -42,10 +42,12 @@ def add_detect_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--method", choices=METHOD_CHOICES, default="qrscore",
                    help="qrscore (query-focused retrieval mass on the gold document, default), qrscore-ndcg "
                         "(NDCG@10 of the document ranking) or copy-paste (alias copy: the retrieval-head score)")
-    p.add_argument("--top-k", type=cli_args.positive_int, default=16, help="heads to keep (default 16)")
+    flags.add_renamed_flag(p, "--n-heads", "--top-k", dest="n_heads", type=cli_args.positive_int, default=16,
+                           help="heads to keep (default 16)")
     p.add_argument("--seed", type=cli_args.seed, default=0, help="data seed (and split-half seed)")
     p.add_argument("--out", type=cli_args.output_file, required=True, help="head file to write (JSON)")
-    p.add_argument("--split-half", action="store_true", help="also report top-k overlap of two disjoint halves")
+    p.add_argument("--split-half", action="store_true",
+                   help="also report the overlap of the --n-heads top heads of two disjoint halves")
     p.add_argument("--resume-dir", type=cli_args.output_folder, default=None,
                    help="folder for per-example records; a re-run resumes there")
     p.add_argument("--compare", default=None, help="a head file to compare the result with (overlap, Jaccard)")
@@ -177,9 +179,8 @@ def _command_line() -> str:
 
 
 def run_detect(args) -> int:
-    import torch
-
     from dysco_interp.experiments import distributed
+    from dysco_interp.threads import apply_threads
 
     # under torchrun: this rank's device; every rank refuses bad input itself, before the model loads
     launch = distributed.torchrun_launch()
@@ -191,12 +192,11 @@ def run_detect(args) -> int:
     file_examples = None if data_file is None else _load_file_examples(data_file, args.n)
     if args.resume_dir:
         args.on_interrupt = f"finished examples are kept in {args.resume_dir}; the same command resumes"
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
     with distributed.process_group(launch, args.device) as world:
         with distributed.quiet_unless_main(world):
             result, examples, model = _detect(args, reference, file_examples)
-        top_k, note = informative_top(result, args.top_k, args.method)  # every rank: each stops on no signal
+        top_k, note = informative_top(result, args.n_heads, args.method)  # every rank: each stops on no signal
         if not world.is_main:
             return 0  # rank 0 prints and writes the results of the whole run
     return _report(args, result, examples, model, reference, top_k, note)
@@ -216,9 +216,10 @@ def _detect(args, reference, file_examples):
     # QRScore skips sliding-window layers: fail now rather than after the whole run
     skipped = 0 if resolve_method(args.method) == COPY_PASTE else len(sliding_layers(model.spec))
     n_scorable = (model.spec.n_layers - skipped) * model.spec.n_heads
-    if args.top_k > n_scorable:
+    if args.n_heads > n_scorable:
         raise ConfigError(
-            f"--top-k {args.top_k} is larger than the {n_scorable} heads of {model.spec.name} that {args.method} scores"
+            f"--n-heads {args.n_heads} is larger than the {n_scorable} heads of {model.spec.name} that "
+            f"{args.method} scores"
         )
     examples = file_examples if file_examples is not None else _generated_examples(args, model)
     result = detect(

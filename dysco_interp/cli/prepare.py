@@ -37,11 +37,18 @@ def decoding_config(args, method: str):
 
 
 def dysco_overrides(args) -> dict:
-    """The preset fields that --beta, --p, --k and the selection flags override, where given."""
-    given = (("beta", args.beta), ("top_p", args.nucleus_p), ("top_k", args.nucleus_k),
+    """The preset fields that --beta, --select-p, --select-k and the selection flags override, where given."""
+    given = (("beta", args.beta), ("top_p", args.select_p), ("top_k", args.select_k),
              ("top_k_fraction", args.top_k_fraction), ("schedule", args.schedule),
              ("template_masking", args.template_masking))
     return {field: value for field, value in given if value is not None}
+
+
+def preset_words(args) -> str:
+    """'preset NAME' and what its flags override, e.g. 'preset small-budget (beta 3)': how every
+    summary names DySCO's parameters."""
+    changed = ", ".join(f"{field} {value}" for field, value in dysco_overrides(args).items())
+    return f"preset {args.preset}" + (f" ({changed})" if changed else "")
 
 
 def check_backend_flags(args) -> None:
@@ -51,12 +58,15 @@ def check_backend_flags(args) -> None:
                           f"(the {args.backend} backend has none)")
 
 
-def check_head_file(arg: str, model: str, allow_other_model: bool = False) -> None:
+def check_head_file(arg: str, model: str, allow_other_model: bool = False) -> str | None:
     """Parse a head file before the model loads (a typo or a malformed file costs nothing), and
     check it against the model's geometry where its config tells that without the weights
     (tiny models, converted registry models, local folders); else that check comes after the
-    load, in `resolve_heads`."""
-    from dysco_interp.heads import SHIPPED, resolve_heads
+    load, in `heads_from_flags`. Where the heads are known now and fit the model by its name too:
+    the line naming them and their origin (`describe_heads`), which `load_model_from_flags` prints
+    first; else None, and `heads_from_flags` prints it once the weights decide (a refused file
+    stays one line of error)."""
+    from dysco_interp.heads import SHIPPED, HeadModelMismatchError, describe_heads, resolve_heads_origin
     from dysco_interp.models import model_spec
     from dysco_interp.models import packaged as packaged_models
 
@@ -65,7 +75,28 @@ def check_head_file(arg: str, model: str, allow_other_model: bool = False) -> No
         spec = model_spec(model)
         # without the weights a file made under another name may still fit (`HeadSet.validate_for`
         # recognises an alias's weights): only its geometry and indices are checked here
-        resolve_heads(spec or model, arg, allow_other_model or spec is not None, label=heads_label(arg))
+        heads, origin = resolve_heads_origin(spec or model, arg, allow_other_model or spec is not None,
+                                             label=heads_label(arg))
+        if spec is None:
+            return None
+        if not allow_other_model:
+            try:
+                resolve_heads_origin(spec, arg, False, label=heads_label(arg))
+            except HeadModelMismatchError:
+                return None
+        return describe_heads(heads, origin)
+    return None
+
+
+def heads_from_flags(model, args, announced: bool):
+    """The HeadSet of --heads for the loaded model, checked against its weights; the line naming
+    it is printed here unless it was printed before the load (`announced`)."""
+    from dysco_interp.heads import describe_heads, resolve_heads_origin
+
+    heads, origin = resolve_heads_origin(model, args.heads, args.allow_other_model, label=heads_label(args.heads))
+    if not announced:
+        print(describe_heads(heads, origin), file=sys.stderr)
+    return heads
 
 
 def heads_label(arg: str) -> str:
@@ -114,15 +145,16 @@ def check_prompt_fits(args, prompt: str) -> None:
             f"smaller --max-new-tokens, or {more}")
 
 
-def load_model_from_flags(args):
+def load_model_from_flags(args, first_line: str | None = None):
     """The model of --model on --device or --devices, at --dtype (--yarn where the command has
-    it), after --threads."""
-    import torch
-
+    it), with the CPU threads of --threads, OMP_NUM_THREADS or the free cores (`threads`);
+    `first_line` (the heads of `check_head_file`) goes to stderr before the load's status."""
     from dysco_interp.models import load_model
+    from dysco_interp.threads import apply_threads
 
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
+    if first_line is not None:
+        print(first_line, file=sys.stderr)
     # load_model reports on stdout; that is status, not output (`generate --json` prints only JSON)
     with contextlib.redirect_stdout(sys.stderr):
         return load_model(args.model, device=args.device, dtype=args.dtype, yarn_factor=args.yarn,

@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 
 from dysco_interp.checks import brief, check_bool, check_choice, check_int, check_number, check_seed, check_type
 from dysco_interp.decoding import relevance
-from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Method, MethodName
-from dysco_interp.decoding.prompts import SCHEDULES, Schedule
+from dysco_interp.decoding.choices import MASKING_MODES, PRESET_NAMES, SCHEDULES, MethodName, Schedule, TemplateMasking
+from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Method
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
-from dysco_interp.decoding.template import MASKING_MODES, TemplateMasking
 from dysco_interp.errors import ConfigError
 
 
@@ -101,6 +100,7 @@ PRESETS: dict[str, DecodingConfig] = {
     # lengths the paper's nucleus holds hundreds of keys; a handful of keys, gently boosted, helps
     "small-budget": DecodingConfig(top_k=8, beta=1.5),
 }
+assert tuple(PRESETS) == PRESET_NAMES
 
 
 def preset(name: str, **changes) -> DecodingConfig:

@@ -56,6 +56,7 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
+from dysco_interp.progress import tqdm
 
 __all__ = ["Prefix", "Stepper", "as_heads", "compare_methods", "decode_batch", "dysco_generate", "forced_ids",
            "generate", "generate_batch", "iter_methods", "prefill_prefix", "with_fields"]
@@ -325,11 +326,13 @@ def iter_methods(
     forced: Sequence[str | Sequence[int]] | None = None,
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
+    progress: bool = False,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
     check_backend(backend, decode_attention)
     check_configs(configs)
     check_bool("chat", chat)
+    check_bool("progress", progress)
     user_hooks = check_hooks(model, hooks, backend)
     heads = as_heads(model, heads)
     prompts = prompt_list(prompts)
@@ -354,16 +357,20 @@ def iter_methods(
     for name in configs:
         sharing.setdefault(key(name), []).append(name)
     shared: dict[tuple, Prefix] = {}
-    for name, config in configs.items():
-        batch = batches[config.enable_thinking]
-        if key(name) not in shared:
-            users = sharing[key(name)]
-            shared[key(name)] = prefill_prefix(model, batch, config, backend, graphs=graphs, hooks=user_hooks,
-                                               name=users[0] if len(users) == 1 else None)
-        yield name, decode_batch(model, batch, config, heads, shared[key(name)], backend, spans, graphs, gold,
-                                 hooks=user_hooks, name=name, decode_attention=decode_attention)
-        if len(sharing[key(name)]) == 1:
-            del shared[key(name)]  # nobody else reads it: free its cache now
+    with tqdm(total=len(configs), desc="methods", unit="method", disable=not progress) as bar:
+        for name, config in configs.items():
+            bar.set_postfix_str(name)
+            batch = batches[config.enable_thinking]
+            if key(name) not in shared:
+                users = sharing[key(name)]
+                shared[key(name)] = prefill_prefix(model, batch, config, backend, graphs=graphs, hooks=user_hooks,
+                                                   name=users[0] if len(users) == 1 else None)
+            results = decode_batch(model, batch, config, heads, shared[key(name)], backend, spans, graphs, gold,
+                                   hooks=user_hooks, name=name, decode_attention=decode_attention)
+            bar.update()
+            yield name, results
+            if len(sharing[key(name)]) == 1:
+                del shared[key(name)]  # nobody else reads it: free its cache now
 
 
 def generate_batch(
@@ -380,6 +387,7 @@ def generate_batch(
     forced: Sequence[str | Sequence[int]] | None = None,
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
+    progress: bool = False,
 ) -> dict[str, list[GenerationResult]]:
     """Several methods on several prompts decoded together; one result per prompt per method.
 
@@ -413,13 +421,14 @@ def generate_batch(
             inside one tells the passes apart.
         chat: render text and messages with the model's chat template (the default); False
             tokenizes text as `model.bridge.to_tokens` does. Token ids never get a template.
+        progress: a progress bar over the methods, naming the one that runs.
 
     Returns:
         name -> one `GenerationResult` per prompt, in order.
     """
     return dict(iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
                              graphs=graphs, decode_attention=decode_attention, forced=forced, hooks=hooks,
-                             chat=chat))
+                             chat=chat, progress=progress))
 
 
 def compare_methods(
@@ -435,6 +444,7 @@ def compare_methods(
     decode_attention: str | None = None,
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
+    progress: bool = False,
 ) -> dict[str, GenerationResult]:
     """Several methods on one prompt, prefilling once for all that keep prefill attention.
 
@@ -447,6 +457,7 @@ def compare_methods(
         decode_attention: as `generate_batch`.
         hooks: as `generate_batch`.
         chat: as `generate_batch`.
+        progress: as `generate_batch`.
         prompt: text, chat messages, or token ids (a list of ints, a 1-D or `[1, N]` tensor).
         spans: named token spans of the prompt whose relevance mass the traces report.
         prepared: the prompt already encoded with the configs' one `enable_thinking`.
@@ -457,7 +468,7 @@ def compare_methods(
     check_prompt(prompt)
     out = generate_batch(model, [prompt], configs, heads, spans=None if spans is None else [spans],
                          prepared=None if prepared is None else [prepared], backend=backend, graphs=graphs,
-                         decode_attention=decode_attention, hooks=hooks, chat=chat)
+                         decode_attention=decode_attention, hooks=hooks, chat=chat, progress=progress)
     return {name: results[0] for name, results in out.items()}
 
 

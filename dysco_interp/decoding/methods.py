@@ -8,12 +8,13 @@ relevance and the selection live in a `Selector`, the pure math in `relevance.py
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.backends.base import Backend, DecodeState
+from dysco_interp.decoding.choices import METHOD_NAMES
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, random_like
 from dysco_interp.models import LoadedModel
@@ -21,7 +22,6 @@ from dysco_interp.models import LoadedModel
 if TYPE_CHECKING:
     from dysco_interp.decoding.config import DecodingConfig
 
-MethodName = Literal["vanilla", "uniattns", "dysco", "dysco-static", "dysco-random", "dysco-reuse"]
 SELECTION_FIELDS = frozenset({"beta", "top_p", "top_k", "top_k_fraction", "decay", "template_masking", "schedule"})
 
 
@@ -166,7 +166,7 @@ class DyscoReuse(Dysco):
 REGISTRY: dict[str, type[Method]] = {
     cls.name: cls for cls in (Method, UniAttnS, Dysco, DyscoStatic, DyscoRandom, DyscoReuse)
 }
-assert tuple(REGISTRY) == get_args(MethodName)
+assert tuple(REGISTRY) == METHOD_NAMES
 METHODS: dict[str, str] = {name: cls.description for name, cls in REGISTRY.items()}
 METHOD_FIELDS = frozenset().union(*(cls.fields for cls in REGISTRY.values()))
 

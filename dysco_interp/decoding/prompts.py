@@ -6,19 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, Union, get_args
+from typing import Union
 
 import torch
 
 from dysco_interp.chat import EncodedPrompt, Messages, as_messages, encode_chat, encode_text
 from dysco_interp.checks import brief, check_bool, is_int, typed
+from dysco_interp.decoding.choices import Schedule
 from dysco_interp.decoding.template import MASKING_MODES, TemplateMasking, reference_positions, template_positions
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import LoadedModel
-
-Schedule = Literal["reference", "paper"]
-SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
-
 
 Prompt = Union[str, Messages, Sequence[int], torch.Tensor]  # text, chat messages or token ids
 

@@ -26,16 +26,14 @@ import json
 import warnings
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal, cast, get_args
+from typing import Any, cast
 
 import torch
 
 from dysco_interp.chat import EncodedPrompt, Messages, content_spans
 from dysco_interp.checks import check_choice
+from dysco_interp.decoding.choices import MASKING_MODES, TemplateMasking
 from dysco_interp.errors import ConfigError
-
-TemplateMasking = Literal["reference", "skeleton", "off"]
-MASKING_MODES: tuple[TemplateMasking, ...] = get_args(TemplateMasking)
 
 
 class TemplateMaskingFallbackWarning(UserWarning):

@@ -17,12 +17,14 @@ found over many instances, and the report ends with it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dysco_interp.analysis.replay import AttentionReplay, replay_path_traversal
 from dysco_interp.analysis.step_mechanism import StepMechanism, step_mechanisms, step_totals
 from dysco_interp.checks import check_int, check_type
+from dysco_interp.decoding.choices import DEFAULT_PRESET
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.errors import ConfigError
@@ -37,8 +39,8 @@ from dysco_interp.tasks.path_traversal import (
 )
 
 ANSWER_MARGIN = 8  # new tokens beyond the gold answer's length: room to close the route
-DEFAULT_PRESET = "small-budget"  # chosen on a dev split (figures/README.md, "Selection budget")
 SHOWCASE_MODEL = "qwen2.5-coder-1.5b"
+METHOD_LABELS = {"vanilla": "vanilla", "dysco": "DySCO"}  # the demo's two runs, as its report names them
 
 
 @dataclass(frozen=True)
@@ -190,18 +192,39 @@ def step_cells(demo: DemoResult) -> list[dict[str, str]]:
         "selected": "-" if s.selected is None else f"{s.selected:.0%}",
         "vanilla": f"{s.logprob['vanilla']:+.2f}", "dysco": f"{s.logprob['dysco']:+.2f}",
         "right": "/".join(("yes" if s.correct[m] else "no") for m in ("vanilla", "dysco")),
+        "vanilla_right": "yes" if s.correct["vanilla"] else "no", "dysco_right": "yes" if s.correct["dysco"] else "no",
     } for s in demo.steps]
 
 
 def step_table(demo: DemoResult) -> list[str]:
-    """The teacher-forced route, one line per step."""
-    rows = [("step", "gold edge", "QRHeads on it", "all heads on it", "DySCO selected", "log p(city) vanilla",
-             "DySCO", "argmax right")]
+    """The teacher-forced route, one line per step under two header lines: every column that
+    compares the methods names each one, vanilla's column first."""
+    groups = (("", 1), ("", 1), ("QRHeads", 1), ("all heads", 1), ("DySCO", 1), ("log p(city)", 2),
+              ("argmax right", 2))  # (the label over some columns, how many)
+    rows = [("step", "gold edge", "on it", "on it", "selected", "vanilla", "DySCO", "vanilla", "DySCO")]
     for c in step_cells(demo):
         selected = c["selected"] if c["selected"] == "-" else f"{c['selected']} of it"
-        rows.append((c["step"], c["edge"], c["qr"], c["all"], selected, c["vanilla"], c["dysco"], c["right"]))
+        rows.append((c["step"], c["edge"], c["qr"], c["all"], selected, c["vanilla"], c["dysco"],
+                     c["vanilla_right"], c["dysco_right"]))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    over, first = [], 0
+    for label, span in groups:
+        room = sum(widths[first:first + span]) + 2 * (span - 1)
+        widths[first + span - 1] += max(0, len(label) - room)  # a label wider than its columns widens them
+        over.append(label.ljust(room))
+        first += span
+    lines = ["  " + "  ".join(over).rstrip()]
+    return lines + ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def selection_text(selected: Sequence[int], n_keys: int | None = None) -> str:
+    """How many keys DySCO selected per decoding step, in words ("8 keys at every step", "5 to 9
+    keys per step (mean 7.0)"); `n_keys`, the prompt's length, adds "of ~N"."""
+    of = f" of ~{n_keys}" if n_keys is not None else ""
+    lo, hi = min(selected), max(selected)
+    if lo == hi:
+        return f"DySCO selected {lo}{of} keys at every step"
+    return f"DySCO selected {lo} to {hi}{of} keys per step (mean {sum(selected) / len(selected):.1f})"
 
 
 def verdict(demo: DemoResult) -> str:
@@ -225,7 +248,7 @@ def format_report(demo: DemoResult, html_path: str | Path | None = None) -> str:
     lines = [
         f"Path Traversal {inst.id}: {inst.n_tokens} prompt tokens, {inst.n_edges} edges, {inst.n_hops} hops",
         f"question: {inst.question_nl}",
-        f"DySCO: {demo.config.method}, {config_label(demo.config)}; heads: {len(demo.heads)} QRHeads "
+        f"DySCO settings: method {demo.config.method}, {config_label(demo.config)}; heads: {len(demo.heads)} QRHeads "
         f"({', '.join(demo.heads.labels()[:6])}{more})",
         "",
         "gold route:",
@@ -243,13 +266,13 @@ def format_report(demo: DemoResult, html_path: str | Path | None = None) -> str:
     for name, result in demo.results.items():
         t = result.timings
         stop = "end of sequence" if result.finished else "token budget"
-        lines += ["", f"{name}, free greedy generation: {route_score_text(demo.scores[name], inst.n_hops)}",
+        score = route_score_text(demo.scores[name], inst.n_hops)
+        lines += ["", f"{METHOD_LABELS[name]}, free greedy generation: {score}",
                   f"  {t.n_new} tokens ({stop}), {t.decode_tok_per_s:.1f} tok/s"]
         steps = result.trace.decode_steps() if result.trace is not None else []
         selected = [s.n_selected for s in steps if s.n_selected is not None]
         if selected:
-            lines[-1] += (f"; DySCO selected {min(selected)}-{max(selected)} of ~{inst.n_tokens} keys per step "
-                          f"(mean {sum(selected) / len(selected):.0f})")
+            lines[-1] += f"; {selection_text(selected, inst.n_tokens)}"
         lines.append(_indent(result.text))
     if demo.results["vanilla"].tokens == demo.results["dysco"].tokens:
         lines += ["", "Free generation: vanilla and DySCO wrote the same tokens on this instance."]
@@ -260,4 +283,4 @@ def format_report(demo: DemoResult, html_path: str | Path | None = None) -> str:
 
 
 __all__ = ["ANSWER_MARGIN", "DEFAULT_PRESET", "MEASURED", "DemoResult", "MeasuredEffect", "format_report",
-           "gold_cities", "route_score_text", "run_demo", "step_cells", "step_table", "verdict"]
+           "gold_cities", "route_score_text", "run_demo", "selection_text", "step_cells", "step_table", "verdict"]

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import torch
 
+from dysco_interp.analysis.bootstrap import MIN_CI_N, NO_CI
 from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.chat import Messages
 from dysco_interp.checks import check_bool, is_int, typed
@@ -153,6 +154,7 @@ def check_task(task: str, instances: Sequence) -> None:
 
 
 KEY = ("method", "instance")
+TABLE_WIDTH = 100  # columns `format_table` fits in
 NEW_STORE_HINT = "write to another file, or let it start a new one (--if-settings-differ new)"
 
 
@@ -420,11 +422,16 @@ def evaluate(
         """Decode the (instance, hash) pairs in `todo` under each method not `done` yet into `sink`."""
         shared = dict(sink.settings or {})
         new: list[dict] = []
-        with tqdm(total=len(todo), desc=f"{task} x {len(methods)} methods{note_world(world)}",
+        # one tick per (instance, method): with few instances a bar of instances would sit at 0 for the run
+        with tqdm(total=len(todo) * len(methods), desc=f"{task}{note_world(world)}", unit="run",
                   disable=not progress or not world.is_main) as bar:
             for start in range(0, len(todo), batch_size):
                 batch = todo[start : start + batch_size]
                 pending = {m: c for m, c in methods.items() if any(key(h, m) not in done for _, h in batch)}
+                bar.update(len(batch) * (len(methods) - len(pending)))  # what an earlier run stored
+                names, where = list(pending), f"instances {start + 1}-{start + len(batch)}"
+                if names:
+                    bar.set_postfix_str(f"{names[0]}, {where}")
                 # each method's records are stored as soon as it finishes, so a kill loses at most one
                 for method, config, rows in decode_batch(model, adapter, [inst for inst, _ in batch], pending, heads,
                                                          keep_trace, backend, teacher_forced, decode_attention):
@@ -453,7 +460,10 @@ def evaluate(
                             record["forced"] = res.forced.to_dict()
                         sink.append(record)
                         new.append(record)
-                bar.update(len(batch))
+                    bar.update(len(batch))
+                    following = names[names.index(method) + 1:]  # the methods decode in this order
+                    if following:
+                        bar.set_postfix_str(f"{following[0]}, {where}")
         return new
 
     if world.size == 1:
@@ -485,15 +495,16 @@ def grid_order(ids: Sequence[str], methods: Iterable[str]) -> Callable[[Mapping]
 
 
 def summarise(records: Iterable[dict], metrics: Iterable[str], baseline: str = "vanilla") -> dict[tuple, dict]:
-    """Per (length, method): the instance count, each metric's mean and, when `baseline` ran on the
+    """Per (length, method), the baseline first: the instance count, each metric's mean and, when `baseline` ran on the
     same instances, the paired difference to it with its 95% bootstrap interval
-    (`delta_<metric>`: (mean, lo, hi))."""
+    (`delta_<metric>`: (mean, lo, hi); lo and hi None under `MIN_CI_N` pairs)."""
     metrics = list(metrics)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
         groups[(r["length"], r["method"])].append(r)
     out = {}
-    for key, rows in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1])):
+    # the baseline first at each length: the rows below it are compared with it
+    for key, rows in sorted(groups.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] != baseline, kv[0][1])):
         row: dict[str, Any] = {"n": len(rows)}
         for m in metrics:
             values = [float(r[m]) for r in rows if r.get(m) is not None]
@@ -501,22 +512,49 @@ def summarise(records: Iterable[dict], metrics: Iterable[str], baseline: str = "
         reference = groups.get((key[0], baseline), [])
         if key[1] != baseline and reference:
             for m, delta in paired_deltas(rows, reference, metrics).items():
-                if delta is not None:
-                    row[f"delta_{m}"] = (delta["mean"], delta["lo"], delta["hi"])
+                if delta is not None:  # one pair has no interval (a bootstrap of it is one point)
+                    interval = (delta["lo"], delta["hi"]) if delta["n"] >= MIN_CI_N else (None, None)
+                    row[f"delta_{m}"] = (delta["mean"], *interval)
         out[key] = row
     return out
 
 
-def format_table(summary: Mapping[tuple, Mapping[str, Any]], metrics: Iterable[str], baseline: str = "vanilla") -> str:
-    """The summary as text: means, and the paired difference to `baseline` [95% CI] under each."""
+def format_table(summary: Mapping[tuple, Mapping[str, Any]], metrics: Iterable[str], baseline: str = "vanilla",
+                 width: int = TABLE_WIDTH) -> str:
+    """The summary as text at most `width` columns wide: each metric's mean per (length, method)
+    and, under a method other than `baseline`, its paired difference to it and that difference's
+    95% CI ("n too small" under two paired instances). Metrics that do not fit side by side go
+    on in another block below, under the same row labels."""
     metrics = list(metrics)
-    header = f"{'length':>8} {'method':16} {'n':>4} " + " ".join(f"{m:>26}" for m in metrics)
-    lines = [header, "-" * len(header)]
-    for (length, method), row in summary.items():
-        cells = [f"{'-' if row[m] is None else format(row[m], '.3f'):>26}" for m in metrics]
-        lines.append(f"{length if length is not None else '-':>8} {method:16} {row['n']:>4} " + " ".join(cells))
-        deltas = [row.get(f"delta_{m}") for m in metrics]
-        if any(deltas):
-            text = ["" if d is None else f"{d[0]:+.3f} [{d[1]:+.3f}, {d[2]:+.3f}]" for d in deltas]
-            lines.append(f"{'':>8} {'  - ' + baseline:16} {'':>4} " + " ".join(f"{t:>26}" for t in text))
+    rows = list(summary.items())
+    label = max([len(f"- {baseline}"), len("95% CI"), *(len(method) for (_, method), _ in rows)])
+    lead = 7 + 1 + label + 1 + 4  # length, method, n
+    cell = len(f"[{-1:+.3f}, {-1:+.3f}]")
+    columns = [max(cell, len(m)) for m in metrics]
+    blocks: list[list[int]] = [[]]
+    used = lead
+    for i, w in enumerate(columns):
+        if blocks[-1] and used + 2 + w > width:
+            blocks.append([])
+            used = lead
+        blocks[-1].append(i)
+        used += 2 + w
+
+    def line(length: Any, method: str, n: Any, block: Sequence[int], cells: Sequence[str]) -> str:
+        return (f"{length:>7} {method:{label}} {n:>4}"
+                + "".join(f"  {c:>{columns[i]}}" for i, c in zip(block, cells))).rstrip()
+
+    lines: list[str] = []
+    for block in blocks:
+        header = line("length", "method", "n", block, [metrics[i] for i in block])
+        lines += ([""] if lines else []) + [header, "-" * len(header)]
+        for (length, method), row in rows:
+            lines.append(line("-" if length is None else length, method, row["n"], block,
+                              ["-" if row[metrics[i]] is None else f"{row[metrics[i]]:.3f}" for i in block]))
+            deltas = [row.get(f"delta_{metrics[i]}") for i in block]
+            if any(deltas):
+                gains = ["" if d is None else f"{d[0]:+.3f}" for d in deltas]
+                intervals = ["" if d is None else NO_CI if d[1] is None else f"[{d[1]:+.3f}, {d[2]:+.3f}]"
+                             for d in deltas]
+                lines += [line("", f"- {baseline}", "", block, gains), line("", "95% CI", "", block, intervals)]
     return "\n".join(lines)

@@ -15,7 +15,15 @@ from dysco_interp.heads.errors import HeadFileError, HeadModelMismatchError, Hea
 from dysco_interp.heads.formats import FORMATS, load_heads
 from dysco_interp.heads.headset import FORMAT, FORMAT_VERSION, Geometry, HeadSet, geometry_of, normalize_model_id
 from dysco_interp.heads.random import random_heads, random_like
-from dysco_interp.heads.shipped import SHIPPED, available_shipped_heads, paper_heads, resolve_heads, shipped_heads
+from dysco_interp.heads.shipped import (
+    SHIPPED,
+    available_shipped_heads,
+    describe_heads,
+    paper_heads,
+    resolve_heads,
+    resolve_heads_origin,
+    shipped_heads,
+)
 from dysco_interp.heads.values import parse_head_label
 from dysco_interp.hooks import head_label
 
@@ -30,6 +38,7 @@ __all__ = [
     "HeadSet",
     "HeadSetError",
     "available_shipped_heads",
+    "describe_heads",
     "geometry_of",
     "head_label",
     "load_heads",
@@ -39,5 +48,6 @@ __all__ = [
     "random_heads",
     "random_like",
     "resolve_heads",
+    "resolve_heads_origin",
     "shipped_heads",
 ]

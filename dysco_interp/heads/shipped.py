@@ -51,7 +51,7 @@ def shipped_heads(alias: str, spec: Any = None, allow_other_model: bool = False)
     if alias not in available:
         listed = ", ".join(available) if available else "none yet (run `dysco-interp detect-heads`)"
         raise HeadFileError(f"no shipped head file for {brief(alias)}; available: {listed}")
-    source = "dysco_interp/heads/" + "/".join((*_SHIPPED_DIR, f"{alias}.json"))
+    source = shipped_path(alias)
     obj = parse_json_text(_data(*_SHIPPED_DIR, f"{alias}.json").read_text(encoding="utf-8"), source)
     return HeadSet.from_dict(obj, spec=spec, allow_other_model=allow_other_model, source=source)
 
@@ -84,14 +84,37 @@ def resolve_heads(model: Any, source: str | os.PathLike | None = None, allow_oth
         The HeadSet; a missing or malformed file, or one made for another model, is a
         HeadSetError (HeadFileError, HeadModelMismatchError), a bad alias a ConfigError.
     """
+    return resolve_heads_origin(model, source, allow_other_model, label)[0]
+
+
+def resolve_heads_origin(model: Any, source: str | os.PathLike | None = None, allow_other_model: bool = False,
+                         label: str | None = None) -> tuple[HeadSet, str]:
+    """`resolve_heads`, and where the set came from in words: "shipped for ALIAS (FILE)",
+    "from FILE" or "from LABEL" (a 'L-H,...' string)."""
     if isinstance(model, str):
         alias, target = model, None
     else:
         target = model  # a LoadedModel is checked by its weights too (`HeadSet.validate_for`)
         alias = getattr(model, "spec", model).name
     if source is None or source == SHIPPED:
-        return shipped_heads(shipped_alias(alias, target), spec=target)
-    return load_heads(source, spec=target, allow_other_model=allow_other_model, label=label)
+        alias = shipped_alias(alias, target)
+        return shipped_heads(alias, spec=target), f"shipped for {alias} ({shipped_path(alias)})"
+    heads = load_heads(source, spec=target, allow_other_model=allow_other_model, label=label)
+    where = str(source) if os.path.exists(source) else (label or str(source))
+    return heads, f"from {where}"
+
+
+def describe_heads(heads: HeadSet, origin: str) -> str:
+    """One line naming a head set and its origin, e.g. 'heads: 16 qrscore heads shipped for
+    smollm2-135m (dysco_interp/heads/data/shipped/smollm2-135m.json): L3H1, L5H0, ...'."""
+    shown = ", ".join(f"L{layer}H{head}" for layer, head in heads.heads[:6])
+    more = f", ... ({len(heads) - 6} more)" if len(heads) > 6 else ""
+    return f"heads: {len(heads)} {heads.method} heads {origin}: {shown}{more}"
+
+
+def shipped_path(alias: str) -> str:
+    """The shipped head file of `alias`, as the package names it (no machine path)."""
+    return "dysco_interp/heads/" + "/".join((*_SHIPPED_DIR, f"{alias}.json"))
 
 
 def shipped_alias(name: str, model: Any = None) -> str:
@@ -105,7 +128,7 @@ def shipped_alias(name: str, model: Any = None) -> str:
 
     spec = model.spec
     for alias in available:
-        source = "dysco_interp/heads/" + "/".join((*_SHIPPED_DIR, f"{alias}.json"))
+        source = shipped_path(alias)
         recorded = parse_json_text(_data(*_SHIPPED_DIR, f"{alias}.json").read_text(encoding="utf-8"), source)
         # only a file of the same geometry is worth reading the alias's weights for
         if (recorded.get("n_layers"), recorded.get("n_heads")) == (spec.n_layers, spec.n_heads) \

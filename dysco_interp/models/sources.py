@@ -47,16 +47,18 @@ T = TypeVar("T")
 
 @contextlib.contextmanager
 def transformers_bars(progress: bool) -> Iterator[None]:
-    """With `progress` False, no transformers or huggingface_hub tqdm bars ("Loading weights",
-    downloads) inside the block; each library's previous setting comes back afterwards."""
-    if progress:
-        yield
-        return
+    """No transformers tqdm bars inside the block ("Loading weights" at every load, GGUF
+    de-quantizing): we print our own progress, and theirs shows as red blocks in a notebook.
+    huggingface_hub's download bars stay as they were when `progress`, and are hidden too
+    without it. Each library's previous setting comes back afterwards, so a user's own choice
+    outlives our loads."""
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
     from transformers.utils import logging as hf_logging
 
     transformers_on, hub_on = hf_logging.is_progress_bar_enabled(), not are_progress_bars_disabled()
     hf_logging.disable_progress_bar()  # both libraries' bars
+    if progress and hub_on:
+        enable_progress_bars()  # the hub's alone again: a download of gigabytes shows how far it got
     try:
         yield
     finally:
@@ -64,7 +66,7 @@ def transformers_bars(progress: bool) -> Iterator[None]:
             hf_logging.enable_progress_bar()  # both libraries' bars again
         if hub_on:
             enable_progress_bars()
-        elif transformers_on:
+        else:
             disable_progress_bars()
 
 

@@ -12,7 +12,6 @@ how a pass reads attention and applies the bias.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, get_args
 
 from dysco_interp.decoding.backends.base import (
     Backend,
@@ -23,21 +22,16 @@ from dysco_interp.decoding.backends.base import (
     stop_after,
 )
 from dysco_interp.decoding.backends.bridge import BridgeBackend
-from dysco_interp.decoding.backends.decode_attention import (
-    DECODE_ATTENTION,
-    DEFAULT_DECODE_ATTENTION,
-    check_decode_attention,
-)
+from dysco_interp.decoding.backends.decode_attention import check_decode_attention
 from dysco_interp.decoding.backends.sdpa import SdpaBackend
 from dysco_interp.decoding.backends.static import StaticBackend
+from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION, DEFAULT_DECODE_ATTENTION, BackendName
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
-BackendName = Literal["bridge", "sdpa", "static"]
 REGISTRY: dict[str, type[Backend]] = {cls.name: cls for cls in (BridgeBackend, SdpaBackend, StaticBackend)}
-BACKENDS: tuple[str, ...] = get_args(BackendName)
 assert BACKENDS == tuple(REGISTRY)
 
 

@@ -18,10 +18,9 @@ from collections.abc import Sequence
 
 import torch
 
+from dysco_interp.decoding.choices import DECODE_ATTENTION
 from dysco_interp.errors import ConfigError
 
-DECODE_ATTENTION = ("sdpa", "float32")
-DEFAULT_DECODE_ATTENTION = "sdpa"
 GRANULE = 256  # buffer capacities are a multiple of this, so keys split into equal chunks
 
 

@@ -39,12 +39,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.backends.base import Backend, DecodeState, SelectBias, StepOutput, StopForward, stop_after
-from dysco_interp.decoding.backends.decode_attention import (
-    DEFAULT_DECODE_ATTENTION,
-    GRANULE,
-    attend_one_query,
-    check_decode_attention,
-)
+from dysco_interp.decoding.backends.decode_attention import GRANULE, attend_one_query, check_decode_attention
 from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
 from dysco_interp.decoding.backends.sdpa import (
     AttentionControl,
@@ -54,6 +49,7 @@ from dysco_interp.decoding.backends.sdpa import (
     read_heads,
     twin,
 )
+from dysco_interp.decoding.choices import DEFAULT_DECODE_ATTENTION
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook

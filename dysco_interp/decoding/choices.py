@@ -1,0 +1,32 @@
+"""The names decoding options take, in a module that imports nothing heavy.
+
+The command line's parser offers them as choices, and `--help` must answer without loading
+torch; the modules that implement each choice import their names from here and check that
+they cover the same ones.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+MethodName = Literal["vanilla", "uniattns", "dysco", "dysco-static", "dysco-random", "dysco-reuse"]
+METHOD_NAMES: tuple[MethodName, ...] = get_args(MethodName)
+
+# the keys of `decoding.config.PRESETS`, which checks it holds exactly these
+PRESET_NAMES = ("paper", "paper-strong", "quick-check", "small-budget")
+# every command's --preset unless given: what our measurements support below 32K tokens (figures/README.md,
+# "Selection budget"); there the paper's nucleus selects hundreds of keys and our study found it at or below vanilla
+DEFAULT_PRESET = "small-budget"
+
+Schedule = Literal["reference", "paper"]
+SCHEDULES: tuple[Schedule, ...] = get_args(Schedule)
+
+TemplateMasking = Literal["reference", "skeleton", "off"]
+MASKING_MODES: tuple[TemplateMasking, ...] = get_args(TemplateMasking)
+
+BackendName = Literal["bridge", "sdpa", "static"]
+BACKENDS: tuple[BackendName, ...] = get_args(BackendName)
+
+# the static backend's decoding attention (`backends.decode_attention`)
+DECODE_ATTENTION = ("sdpa", "float32")
+DEFAULT_DECODE_ATTENTION = "sdpa"

@@ -1,0 +1,96 @@
+"""The CPU thread rule (`dysco_interp.threads`): --threads, then OMP_NUM_THREADS, then the free cores."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+
+from dysco_interp import threads
+from dysco_interp.analysis import bench_threads
+from dysco_interp.cli import main
+from dysco_interp.errors import ConfigError
+
+
+@pytest.fixture(autouse=True)
+def keep_torch_threads():
+    # the commands set torch's thread count for the whole process; the other tests run on one
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("allowed,machine,load,expected", [
+    (2, 2, 0.0, 2), (2, 2, 0.4, 2), (2, 2, 0.6, 1), (2, 2, 2.0, 1), (2, 2, 40.0, 1),
+    (4, 16, 10.0, 4), (16, 16, 10.0, 6), (8, 4, 0.0, 4),
+])
+def test_free_cores_are_the_allowed_ones_less_the_load(allowed, machine, load, expected):
+    assert threads.free_cores(allowed, machine, load) == expected
+
+
+def test_the_flag_wins_then_the_environment_then_the_free_cores(monkeypatch):
+    assert threads.choose_threads(3, {"OMP_NUM_THREADS": "5"}) == threads.ThreadChoice(3, "--threads")
+    assert threads.choose_threads(None, {"OMP_NUM_THREADS": "5"}) == threads.ThreadChoice(5, "OMP_NUM_THREADS")
+    assert threads.choose_threads(None, {"OMP_NUM_THREADS": "4,2"}).n == 4  # OpenMP's nested list: the outer count
+    monkeypatch.setattr(threads, "other_load", lambda: 0.0)
+    choice = threads.choose_threads(None, {"OMP_NUM_THREADS": " "})
+    assert choice == threads.ThreadChoice(threads.allowed_cores(), "free cores")
+
+
+def test_a_loaded_machine_leaves_one_thread_and_never_more_than_the_cores(monkeypatch):
+    monkeypatch.setattr(threads, "other_load", lambda: 1000.0)
+    assert threads.choose_threads(None, {}).n == 1
+    monkeypatch.setattr(threads, "other_load", lambda: 0.0)
+    assert 1 <= threads.choose_threads(None, {}).n <= threads.allowed_cores()
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "2.5"])
+def test_a_bad_omp_num_threads_is_one_clear_error(value):
+    with pytest.raises(ConfigError, match=f"OMP_NUM_THREADS='{value}' is not a positive integer"):
+        threads.choose_threads(None, {"OMP_NUM_THREADS": value})
+
+
+def test_the_load_is_the_larger_of_the_average_and_the_runnable_count(monkeypatch, tmp_path):
+    loadavg = tmp_path / "loadavg"
+    loadavg.write_text("0.50 0.40 0.30 5/300 12345\n")
+    monkeypatch.setattr(threads, "LOADAVG_FILE", str(loadavg))
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.5, 0.4, 0.3))
+    assert threads.other_load() == 4.0  # five runnable, this process one of them
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (7.0, 0.4, 0.3))
+    assert 6.9 < threads.other_load() <= 7.0  # less this process's own share of the average
+    monkeypatch.setattr(threads, "LOADAVG_FILE", str(tmp_path / "missing"))
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (_ for _ in ()).throw(OSError("no load average")))
+    assert threads.other_load() == 0.0
+
+
+def generate_json(capsys, *extra) -> dict:
+    assert main(["generate", "--model", "tiny-llama", "--prompt", "hello", "--max-new-tokens", "1", "--device", "cpu",
+                 "--json", *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_generate_applies_the_flag_and_the_environment(capsys, monkeypatch):
+    assert generate_json(capsys, "--threads", "1")["threads"] == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert generate_json(capsys)["threads"] == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "x")
+    assert main(["generate", "--model", "tiny-llama", "--prompt", "hello", "--max-new-tokens", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["dysco-interp: error: OMP_NUM_THREADS='x' is not a positive integer; set a thread count or unset it"]
+
+
+def test_the_benchmark_times_a_child_and_summarises_its_phases():
+    row = bench_threads.timed_child([sys.executable, "-c", "print('{\"threads\": 3, \"n_new\": 1}')"])
+    assert row["threads"] == 3 and row["cpu_s"] >= 0 and row["wall_s"] > 0
+    with pytest.raises(ConfigError, match="the generate run failed"):
+        bench_threads.timed_child([sys.executable, "-c", "import sys; sys.exit(3)"])
+    rows = [{"setting": s, "phase": ph, "cpu_s": c, "wall_s": 1.0, "threads": t}
+            for s, t, ph, c in [("a", 2, "idle", 2.0), ("a", 2, "loaded", 6.0), ("b", 1, "idle", 2.0),
+                                ("b", 1, "loaded", 2.5)]]
+    summary = bench_threads.summarise(rows, ["a", "b"])
+    assert summary["a"]["loaded_over_idle_cpu"] == 3.0 and summary["b"]["loaded_over_idle_cpu"] == 1.25
+    with bench_threads.busy_load(1, 30) as procs:
+        assert procs[0].poll() is None
+    assert procs[0].poll() is not None  # stopped with the block
