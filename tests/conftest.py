@@ -41,6 +41,42 @@ def tiny_llama():
     return get_tiny("llama")
 
 
+def _refuse_loads(monkeypatch, names: tuple[str, ...]) -> None:
+    import dysco_interp.models as models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model or tokenizer was loaded before the input was checked")
+
+    for name in names:
+        monkeypatch.setattr(models, name, refuse)
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Loading a model or a tokenizer fails the test: these errors must come before any load."""
+    _refuse_loads(monkeypatch, ("load_model", "load_tokenizer"))
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Loading a model fails the test (a tokenizer may be read first, as generate does to count a prompt)."""
+    _refuse_loads(monkeypatch, ("load_model",))
+
+
+def _error_line(err: str) -> str:
+    assert "Traceback" not in err
+    tail = err.rsplit("\r", 1)[-1]  # after a progress bar that cleared itself, nothing else
+    lines = tail.strip("\n").split("\n")
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+@pytest.fixture
+def error_line():
+    """The one line a terminal shows of stderr; fails on a traceback or a second line."""
+    return _error_line
+
+
 @pytest.fixture(scope="session")
 def real_model():
     from dysco_interp import load_model

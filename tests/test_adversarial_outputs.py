@@ -230,12 +230,6 @@ def run(target: Target, argv: list[str], monkeypatch, capsys, seconds: int = 120
     return code or 0, capsys.readouterr().err
 
 
-def one_line(err: str) -> str:
-    assert "Traceback" not in err, err
-    lines = [x for x in err.rsplit("\r", 1)[-1].splitlines() if x.strip()]
-    assert len(lines) == 1, f"expected one line, got:\n{err}"
-    return lines[0]
-
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
@@ -307,7 +301,7 @@ def grid() -> list:
 
 @pytest.mark.parametrize("target,kind", grid())
 def test_an_output_path_is_refused_or_written_and_nothing_else_changes(target: Target, kind: str, tmp_path,
-                                                                      inputs, monkeypatch, capsys):
+                                                                      inputs, monkeypatch, capsys, error_line):
     case = prepare(target, kind, tmp_path, inputs)
     monkeypatch.chdir(case.box / "cwd")
     before, repo_before = snapshot(case.box), repo_state()
@@ -325,6 +319,6 @@ def test_an_output_path_is_refused_or_written_and_nothing_else_changes(target: T
             assert case.link_target.exists(), "the symlink's target was never written"
     else:
         assert code == 2, f"{kind} at {target.name} was not refused (exit {code}): {err}"
-        line = one_line(err)
+        line = error_line(err)
         assert case.out.name in line or str(case.out.parent) in line or case.out.parent.name in line, line
         assert changed(before, after) == set(), f"a refusal changed {sorted(changed(before, after))}"

@@ -15,27 +15,6 @@ from dysco_interp.models.tiny import tiny_tokenizer
 from dysco_interp.tasks import make_dataset, save_dataset
 
 
-def error_line(err: str) -> str:
-    """The one line a terminal shows: after a progress bar that cleared itself, nothing else."""
-    assert "Traceback" not in err
-    tail = err.rsplit("\r", 1)[-1]
-    lines = tail.strip("\n").split("\n")
-    assert len(lines) == 1, err
-    return lines[0]
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Loading a model or a tokenizer fails the test: these errors must come before any load."""
-    import dysco_interp.models as models
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model or tokenizer was loaded before the input was checked")
-
-    monkeypatch.setattr(models, "load_model", refuse)
-    monkeypatch.setattr(models, "load_tokenizer", refuse)
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("inputs")
@@ -132,7 +111,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_input_is_one_line_before_any_model_load(case, files, no_model, capsys):
+def test_bad_input_is_one_line_before_any_model_load(case, files, no_model, capsys, error_line):
     argv, expected = CASES[case]
     argv = [a.replace("{d}", str(files)) for a in argv]
     assert main(argv) == 2
@@ -151,7 +130,7 @@ def test_evaluate_defaults_to_methods_that_need_no_tuning():
     assert args.methods == "vanilla,uniattns" and args.tau == 0.8
 
 
-def test_make_data_refuses_lengths_beyond_the_context_and_writes_nothing(tmp_path, capsys):
+def test_make_data_refuses_lengths_beyond_the_context_and_writes_nothing(tmp_path, capsys, error_line):
     out = tmp_path / "data"
     # tiny models have a 2048-token context; 600 would be fine, 4k is checked before anything is made
     assert main(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "600,4k", "--out", str(out)]) == 2
@@ -163,7 +142,7 @@ def test_make_data_refuses_lengths_beyond_the_context_and_writes_nothing(tmp_pat
     assert [p.name for p in out.iterdir()] == ["needle_qa_4k.jsonl"]
 
 
-def test_make_data_checks_every_length_before_writing_any(tmp_path, capsys):
+def test_make_data_checks_every_length_before_writing_any(tmp_path, capsys, error_line):
     out = tmp_path / "data"
     # 600 tokens is fine; 100 tokens cannot hold the question and one document
     assert main(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "600,100", "--n", "1",
@@ -186,7 +165,7 @@ def test_generate_json_is_alone_on_stdout(monkeypatch, capsys, tiny_of):
     assert "[dysco-interp] loaded" in captured.err
 
 
-def test_copy_scores_all_zero_write_no_head_file(tmp_path, capsys):
+def test_copy_scores_all_zero_write_no_head_file(tmp_path, capsys, error_line):
     out = tmp_path / "heads.json"
     # a random 4-layer model never copies from the gold document
     argv = [*DETECT, "--method", "copy", "--n", "2", "--length", "600", "--max-new-tokens", "4", "--no-progress"]
@@ -216,7 +195,7 @@ def test_copy_scores_keep_only_heads_that_scored():
         informative_top(result([0] * 8), 4, "copy")
 
 
-def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys, error_line):
     def interrupted(args):
         raise KeyboardInterrupt
 
@@ -225,7 +204,7 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
     assert error_line(capsys.readouterr().err) == "dysco-interp: interrupted"
 
 
-def test_ctrl_c_during_evaluate_says_how_to_resume(monkeypatch, files, capsys):
+def test_ctrl_c_during_evaluate_says_how_to_resume(monkeypatch, files, capsys, error_line):
     def interrupted(args):
         raise KeyboardInterrupt
 
@@ -262,7 +241,7 @@ def test_every_command_option_says_what_it_does():
     assert not missing
 
 
-def test_a_head_file_of_another_model_is_refused_with_the_flag_that_accepts_it(tmp_path, capsys):
+def test_a_head_file_of_another_model_is_refused_with_the_flag_that_accepts_it(tmp_path, capsys, error_line):
     from dysco_interp.heads import HeadSet
     from dysco_interp.models.tiny import tiny_model
 

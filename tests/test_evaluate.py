@@ -225,14 +225,6 @@ def test_the_task_must_match_the_data(tiny_llama, pt_data, tmp_path):
     assert not (tmp_path / "r.jsonl").exists()
 
 
-@pytest.fixture
-def no_model_load(monkeypatch):
-    import dysco_interp.models as models
-
-    def refuse(*a, **k):
-        raise AssertionError("the model was loaded although the command should have stopped before")
-
-    monkeypatch.setattr(models, "load_model", refuse)
 
 
 @pytest.fixture(scope="module")
@@ -266,7 +258,7 @@ def test_cli_rerun_with_other_settings_stops_before_loading_the_model(data_dir, 
 
 
 @pytest.mark.parametrize("kind", ["folder", "data file", "head file", "text"])
-def test_cli_out_that_is_no_store_is_refused_untouched(data_dir, tmp_path, capsys, no_model_load, kind):
+def test_cli_out_that_is_no_store_is_refused_untouched(data_dir, tmp_path, capsys, no_weights, kind):
     out = {"folder": tmp_path, "data file": next(data_dir.glob("*.jsonl"))}.get(kind, tmp_path / "x.json")
     if kind == "head file":
         out.write_text('[["1-0", 0.5]]')
@@ -279,7 +271,7 @@ def test_cli_out_that_is_no_store_is_refused_untouched(data_dir, tmp_path, capsy
     assert before is None or out.read_bytes() == before
 
 
-def test_cli_refuses_a_store_that_cannot_be_resumed_before_loading(data_dir, tmp_path, capsys, no_model_load):
+def test_cli_refuses_a_store_that_cannot_be_resumed_before_loading(data_dir, tmp_path, capsys, no_weights):
     old = tmp_path / "old.jsonl"
     old.write_text(json.dumps({"model": "tiny-llama", "task": "path_traversal", "method": "vanilla", "index": 0,
                                "config": {}}) + "\n")
@@ -287,7 +279,7 @@ def test_cli_refuses_a_store_that_cannot_be_resumed_before_loading(data_dir, tmp
     assert "cannot be resumed" in capsys.readouterr().err
 
 
-def test_cli_task_that_does_not_match_the_data(data_dir, tmp_path, capsys, no_model_load):
+def test_cli_task_that_does_not_match_the_data(data_dir, tmp_path, capsys, no_weights):
     data = next(data_dir.glob("*.jsonl"))
     assert main(evaluate_argv(data, tmp_path / "r.jsonl", "--task", "mrcr")) == 2
     assert "not mrcr" in capsys.readouterr().err

@@ -12,24 +12,6 @@ from dysco_interp.models.tiny import tiny_tokenizer
 from dysco_interp.tasks import load_dataset, make_dataset, save_dataset
 
 
-def error_line(err: str) -> str:
-    """The one line a terminal shows (a progress bar that cleared itself aside)."""
-    assert "Traceback" not in err
-    lines = err.rsplit("\r", 1)[-1].strip("\n").split("\n")
-    assert len(lines) == 1, err
-    return lines[0]
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    import dysco_interp.models as models
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before the input was checked")
-
-    monkeypatch.setattr(models, "load_model", refuse)
-
-
 @pytest.fixture(scope="module")
 def record():
     """One needle-QA data record, as make-data writes it."""
@@ -63,23 +45,28 @@ def vanilla() -> dict:
     return {"vanilla": DecodingConfig(method="vanilla", max_new_tokens=2)}
 
 
-def refused(argv, capsys) -> str:
-    assert main([str(a) for a in argv]) == 2
-    captured = capsys.readouterr()
-    line = error_line(captured.err)
-    assert line.startswith("dysco-interp: error: ")
-    return line
+@pytest.fixture
+def refused(capsys, error_line):
+    """Runs a command that must be refused; its one line on stderr."""
+
+    def run(argv) -> str:
+        assert main([str(a) for a in argv]) == 2
+        line = error_line(capsys.readouterr().err)
+        assert line.startswith("dysco-interp: error: ")
+        return line
+
+    return run
 
 
 # --- 1. resuming with --keep-trace ------------------------------------------------------------
 
 
 def test_keep_trace_on_a_store_of_records_without_traces_is_refused_before_the_load(made, tmp_path, capsys,
-                                                                                     no_model):
+                                                                                     no_weights, refused):
     store = tmp_path / "store.jsonl"
     store.write_bytes((made / "store.jsonl").read_bytes())
     before = store.read_bytes()
-    line = refused(evaluate_argv(made / "data", store, "--keep-trace"), capsys)
+    line = refused(evaluate_argv(made / "data", store, "--keep-trace"))
     assert "without a trace" in line and "--keep-trace" in line
     assert store.read_bytes() == before
 
@@ -128,11 +115,11 @@ STORE_DAMAGE = {
 
 @pytest.mark.parametrize("damage", STORE_DAMAGE)
 @pytest.mark.parametrize("mode", ["error", "new"])
-def test_a_malformed_store_record_is_one_line_before_the_load(made, tmp_path, capsys, no_model, damage, mode):
+def test_a_malformed_store_record_is_one_line_before_the_load(made, tmp_path, no_weights, damage, mode, refused):
     change, words = STORE_DAMAGE[damage]
     path = damaged_store(made, tmp_path, change)
     before = path.read_bytes()
-    line = refused(evaluate_argv(made / "data", path, "--if-settings-differ", mode), capsys)
+    line = refused(evaluate_argv(made / "data", path, "--if-settings-differ", mode))
     assert f"{path}: " in line and words in line
     assert path.read_bytes() == before and not (tmp_path / "store.2.jsonl").exists()
 
@@ -147,39 +134,39 @@ def test_the_library_refuses_a_malformed_store_record(made, tmp_path, tiny_llama
         evaluate(tiny_llama, "tiny-llama", "needle_qa", data, vanilla(), None, path, progress=False)
 
 
-def test_a_data_record_without_answers_is_refused_before_the_load(record, tmp_path, capsys, no_model):
+def test_a_data_record_without_answers_is_refused_before_the_load(record, tmp_path, capsys, no_weights, refused):
     data = write_data(tmp_path / "data", {**record, "answers": []})
-    line = refused(evaluate_argv(data, tmp_path / "r.jsonl"), capsys)
+    line = refused(evaluate_argv(data, tmp_path / "r.jsonl"))
     assert "needle_qa_600.jsonl, line 1: not a valid needle_qa record" in line and "answers" in line
 
 
-def test_a_null_query_example_is_refused_before_the_load(record, tmp_path, capsys, no_model):
+def test_a_null_query_example_is_refused_before_the_load(record, tmp_path, capsys, no_weights, refused):
     data = write_data(tmp_path / "data", {**record, "answers": [], "is_null_query": True})
-    line = refused(evaluate_argv(data, tmp_path / "r.jsonl"), capsys)
+    line = refused(evaluate_argv(data, tmp_path / "r.jsonl"))
     assert f"instance {record['id']!r}: a null-query example (for calibration) has no answer to score" in line
 
 
-def test_spans_outside_the_prompt_are_refused_before_the_load(record, tmp_path, capsys, no_model):
+def test_spans_outside_the_prompt_are_refused_before_the_load(record, tmp_path, capsys, no_weights, refused):
     n = record["n_tokens"]
     data = write_data(tmp_path / "data", {**record, "doc_token_spans": [[0, 5], [n - 2, n + 50]]})
-    line = refused(evaluate_argv(data, tmp_path / "r.jsonl", "--keep-trace"), capsys)
+    line = refused(evaluate_argv(data, tmp_path / "r.jsonl", "--keep-trace"))
     assert "line 1: not a valid needle_qa record" in line
     assert f"doc_token_spans[1] ({n - 2}, {n + 50}) is outside the prompt's {n} tokens" in line
     for spans in ([[5, 2]], [[-1, 3]], [[0, "3"]], [[0, 1, 2]]):
         write_data(tmp_path / "data", {**record, "doc_token_spans": spans})
-        assert "doc_token_spans[0]" in refused(evaluate_argv(data, tmp_path / "r.jsonl"), capsys)
+        assert "doc_token_spans[0]" in refused(evaluate_argv(data, tmp_path / "r.jsonl"))
 
 
-def test_target_tokens_of_two_types_is_refused_before_the_load(record, tmp_path, capsys, no_model):
+def test_target_tokens_of_two_types_is_refused_before_the_load(record, tmp_path, capsys, no_weights, refused):
     data = write_data(tmp_path / "data", {**record, "target_tokens": "600"})
     write_data(data, {**record, "id": "other"}, name="needle_qa_601.jsonl")
-    line = refused(evaluate_argv(data, tmp_path / "r.jsonl"), capsys)
+    line = refused(evaluate_argv(data, tmp_path / "r.jsonl"))
     assert "needle_qa_600.jsonl, line 1" in line and "'target_tokens' must be an integer or null, got '600'" in line
 
 
 @pytest.mark.parametrize("field,value", [("n_tokens", "571"), ("answers", "Paris"), ("enable_thinking", "no"),
                                          ("documents", [1]), ("index", True)])
-def test_fields_of_the_wrong_type_are_refused(record, tmp_path, field, value):
+def test_fields_of_the_wrong_type_are_refused(record, tmp_path, field, value, refused):
     from dysco_interp.errors import DataError
 
     path = write_data(tmp_path, {**record, field: value}) / "needle_qa_600.jsonl"
@@ -198,7 +185,7 @@ def test_every_generated_record_passes_its_own_checks(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["result store", "other task", "text"])
-def test_make_data_refuses_to_overwrite_what_is_not_its_data(made, record, tmp_path, capsys, kind, monkeypatch):
+def test_make_data_refuses_to_overwrite_what_is_not_its_data(made, record, tmp_path, kind, monkeypatch, refused):
     import dysco_interp.models as models
 
     monkeypatch.setattr(models, "load_tokenizer", lambda *a, **k: pytest.fail("nothing is made before the check"))
@@ -212,12 +199,12 @@ def test_make_data_refuses_to_overwrite_what_is_not_its_data(made, record, tmp_p
         target.write_text("notes\n")
     before = target.read_bytes()
     line = refused(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "600", "--n", "1",
-                    "--out", tmp_path], capsys)
+                    "--out", tmp_path])
     assert f"{target} exists and is not a needle_qa data file" in line
     assert target.read_bytes() == before
 
 
-def test_make_data_replaces_its_own_data_file(record, tmp_path, capsys):
+def test_make_data_replaces_its_own_data_file(record, tmp_path):
     target = write_data(tmp_path, {**record, "id": "old"}) / "needle_qa_600.jsonl"
     assert main(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "600", "--n", "1",
                  "--out", str(tmp_path)]) == 0
@@ -228,21 +215,21 @@ def test_make_data_replaces_its_own_data_file(record, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("command", ["generate", "evaluate"])
-def test_heads_out_of_range_are_refused_before_the_load(made, tmp_path, capsys, no_model, command):
+def test_heads_out_of_range_are_refused_before_the_load(made, tmp_path, capsys, no_weights, command, refused):
     argv = (["generate", "--model", "tiny-llama", "--prompt", "hi", "--method", "dysco"] if command == "generate"
             else evaluate_argv(made / "data", tmp_path / "r.jsonl", "--methods", "vanilla,dysco"))
-    line = refused([*argv, "--heads", "99-0"], capsys)
+    line = refused([*argv, "--heads", "99-0"])
     assert "--heads 99-0: head L99H0 is out of range for tiny-llama (4 layers x 4 heads" in line
 
 
-def test_a_prompt_that_overflows_the_context_is_refused_before_the_load(tmp_path, capsys, no_model):
+def test_a_prompt_that_overflows_the_context_is_refused_before_the_load(tmp_path, capsys, no_weights, refused):
     prompt = tmp_path / "long.txt"
     prompt.write_text("word " * 3000)
-    line = refused(["generate", "--model", "tiny-llama", "--prompt-file", prompt, "--max-new-tokens", "8"], capsys)
+    line = refused(["generate", "--model", "tiny-llama", "--prompt-file", prompt, "--max-new-tokens", "8"])
     assert "the prompt is " in line and "tiny-llama's 2048-token context" in line and "--yarn" in line
 
 
-def test_data_that_overflows_the_context_is_refused_before_the_load(tmp_path, capsys, no_model):
+def test_data_that_overflows_the_context_is_refused_before_the_load(tmp_path, capsys, no_weights, refused):
     data = tmp_path / "data"
     assert main(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "1950", "--n", "1",
                  "--out", str(data)]) == 0
@@ -250,6 +237,6 @@ def test_data_that_overflows_the_context_is_refused_before_the_load(tmp_path, ca
     capsys.readouterr()
     argv = ["evaluate", "--model", "tiny-llama", "--task", "needle_qa", "--data", data, "--methods", "vanilla",
             "--out", tmp_path / "r.jsonl", "--max-new-tokens", "300"]
-    line = refused(argv, capsys)
+    line = refused(argv)
     assert f"needle_qa_1950.jsonl: instance 'needle_qa-s0-0-1950t' has a {n}-token prompt" in line
     assert "tiny-llama's 2048-token context" in line and "--max-new-tokens" in line

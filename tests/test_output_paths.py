@@ -35,23 +35,8 @@ SETTINGS = {"model": "m"}
 PROC = Path("/proc")  # a folder where nothing can be created, even by root (Linux)
 
 
-def error_line(err: str) -> str:
-    assert "Traceback" not in err
-    lines = err.rsplit("\r", 1)[-1].strip("\n").split("\n")
-    assert len(lines) == 1, err
-    return lines[0]
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    """Loading a model or a tokenizer fails the test: these errors must come before any load."""
-    import dysco_interp.models as models
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model or tokenizer was loaded before the output was checked")
-
-    monkeypatch.setattr(models, "load_model", refuse)
-    monkeypatch.setattr(models, "load_tokenizer", refuse)
 
 
 @pytest.fixture
@@ -127,7 +112,8 @@ def test_the_output_rule_refuses_everything_but_a_regular_file_or_a_new_path(tmp
 
 
 @pytest.mark.parametrize("command", ["evaluate", "demo", "detect-heads"])
-def test_every_command_refuses_a_fifo_out_before_the_model_loads(command, fifo, data, no_model, no_hang, capsys):
+def test_every_command_refuses_a_fifo_out_before_the_model_loads(
+        command, fifo, data, no_model, no_hang, capsys, error_line):
     argv = {"evaluate": evaluate_argv(data, fifo), "demo": ["demo", "--out", str(fifo)],
             "detect-heads": detect_argv(fifo)}[command]
     assert main(argv) == 2
@@ -137,7 +123,7 @@ def test_every_command_refuses_a_fifo_out_before_the_model_loads(command, fifo, 
 
 
 @pytest.mark.parametrize("command", ["evaluate", "demo", "detect-heads"])
-def test_every_command_refuses_a_device_out_while_parsing(command, data, capsys):
+def test_every_command_refuses_a_device_out_while_parsing(command, data, capsys, error_line):
     # parsing alone: nothing runs, so /dev/null is never opened whatever the outcome
     argv = {"evaluate": evaluate_argv(data, "/dev/null"), "demo": ["demo", "--out", "/dev/null"],
             "detect-heads": detect_argv("/dev/null")}[command]
@@ -199,7 +185,7 @@ def test_a_store_through_a_symlink_to_an_empty_file_writes_the_target(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["below a file", "in /proc"])
-def test_detect_heads_refuses_an_unwritable_out_before_the_model_loads(where, tmp_path, no_model, capsys):
+def test_detect_heads_refuses_an_unwritable_out_before_the_model_loads(where, tmp_path, no_model, capsys, error_line):
     if where == "in /proc" and not PROC.is_dir():
         pytest.skip("no /proc")
     (tmp_path / "file.txt").write_text("a file")
@@ -210,7 +196,7 @@ def test_detect_heads_refuses_an_unwritable_out_before_the_model_loads(where, tm
     assert "cannot be created below it" in line or f"cannot write {out}: no new file can be made in /proc" in line
 
 
-def test_detect_heads_keeps_the_scores_when_the_head_file_cannot_be_written(tmp_path, monkeypatch, capsys):
+def test_detect_heads_keeps_the_scores_when_the_head_file_cannot_be_written(tmp_path, monkeypatch, capsys, error_line):
     import dysco_interp.detection as detection
 
     sub = tmp_path / "sub"
@@ -287,7 +273,7 @@ def test_a_lock_that_cannot_be_created_is_no_busy_store():
 
 
 @pytest.mark.parametrize("where", ["below a file", "in /proc"])
-def test_evaluate_refuses_an_unwritable_out_before_the_model_loads(where, tmp_path, data, no_model, capsys):
+def test_evaluate_refuses_an_unwritable_out_before_the_model_loads(where, tmp_path, data, no_model, capsys, error_line):
     if where == "in /proc" and not PROC.is_dir():
         pytest.skip("no /proc")
     (tmp_path / "file.txt").write_text("a file")
@@ -297,14 +283,16 @@ def test_evaluate_refuses_an_unwritable_out_before_the_model_loads(where, tmp_pa
     assert "argument --out: " in line and "another writer" not in line
 
 
-def test_detect_heads_refuses_a_resume_dir_that_is_a_file_before_the_model_loads(tmp_path, no_model, capsys):
+def test_detect_heads_refuses_a_resume_dir_that_is_a_file_before_the_model_loads(
+        tmp_path, no_model, capsys, error_line):
     (tmp_path / "file.txt").write_text("a file")
     assert main(detect_argv(tmp_path / "h.json", "--resume-dir", str(tmp_path / "file.txt"))) == 2
     line = error_line(capsys.readouterr().err)
     assert f"argument --resume-dir: {tmp_path / 'file.txt'} is an existing file, not a folder" in line
 
 
-def test_detect_heads_refuses_a_resume_dir_of_other_settings_before_the_model_loads(tmp_path, no_model, capsys):
+def test_detect_heads_refuses_a_resume_dir_of_other_settings_before_the_model_loads(
+        tmp_path, no_model, capsys, error_line):
     from dysco_interp.detection.methods import FILTER_SIGMAS, NDCG_K
 
     runs = tmp_path / "runs"
