@@ -5,7 +5,8 @@
 - `notebooks/*.ipynb` are the committed notebooks, rendered by mkdocs-jupyter without running them;
 - `cli.md` is the command-line reference, read from the real argparse parser;
 - `api/index.md` lists the public API (`dysco_interp.__all__`); `api/<subpackage>.md` and
-  `api/core.md` (the top-level modules) document every module once, from its docstrings.
+  `api/core.md` (the top-level modules) document every module once, from its docstrings: the
+  modules that define public names first, then the rest under "Internals".
 """
 
 from __future__ import annotations
@@ -307,17 +308,24 @@ def load_package():
     return griffe.load(PACKAGE, search_paths=[str(ROOT)])
 
 
-def api_index_markdown(package) -> str:
-    """The public API: each name of `dysco_interp.__all__`, its kind, summary and a link to its entry."""
+def public_api(package) -> dict[str, object]:
+    """Each name of `dysco_interp.__all__` (but `__version__`) and the griffe object that defines it."""
     import dysco_interp
 
     lazy = _lazy_names()
-    rows = []
+    found = {}
     for name in dysco_interp.__all__:
         if name == "__version__":
             continue
         obj = package[lazy[name].removeprefix(PACKAGE + ".")][name] if name in lazy else package[name]
-        target = obj.final_target if obj.is_alias else obj
+        found[name] = obj.final_target if obj.is_alias else obj
+    return found
+
+
+def api_index_markdown(package) -> str:
+    """The public API: each name of `dysco_interp.__all__`, its kind, summary and a link to its entry."""
+    rows = []
+    for name, target in public_api(package).items():
         doc = target.docstring.value.split("\n\n")[0] if target.docstring else ""
         rows.append(f"| [`{name}`][{target.path}] | {target.kind.value} | {' '.join(doc.split())} |")
     docstring = package.docstring.value if package.docstring else ""
@@ -328,34 +336,73 @@ def api_index_markdown(package) -> str:
         "",
         "Everything below is importable from `dysco_interp` directly; the link leads to its full entry.",
         "",
+        # the class lets docs/stylesheets/extra.css keep each name on one line (the theme breaks code
+        # anywhere, which split `DecodingConfig` in this narrow column)
+        '<div class="api-names" markdown>',
+        "",
         "| name | kind | summary |",
         "|---|---|---|",
         *rows,
+        "",
+        "</div>",
     ]) + "\n"
 
 
-def _blocks(module, level: int) -> list[str]:
-    """mkdocstrings blocks for `module` and every module below it. A package shows only what it
-    defines itself: what it re-exports is documented once, in the module that defines it."""
+def _block(module, level: int, public: list[str]) -> list[str]:
+    """The mkdocstrings block of one module, the names in `public` first. A package shows only what
+    it defines itself: what it re-exports is documented once, in the module that defines it."""
     out = ["", f"::: {module.path}", "    options:", f"      heading_level: {level}"]
-    if not module.is_init_module:
-        return out
     own = [m.name for m in module.members.values() if not (m.is_alias or m.is_module or m.name.startswith("_"))]
-    out.append(f"      members: [{', '.join(own)}]" if own else "      members: false")
-    for _, sub in sorted(module.modules.items()):
-        out += _blocks(sub, 2)
+    first = [name for name in public if name in own]
+    if module.is_init_module:
+        # without a list mkdocstrings would also render what the package imports
+        out.append(f"      members: [{', '.join(first + [n for n in own if n not in first])}]" if own
+                   else "      members: false")
+    elif first:
+        out.append(f"      members: [{', '.join(first + [n for n in own if n not in first])}]")
+    if first:
+        # grouped by kind, a module's constants would come before its public classes and functions
+        out.append("      group_by_category: false")
     return out
+
+
+def _below(module) -> list:
+    """Every module under a package, nested packages followed by their own modules."""
+    out = []
+    for _, sub in sorted(module.modules.items()):
+        out.append(sub)
+        if sub.is_init_module:
+            out += _below(sub)
+    return out
+
+
+def _page_blocks(modules: list, public: dict[str, list[str]], level: int) -> list[str]:
+    """The blocks of `modules` on one page: those that define public names first, in the order of
+    `dysco_interp.__all__`, then the rest under "Internals" one heading level down."""
+    order = list(public)
+    first = sorted((m for m in modules if m.path in public), key=lambda m: order.index(m.path))
+    rest = [m for m in modules if m.path not in public]
+    out = [line for m in first for line in _block(m, level, public[m.path])]
+    if first and rest:
+        out += ["", f"{'#' * level} Internals", "",
+                "The modules that the public API above is built from, for work on the package itself."]
+        level += 1
+    return out + [line for m in rest for line in _block(m, level, [])]
 
 
 def api_pages(package) -> dict[str, str]:
     """`api/<name>.md` for each subpackage (its modules and nested packages on one page) and
-    `api/core.md` for the top-level modules: every module once."""
-    pages = {f"api/{name}.md": "\n".join(_blocks(sub, 1)).lstrip("\n") + "\n"
-             for name, sub in sorted(package.modules.items()) if sub.is_init_module}
+    `api/core.md` for the top-level modules: every module once, the public API first."""
+    public: dict[str, list[str]] = {}
+    for name, target in public_api(package).items():
+        public.setdefault(target.parent.path, []).append(name)
+    pages = {}
+    for name, sub in sorted(package.modules.items()):
+        if sub.is_init_module:
+            blocks = _block(sub, 1, public.get(sub.path, [])) + _page_blocks(_below(sub), public, 2)
+            pages[f"api/{name}.md"] = "\n".join(blocks).lstrip("\n") + "\n"
     core = ["# Shared modules", "", "The modules at the top of the package, which every subpackage uses."]
-    for _, module in sorted(package.modules.items()):
-        if not module.is_init_module:
-            core += _blocks(module, 2)
+    core += _page_blocks([m for _, m in sorted(package.modules.items()) if not m.is_init_module], public, 2)
     pages["api/core.md"] = "\n".join(core) + "\n"
     return pages
 

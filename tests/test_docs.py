@@ -167,3 +167,95 @@ def test_links_point_at_the_site_copies(hooks):
     back = hooks.rewrite_links("[home](../README.md) ![h](heads/h.png)", "figures/README.md", "figures/index.md",
                                published)
     assert back == "[home](../index.md) ![h](heads/h.png)\n"
+
+
+# ---------------------------------------------------------------- pages as the site renders them
+
+_LIST_ITEM = re.compile(r"^\s{0,3}([-*+]|\d+\.)\s+\S")
+
+
+@pytest.fixture(scope="module")
+def render():
+    """Markdown to HTML with the site's own extensions and their settings from mkdocs.yml (the
+    theme and the plugins are left out: the body of a page is what is checked)."""
+    import markdown
+
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    names, settings = [], {}
+    for entry in config["markdown_extensions"]:
+        name, options = next(iter(entry.items())) if isinstance(entry, dict) else (entry, None)
+        names.append(name)
+        if options:
+            settings[name] = options
+    return lambda text: markdown.markdown(text, extensions=names, extension_configs=settings)
+
+
+def text_of(fragment: str) -> str:
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", fragment)).split())
+
+
+def test_a_list_right_after_a_colon_line_renders_as_a_list(hooks, render):
+    # GitHub starts a list on the line after a paragraph; Python-Markdown wants a blank line first
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = readme.splitlines()
+    introductions = [lines[i] for i, prose in hooks._prose_lines(lines)
+                     if prose and i + 1 < len(lines) and lines[i].rstrip().endswith(":")
+                     and not _LIST_ITEM.match(lines[i]) and _LIST_ITEM.match(lines[i + 1])]
+    assert introductions  # "It prints:" and the like
+    page = render(hooks.rewrite_links(readme, "README.md", "index.md", {"index.md"}))
+    before_a_list = [text_of(p) for p in re.findall(r"<p>(.*?)</p>\s*<[uo]l>", page, flags=re.S)]
+    for line in introductions:
+        tail = text_of(render(line))[-30:]
+        assert any(p.endswith(tail) for p in before_a_list), f"no list after {line!r}"
+
+
+def test_no_paragraph_of_the_readmes_runs_a_list_into_its_text(hooks, render):
+    pngs = sorted(p.relative_to(ROOT / "figures").as_posix() for p in (ROOT / "figures").rglob("*.png"))
+    for page in [render((ROOT / "README.md").read_text(encoding="utf-8")),
+                 render(hooks.figures_page((ROOT / "figures" / "README.md").read_text(encoding="utf-8"), pngs))]:
+        for paragraph in re.findall(r"<p>(.*?)</p>", page, flags=re.S):
+            run_on = [line for line in paragraph.splitlines()[1:] if re.match(r"\s*([-*+]|\d+\.) ", line)]
+            assert not run_on, f"a list item inside a paragraph: {run_on[0]!r}"
+
+
+@pytest.fixture(scope="module")
+def api_table(hooks, package, render):
+    """(name cell, kind, summary) for each row of the Public API page's table, as HTML."""
+    page = render(hooks.api_index_markdown(package))
+    [table] = re.findall(r'<div class="api-names">\s*(<table>.*?</table>)\s*</div>', page, flags=re.S)
+    return [tuple(re.findall(r"<td>(.*?)</td>", row, flags=re.S))
+            for row in re.findall(r"<tr>(.*?)</tr>", table, flags=re.S)[1:]]
+
+
+def test_the_public_api_table_keeps_each_name_on_one_line(api_table):
+    # mkdocs-autorefs turns `[name][path]` into the link later in the build
+    names = [re.fullmatch(r"\[<code>(\w+)</code>\]\[[\w.]+\]", cell) for cell, _, _ in api_table]
+    assert all(names) and {m.group(1) for m in names} == set(dysco_interp.__all__) - {"__version__"}
+    # the theme breaks inline code between any two letters; the site's stylesheet stops that in
+    # this table's name column
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    css = "\n".join((ROOT / "docs" / sheet).read_text(encoding="utf-8") for sheet in config["extra_css"])
+    rule = re.search(r"\.api-names td:first-child code\s*\{([^}]*)\}", css)
+    assert rule and "white-space: nowrap" in rule.group(1)
+
+
+def test_every_public_name_has_a_summary(api_table):
+    summaries = {re.sub(r"</?code>|\[|\]\[.*", "", cell): text_of(summary) for cell, _, summary in api_table}
+    assert summaries["GenerationResult"] and summaries["Trace"]
+    assert all(summaries.values()), [name for name, summary in summaries.items() if not summary]
+
+
+def test_a_package_page_opens_with_its_public_api(hooks, package):
+    page = hooks.api_pages(package)["api/decoding.md"]
+    blocks = re.findall(r"^::: (\S+)$|^(## Internals)$", page, flags=re.M)
+    order = [block or heading for block, heading in blocks]
+    internals = order.index("## Internals")
+    # the modules that define `generate`, `DecodingConfig`, `GenerationResult`... come first, the
+    # validators and the backends after
+    for public in ["config", "sampling", "loop", "passes", "results"]:
+        assert order.index(f"dysco_interp.decoding.{public}") < internals
+    for internal in ["arguments", "backends", "backends.base", "relevance"]:
+        assert order.index(f"dysco_interp.decoding.{internal}") > internals
+    # and within a module, the public names before its helpers
+    loop = page.split("::: dysco_interp.decoding.loop\n")[1].split(":::")[0]
+    assert re.search(r"members: \[generate, generate_batch, compare_methods, dysco_generate, ", loop)

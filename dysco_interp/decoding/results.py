@@ -42,6 +42,12 @@ class TokenStep:
 
 @dataclass
 class Trace:
+    """The per-step record of one decode loop: a `StepRecord` for every token fed after the prefill.
+
+    Each step has its phase (warm-up or decode), position and, under DySCO, the selection it made;
+    `method`, `n_prompt` and `heads` (the QRHeads used) say what ran. `token_steps` pairs each
+    generated token with the step that chose it."""
+
     method: str
     n_prompt: int
     heads: list[tuple[int, int]] = field(default_factory=list)
@@ -124,6 +130,12 @@ class ForcedScores:
 
 @dataclass
 class GenerationResult:
+    """What decoding one prompt gives back: the generated text and tokens, the prompt, timings and the per-step `Trace`.
+
+    `trace` is None only for `decoding.generate`'s plain generation, outside the method loop;
+    `forced` holds the gold tokens' scores under teacher forcing. `save` and `load` keep a result
+    as JSON."""
+
     text: str
     tokens: list[int]
     prompt_ids: list[int]
