@@ -27,12 +27,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=cli_args.output_file, required=True)
     args = p.parse_args(argv)
 
+    from dysco_interp.analysis.store_archives import stored
     from dysco_interp.analysis.stores import read_records
     from dysco_interp.models import load_tokenizer
     from dysco_interp.tasks import load_dataset
 
     inst = next(x for x in load_dataset(args.data) if x.index == args.index)
-    recs = {r["method"]: r for r in read_records(args.results) if r["index"] == args.index}
+    recs = {r["method"]: r for r in read_records(stored(args.results)) if r["index"] == args.index}
     dysco = recs["dysco"]
     tok = load_tokenizer(args.model)
     gold = {f"edge{i}": k for k, i in enumerate(inst.gold_edge_indices)}

@@ -34,6 +34,7 @@ from dysco_interp.analysis.motivation_summary import (
     store_header,
     summarise,
 )
+from dysco_interp.analysis.store_archives import stored
 from dysco_interp.analysis.study_arguments import add_head_study_arguments, apply_preset
 from dysco_interp.cli import args as cli_args
 
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     command = "python analyses/motivation.py " + " ".join(sys.argv[1:] if argv is None else argv)
     out_dir = Path(args.out_dir)
-    store_path = out_dir / STORE_NAME
+    store_path = stored(out_dir / STORE_NAME)
     models = [args.model] if args.model else None
     if args.figures_only:
         for path in draw(out_dir, store_path, models, args.step, args.n_boot, command, figures=not args.no_figures):

@@ -247,6 +247,23 @@ def test_expand_and_load_report_unmatched_patterns(tmp_path):
     assert display_path(tmp_path / "a.jsonl", tmp_path) == "a.jsonl"
 
 
+def test_a_store_name_or_pattern_finds_its_compressed_archive(tmp_path):
+    import lzma
+
+    from dysco_interp.analysis.store_archives import stored, stores_in
+
+    (tmp_path / "a.jsonl").write_text(json.dumps(rec()) + "\n")
+    for name, index in (("a.jsonl.xz", 0), ("b.jsonl.xz", 1)):
+        (tmp_path / name).write_bytes(lzma.compress((json.dumps(rec(index=index)) + "\n").encode()))
+    (tmp_path / "a.jsonl.lock").write_text("")
+    # a store and its archive are one store: the uncompressed one is read where both are there
+    files, unmatched = expand([str(tmp_path / "*.jsonl"), str(tmp_path / "b.jsonl")])
+    assert [f.name for f in files] == ["a.jsonl", "b.jsonl.xz"] and unmatched == []
+    assert [r["index"] for r in load_records([str(tmp_path / "*.jsonl")])[0]] == [0, 1]
+    assert [p.name for p in stores_in(tmp_path)] == ["a.jsonl", "b.jsonl.xz"]
+    assert stored(tmp_path / "b.jsonl").name == "b.jsonl.xz" and stored(tmp_path / "c.jsonl").name == "c.jsonl"
+
+
 # ---------------------------------------------------------------------------- benchmark reader
 
 

@@ -17,6 +17,7 @@ import pytest
 from dysco_interp.analysis import overhead
 from dysco_interp.analysis.decoding_runs import SMALL_TAUS
 from dysco_interp.analysis.pipeline import SMALL_N
+from dysco_interp.analysis.store_archives import stores_in
 from dysco_interp.viz.render_html import opens_offline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -161,7 +162,7 @@ def tree_hashes(root: Path) -> dict[str, str]:
 def test_redraw_into_out_dir_writes_only_there_and_is_byte_identical(tmp_path):
     src = tmp_path / "figs"
     (src / "reuse").mkdir(parents=True)
-    for store in sorted((REPO / "figures" / "reuse").glob("*.jsonl")):
+    for store in stores_in(REPO / "figures" / "reuse"):  # committed compressed
         shutil.copy2(store, src / "reuse" / store.name)
     before, committed = tree_hashes(src), tree_hashes(REPO / "figures")
     outs = [tmp_path / "out_a", tmp_path / "elsewhere" / "out_b"]

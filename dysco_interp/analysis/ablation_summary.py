@@ -21,6 +21,7 @@ import numpy as np
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.report import fmt_delta
+from dysco_interp.analysis.store_archives import stored, stores_in
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments import store as runner
@@ -44,7 +45,7 @@ def group_of(head_set: str) -> str:
 
 
 def store_path(out_dir: str | Path, model: str) -> Path:
-    return Path(out_dir) / f"{Path(model).name}.jsonl"
+    return stored(Path(out_dir) / f"{Path(model).name}.jsonl")
 
 
 def read_study(path: str | Path) -> tuple[dict, list[dict]]:
@@ -118,9 +119,9 @@ def write_outputs(out_dir: str | Path, models: list[str] | None, n_boot: int, co
     """For each model's store in out_dir (or the given models): <model>_summary.json and, unless
     `figures` is off, <model>.png and <model>.html."""
     out_dir = Path(out_dir)
-    paths = [store_path(out_dir, m) for m in models] if models else sorted(out_dir.glob("*.jsonl"))
+    paths = [store_path(out_dir, m) for m in models] if models else stores_in(out_dir)
     if not paths:
-        raise ConfigError(f"no ablation stores (*.jsonl) in {out_dir}")
+        raise ConfigError(f"no ablation stores (*.jsonl, *.jsonl.xz) in {out_dir}")
     written = []
     for path in paths:
         settings, records = read_study(path)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dysco_interp.analysis.budget_choice import choose_config, shortlist
+from dysco_interp.analysis.store_archives import stored
 from dysco_interp.analysis.stores import read_records
 from dysco_interp.atomic import atomic_open
 from dysco_interp.decoding.config import DecodingConfig, preset
@@ -116,7 +117,7 @@ class StudySettings:
     n_free: int = 3  # teacher-forced best configurations decoded freely on the dev split
 
     def store(self, split: str, task: str, length: str, kind: str) -> Path:
-        return self.out_dir / "budget" / split / f"{self.model_name}_{task}_{length}_{kind}.jsonl"
+        return stored(self.out_dir / "budget" / split / f"{self.model_name}_{task}_{length}_{kind}.jsonl")
 
     @property
     def choice_path(self) -> Path:

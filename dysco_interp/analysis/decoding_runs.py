@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dysco_interp.analysis.result_tables import tau_sweep
+from dysco_interp.analysis.store_archives import stored
 from dysco_interp.analysis.stores import read_records
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
@@ -82,7 +83,7 @@ class RunSettings:
 
     @property
     def tau_store(self) -> Path:
-        return self.out_dir / "mrcr" / f"{self.model_name}_{self.tau_length}_tau.jsonl"
+        return stored(self.out_dir / "mrcr" / f"{self.model_name}_{self.tau_length}_tau.jsonl")
 
 
 def check_parts(parts: Sequence[str]) -> None:
@@ -105,7 +106,7 @@ def run_parts(model: LoadedModel, heads: HeadSet, s: RunSettings, log: Callable[
 
     def run(task: str, length: str, methods: dict[str, DecodingConfig], store_path: Path) -> None:
         t0 = time.perf_counter()
-        done = evaluate(model, s.model_name, task, data(task, length), methods, heads, store_path,
+        done = evaluate(model, s.model_name, task, data(task, length), methods, heads, stored(store_path),
                         backend=s.backend, batch_size=s.batch_size)
         log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s")
 

@@ -20,6 +20,7 @@ import torch
 
 from dysco_interp.analysis.edge_attention import span_attention_by_layer
 from dysco_interp.analysis.route_lines import compare_route, first_error, route_lines
+from dysco_interp.analysis.store_archives import stored
 from dysco_interp.analysis.stores import read_records
 from dysco_interp.chat import encode_text
 from dysco_interp.decoding.config import DecodingConfig
@@ -143,6 +144,7 @@ def analyse_instance(model: LoadedModel, model_name: str, inst: PathTraversalIns
 
 def evaluation_records(path: str, model_name: str, length: int | None) -> tuple[int, dict[int, dict[str, dict]]]:
     """(length, {index: {method: record}}) of one model's Path Traversal records in a store."""
+    path = str(stored(path))
     if not Path(path).is_file():
         raise ConfigError(f"no evaluation records at {path}")
     recs = [r for r in read_records(path) if r["model"] == model_name and r["task"] == TASK]

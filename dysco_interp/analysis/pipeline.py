@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dysco_interp.analysis.store_archives import glob_stores
 from dysco_interp.heads import available_shipped_heads
 from dysco_interp.models import load_tokenizer
 from dysco_interp.tasks import make_dataset, save_dataset
@@ -36,7 +37,7 @@ ScriptRunner = Callable[[str, list[str]], Runner]  # (script name, argv) -> a ru
 class Step:
     name: str
     run: Runner
-    needs: list[str] = field(default_factory=list)  # glob patterns; none matching -> skipped
+    needs: list[str] = field(default_factory=list)  # glob patterns (`glob_stores`); none matching -> skipped
     outputs: list[str] = field(default_factory=list)  # glob patterns of what it writes
 
 
@@ -50,7 +51,7 @@ def run_steps(steps: list[Step], log: Callable[[str], None] = print) -> list[dic
     for i, step in enumerate(steps, 1):
         t0 = time.perf_counter()
         prefix = f"[run_all {i}/{len(steps)}] {step.name}"
-        missing = [p for p in step.needs if not glob.glob(p)]
+        missing = [p for p in step.needs if not glob_stores(p)]
         if step.needs and len(missing) == len(step.needs):
             reason = f"no inputs: nothing matches {', '.join(missing)}"
             log(f"{prefix}: skipped ({reason})")
@@ -144,7 +145,7 @@ def regenerate_steps(script: ScriptRunner, root: Path) -> list[Step]:
     # the driver writes under <out-dir>/budget
     steps.append(Step("selection budget: dev curves and figure, dev free generation, test table",
                       script("budget_study", ["--figures-only", "--out-dir", str(root)]),
-                      needs=[str(budget / "*" / "*.jsonl"), str(budget / "*" / "*.jsonl.xz")],
+                      needs=[str(budget / "*" / "*.jsonl")],
                       outputs=[str(budget / f"{name}.*") for name in ("curves", "effect", "effect-fraction",
                                                                       "dev_free", "test_table")]))
     for alias in available_shipped_heads():

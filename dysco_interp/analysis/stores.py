@@ -27,6 +27,7 @@ from pathlib import Path
 from dysco_interp.analysis.method_key import method_key
 from dysco_interp.analysis.report import store_notes
 from dysco_interp.analysis.result_tables import cell_of, instance_of
+from dysco_interp.analysis.store_archives import glob_stores, stored
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.store import canonical_json, differences, read_store
 
@@ -35,12 +36,13 @@ REQUIRED_FIELDS = ("model", "task", "method", "index", "config")
 
 def expand(patterns: Iterable[str]) -> tuple[list[Path], list[str]]:
     """Files matched by glob patterns (or named outright), sorted and unique; and the patterns
-    that matched nothing."""
+    that matched nothing. A store's name or pattern finds its compressed archive too
+    (`store_archives`)."""
     files: list[Path] = []
     unmatched: list[str] = []
     for pattern in patterns:
-        hits = sorted(glob.glob(str(pattern))) if glob.has_magic(str(pattern)) else (
-            [str(pattern)] if Path(pattern).is_file() else [])
+        hits = glob_stores(pattern) if glob.has_magic(str(pattern)) else (
+            [str(stored(pattern))] if stored(pattern).is_file() else [])
         if not hits:
             unmatched.append(str(pattern))
         files.extend(Path(h) for h in hits if Path(h).is_file())

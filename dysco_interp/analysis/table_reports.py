@@ -34,7 +34,9 @@ PARAM_LABELS = {"top_p": "nucleus mass p", "top_k": "cap K (tokens)", "beta": "s
 POOLING_HELP = ("Stores are pooled only when comparable: records of one model, task, length and token budget "
                 "computed with other settings (dtype, device, backend, weights, teacher forcing, head set, ...) "
                 "are refused in one line naming both files; a record stored twice counts once, and a note says "
-                "when the two differ in results.")
+                "when the two differ in results. A store named NAME.jsonl, or matched by a *.jsonl pattern, is read "
+                "from its compressed archive NAME.jsonl.xz (or .gz) where only that exists, as the committed stores "
+                "are kept.")
 
 
 # ---------------------------------------------------------------------------- Path Traversal
