@@ -99,7 +99,8 @@ def test_the_demo_runs_end_to_end_on_a_tiny_model(tiny_llama, tmp_path):
     assert re.search(r"^  1 +\S+ → \S+", report, re.MULTILINE) and "step accuracy: vanilla" in report
     assert "No study covers tiny-llama" in report  # an unmeasured model gets no claim
     page = write_demo_page(demo, tmp_path / "p.html").read_text()
-    assert page.count("Plotly.newPlot") == 3 and opens_offline(tmp_path / "p.html")
+    assert page.count("Plotly.newPlot") == 4 and opens_offline(tmp_path / "p.html")
+    assert "No study covers tiny-llama" in page and "<tr class=this>" not in page  # measured models only
     assert "Teacher-forced on the gold route" in page and "gold route, teacher-forced" in page
     with pytest.raises(ConfigError, match="vanilla with a DySCO method"):
         demo_job.run_demo(model, heads, length=1900, dysco=demo_job.preset("paper", method="vanilla"))

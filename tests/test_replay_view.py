@@ -14,8 +14,9 @@ from dysco_interp.viz.replay_view import (
     SELECTED_OUTLINE,
     replay_figure,
     replay_snapshot,
-    slider_label,
     start_token,
+    tick_drop_px,
+    tick_label,
     token_caption,
     write_replay_html,
 )
@@ -93,13 +94,15 @@ def route_replay():
         gold=[None, None] + [0] * (n - 2))
 
 
-def test_the_figure_opens_on_the_first_destination_city_with_token_text_on_the_slider():
+def test_the_figure_opens_on_the_first_destination_city_with_token_numbers_on_the_slider():
     rep = route_replay()
     assert start_token(rep) == 9  # " B": the first token the QRHeads have to look up
     fig = replay_figure(rep)
     assert fig.layout.sliders[0].active == 9
-    assert [step.label for step in fig.layout.sliders[0].steps][:3] == ["&lt;Route&gt;", "⏎", "From"]
-    assert slider_label({"r": rep}, 9) == "B"
+    # numbers, not token fragments ("<", "Sh", "acent"): side by side, the runs' tokens differ, and
+    # each column's caption shows its own
+    assert [step.label for step in fig.layout.sliders[0].steps] == [str(j) for j in range(len(rep))]
+    assert fig.layout.sliders[0].currentvalue.prefix == "token "
     # the first frame shown is that token's, not token 0's
     assert "<b>" in token_caption(rep, 9) and "token 9" in fig.layout.annotations[0].text
     # no route line at all: the first token with a gold span, else 0
@@ -129,3 +132,21 @@ def test_static_snapshot_draws_the_start_token():
     # the start token of the figure: the destination city of the run that writes a route line
     assert fig.axes[0].get_title() == "vanilla: ended after 3 tokens"
     assert fig.axes[1].get_title() == "dysco: token 9 ' B'"
+
+
+def test_the_layout_leaves_no_gap_over_the_captions_and_room_under_long_edge_names():
+    short = replay_figure(make_replay())
+    names = ["Budapest XVI. kerulet → Saint Clair Shores", "B → C", "C → D"]
+    long = replay_figure(AttentionReplay(**{**vars(make_replay()), "names": names}))
+    assert tick_label(names[0]) == "Budapest XVI. kerulet →<br>Saint Clair Shores"
+    assert tick_drop_px(names) > tick_drop_px(["A → B"])
+    for fig, edge_names in ((short, make_replay().names), (long, names)):
+        plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+        # the legend's foot and the captions' head: the captions are 3 lines (under 70 px)
+        legend_px = (fig.layout.legend.y - 1) * plot_px
+        assert legend_px <= 75
+        # the note under the axis starts below the rotated names, the slider below the note
+        note = next(a for a in fig.layout.annotations if a.text.startswith("attention: mean over heads"))
+        assert -note.y * plot_px == pytest.approx(tick_drop_px(edge_names, fig.layout.xaxis3.tickfont.size))
+        assert fig.layout.sliders[0].y < note.y
+    assert long.layout.margin.b > short.layout.margin.b  # longer names push the note and slider down

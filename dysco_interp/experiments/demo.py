@@ -11,25 +11,29 @@ otherwise) twice:
 Every run is replayed token by token (`analysis/replay.py`); `format_report` prints it and
 `viz/demo_page.write_demo_page` draws it as one offline HTML page.
 
-One instance is an example, not evidence: `MEASURED` says, per model, what the measured studies
-found over many instances, and the report ends with it.
+One instance is an example, not evidence: `measured_effect` says, per model, what the measured
+studies found over many instances (the numbers shipped with the package, `experiments.evidence`),
+and the report ends with it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dysco_interp.analysis.replay import AttentionReplay, replay_path_traversal
+from dysco_interp.analysis.report import fmt_delta
 from dysco_interp.analysis.step_mechanism import StepMechanism, step_mechanisms, step_totals
 from dysco_interp.checks import check_int, check_type
 from dysco_interp.decoding.choices import DEFAULT_PRESET
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.errors import ConfigError
+from dysco_interp.experiments.evidence import load_evidence
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
+from dysco_interp.tasks.lengths import length_label
 from dysco_interp.tasks.path_traversal import (
     PathTraversalInstance,
     RouteScore,
@@ -49,23 +53,37 @@ class MeasuredEffect:
     text: str  # what was measured, with where to read more
 
 
-# What the studies measured over many instances (50 per length unless said); the numbers are
-# copied from the committed result tables named in each text.
-MEASURED = {
-    "qwen2.5-coder-1.5b": MeasuredEffect(True, (
-        "over 50 Path Traversal instances per length (seed 0), small-budget DySCO raises teacher-forced step "
-        "accuracy by +0.065, +0.075, +0.050, +0.055 at 1K, 2K, 4K, 8K (paired 95% CIs above 0) and +0.020 at 16K "
-        "(within noise); free-generation exact accuracy at 1K goes 0.14 -> 0.26 "
-        "(figures/budget/test_table.md)")),
-    "qwen2.5-coder-0.5b": MeasuredEffect(True, (
-        "over 50 Path Traversal instances per length (seed 0), small-budget DySCO raises teacher-forced step "
-        "accuracy by +0.035 at 2K and +0.040 at 16K (paired 95% CIs above 0), and within noise at 1K, 4K, 8K "
-        "(figures/budget/test_table.md)")),
-    "smollm2-135m": MeasuredEffect(False, (
-        "over 30 Path Traversal instances at 1K (seed 1), small-budget DySCO raises the gold city's teacher-forced "
-        "log-probability by +0.19 nats [+0.07, +0.29] but its step accuracy only by +0.033 [-0.008, +0.075], "
-        "within noise (figures/README.md, \"Selection budget\")")),
-}
+def _signed(est: Mapping, digits: int = 3) -> str:
+    return f"{est['mean']:+.{digits}f} [{est['lo']:+.{digits}f}, {est['hi']:+.{digits}f}]"
+
+
+def measured_effect(model: str) -> MeasuredEffect | None:
+    """What the studies measured for `model` over many instances, in words, from the numbers shipped
+    with the package (`experiments.evidence`); None for a model no study covers."""
+    evidence = load_evidence()
+    test = evidence["test"]["models"].get(model)
+    if test is not None:
+        rows = test["rows"]
+        lengths = [length_label(r["length"]).upper() for r in rows]
+        above = [length for length, r in zip(lengths, rows) if r["delta"]["lo"] > 0]
+        n = sorted({r["n"] for r in rows})
+        ci = f"paired 95% CI above 0 at {', '.join(above)}" if above else "every paired 95% CI includes 0"
+        deltas = ", ".join(f"{r['delta']['mean']:+.3f}" for r in rows)
+        return MeasuredEffect(bool(above), (
+            f"on the {evidence['test']['split']} split (Path Traversal, {'/'.join(map(str, n))} instances per "
+            f"length), small-budget DySCO ({config_words(test['config'])}) changes teacher-forced step accuracy by "
+            f"{deltas} at {', '.join(lengths)} ({ci}; "
+            f"{evidence['test']['source']})"))
+    small = evidence["small"].get(model)
+    if small is not None:
+        step, city = small["delta"]["tf_step_accuracy"], small["delta"]["tf_city_logprob"]
+        noise = ", within noise" if step["lo"] <= 0 <= step["hi"] else ""
+        return MeasuredEffect(step["lo"] > 0, (
+            f"over {small['n']} Path Traversal instances at {length_label(small['length']).upper()} "
+            f"({small['split']} split), small-budget DySCO ({config_words(small['config'])}) changes the gold "
+            f"city's teacher-forced log-probability by {_signed(city, 2)} nats and its step accuracy by "
+            f"{_signed(step)}{noise} ({small['source']})"))
+    return None
 
 
 @dataclass
@@ -93,7 +111,7 @@ class DemoResult:
 
     @property
     def measured(self) -> MeasuredEffect | None:
-        return MEASURED.get(self.model)
+        return measured_effect(self.model)
 
 
 def gold_cities(instance: PathTraversalInstance) -> list[str]:
@@ -164,7 +182,12 @@ def run_demo(
 
 
 def config_label(config: DecodingConfig) -> str:
-    return f"p {config.top_p}, K {config.top_k}, β {config.beta}"
+    return config_words({"top_p": config.top_p, "top_k": config.top_k, "beta": config.beta})
+
+
+def config_words(params: Mapping) -> str:
+    """DySCO's selection and strength as the demo names them: "p 0.975, K 8, β 1.5"."""
+    return f"p {params['top_p']}, K {params['top_k']}, β {params['beta']}"
 
 
 def _indent(text: str) -> str:
@@ -240,6 +263,21 @@ def verdict(demo: DemoResult) -> str:
             f"{SHOWCASE_MODEL}`.")
 
 
+def evidence_lines(model: str) -> list[str]:
+    """The measured test-split table of `model`, or of SHOWCASE_MODEL when no test split covers `model`
+    (the page shows every measured model)."""
+    evidence = load_evidence()
+    shown = model if model in evidence["test"]["models"] else SHOWCASE_MODEL
+    measured = evidence["test"]["models"][shown]
+    rows = [("tokens", "n", "vanilla", "DySCO", "DySCO - vanilla [95% CI]")] + [
+        (length_label(r["length"]).upper(), str(r["n"]), f"{r['vanilla']['mean']:.3f}", f"{r['dysco']['mean']:.3f}",
+         fmt_delta(r["delta"])) for r in measured["rows"]]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return [f"Measured on {shown}, Path Traversal {evidence['test']['split']} split, teacher-forced step accuracy "
+            f"(DySCO {config_words(measured['config'])}; {evidence['test']['source']}):",
+            *("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)]
+
+
 def format_report(demo: DemoResult, html_path: str | Path | None = None) -> str:
     """What the demo prints: the instance, the step table, both free routes, the verdict."""
     inst = demo.instance
@@ -276,11 +314,12 @@ def format_report(demo: DemoResult, html_path: str | Path | None = None) -> str:
         lines.append(_indent(result.text))
     if demo.results["vanilla"].tokens == demo.results["dysco"].tokens:
         lines += ["", "Free generation: vanilla and DySCO wrote the same tokens on this instance."]
-    lines += ["", verdict(demo)]
+    lines += ["", verdict(demo), "", *evidence_lines(demo.model)]
     if html_path is not None:
         lines += ["", f"the page (opens offline in a browser): {html_path}"]
     return "\n".join(lines)
 
 
-__all__ = ["ANSWER_MARGIN", "DEFAULT_PRESET", "MEASURED", "DemoResult", "MeasuredEffect", "format_report",
-           "gold_cities", "route_score_text", "run_demo", "selection_text", "step_cells", "step_table", "verdict"]
+__all__ = ["ANSWER_MARGIN", "DEFAULT_PRESET", "DemoResult", "MeasuredEffect", "config_words", "evidence_lines",
+           "format_report", "gold_cities", "measured_effect", "route_score_text", "run_demo", "selection_text",
+           "step_cells", "step_table", "verdict"]

@@ -1,7 +1,9 @@
 """The main job's page: one offline HTML file that shows what DySCO did on one instance.
 
-From top to bottom: what ran and what was measured over many instances (the verdict), the route
-steps teacher-forced (where the QRHeads and all heads looked, what DySCO selected, each method's
+From top to bottom: what ran and what was measured over many instances (the verdict), the
+measured effect (the selection-budget study's test table and its effect-against-budget curves,
+from the numbers shipped with the package: `experiments.evidence`), the route steps
+teacher-forced (where the QRHeads and all heads looked, what DySCO selected, each method's
 log-probability of the step's city), the replay of the gold route token by token, and the replay
 of the two free generations side by side. plotly.js is loaded once, from the shared copy beside
 the page (`render_html.shared_plotlyjs`); every plot's width follows the window.
@@ -10,11 +12,25 @@ the page (`render_html.shared_plotlyjs`); every plot's width follows the window.
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 
+from dysco_interp.analysis.report import fmt_ci, fmt_delta
 from dysco_interp.atomic import atomic_open
-from dysco_interp.experiments.demo import DemoResult, config_label, route_score_text, step_cells, verdict
-from dysco_interp.viz.render_html import PLOTLYJS_NAME, shared_plotlyjs
+from dysco_interp.experiments.demo import (
+    METHOD_LABELS,
+    SHOWCASE_MODEL,
+    DemoResult,
+    config_label,
+    config_words,
+    route_score_text,
+    step_cells,
+    verdict,
+)
+from dysco_interp.experiments.evidence import load_evidence
+from dysco_interp.tasks.lengths import length_label
+from dysco_interp.viz.budget_figure import budget_panels
+from dysco_interp.viz.render_html import PLOTLYJS_NAME, panels_figure, shared_plotlyjs
 from dysco_interp.viz.replay_view import replay_figure
 
 METHOD_COLORS = {"vanilla": "#9d9d9d", "dysco": "#e45756"}
@@ -28,7 +44,11 @@ th { text-align: left; background: #f4f4f4; } td.num { text-align: right; font-v
 .verdict.shows { background: #eef6ee; border-left-color: #54a24b; }
 pre { background: #f7f7f7; padding: 8px; white-space: pre-wrap; }
 .routes { display: flex; gap: 16px; flex-wrap: wrap; } .routes > div { flex: 1 1 300px; }
+code { background: #f0f0f0; padding: 1px 4px; border-radius: 3px; font-size: 0.95em; }
+table.evidence td, table.evidence th { white-space: nowrap; } tr.this td { font-weight: bold; }
+p.note { color: #555; font-size: 0.9em; }
 """
+EVIDENCE_FIGURE_PX = 520  # the effect-against-budget panels: small, the table is the headline
 
 
 def step_figure(demo: DemoResult):
@@ -50,20 +70,113 @@ def step_figure(demo: DemoResult):
     for method in ("vanilla", "dysco"):
         right = [s.correct[method] for s in steps]
         fig.add_trace(go.Bar(
-            x=labels, y=[s.logprob[method] for s in steps], name=f"{method} log p(city)", legendgroup="methods",
+            x=labels, y=[s.logprob[method] for s in steps], name=f"{METHOD_LABELS[method]} log p(city)",
+            legendgroup="methods", showlegend=False,
             marker={"color": [METHOD_COLORS[method] if r else "white" for r in right],
                     "line": {"color": METHOD_COLORS[method], "width": 2}},
             customdata=["argmax names it" if r else "argmax does not name it" for r in right],
             hovertemplate="%{y:.2f} nats, %{customdata}"), row=1, col=2)
+    # legend-only entries: a bar's fill varies per bar (a plotly legend shows the first bar's),
+    # so each method's colour and what a fill means get entries of their own
+    for name, symbol, color, group in (
+            *((f"{METHOD_LABELS[m]} log p(city)", "square", METHOD_COLORS[m], "methods") for m in METHOD_COLORS),
+            ("filled bar: the argmax names the city", "square", "#666", "fill"),
+            ("hollow bar: the argmax names another token", "square-open", "#666", "fill")):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, legendgroup=group,
+                                 hoverinfo="skip", marker={"symbol": symbol, "size": 14, "color": color,
+                                                           "line": {"width": 2, "color": color}}), row=1, col=2)
     fig.add_hline(y=0, line_color="#444", line_width=1, row=1, col=2)
     fig.update_yaxes(title_text="attention mass", rangemode="tozero", row=1, col=1)
     fig.update_yaxes(title_text="nats (0 = certain)", row=1, col=2)
     fig.update_layout(barmode="group", height=430, autosize=True, plot_bgcolor="white",
                       margin={"t": 60, "b": 90, "l": 70, "r": 20},
-                      legend={"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top", "font": {"size": 13}})
+                      legend={"orientation": "h", "x": 0, "y": -0.2, "yanchor": "top", "font": {"size": 13},
+                              "traceorder": "grouped"})
     fig.update_yaxes(gridcolor="#eee")
     fig.update_xaxes(tickangle=0)
     return fig
+
+
+def with_code(text: str) -> str:
+    """Escaped text whose `backticked` spans (commands to copy) become <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def evidence_rows(model: str) -> list[dict]:
+    """The measured effect as table rows: each model's test split per length, and the demo's model's
+    own run where it is only measured elsewhere (the default model: the dev split). `this` marks the
+    demo's model."""
+    evidence = load_evidence()
+    rows = []
+    small = evidence["small"].get(model)
+    if small is not None:
+        rows.append({"model": model, "split": small["split"], "length": small["length"], "n": small["n"],
+                     "config": small["config"], "vanilla": small["vanilla"][evidence["metric"]],
+                     "dysco": small["dysco"][evidence["metric"]], "delta": small["delta"][evidence["metric"]],
+                     "source": small["source"], "this": True})
+    for name, measured in evidence["test"]["models"].items():
+        rows += [{"model": name, "split": evidence["test"]["split"], **r, "config": measured["config"],
+                  "source": evidence["test"]["source"], "this": name == model} for r in measured["rows"]]
+    return rows
+
+
+def evidence_table(model: str) -> str:
+    """The rows of `evidence_rows`; a DySCO settings column only when the rows' settings differ
+    (the section's text names them otherwise)."""
+    rows = evidence_rows(model)
+    settings = len({config_words(r["config"]) for r in rows}) > 1
+    head = "".join(f"<th>{t}</th>" for t in ("model", "split", "prompt tokens", "n", "vanilla [95% CI]",
+                                             "DySCO [95% CI]", "DySCO − vanilla, paired [95% CI]")
+                   + (("DySCO settings",) if settings else ()))
+    body = "".join(
+        f"<tr{' class=this' if r['this'] else ''}><td>{html.escape(r['model'])}</td><td>{r['split']}</td>"
+        f"<td class=num>{length_label(r['length']).upper()}</td><td class=num>{r['n']}</td>"
+        f"<td class=num>{fmt_ci(r['vanilla'])}</td><td class=num>{fmt_ci(r['dysco'])}</td>"
+        f"<td class=num>{fmt_delta(r['delta'])}</td>"
+        + (f"<td>{html.escape(config_words(r['config']))}</td>" if settings else "") + "</tr>"
+        for r in rows)
+    return f"<table class=evidence>{head}{body}</table>"
+
+
+def evidence_figure():
+    """The dev sweep's paired gain in step accuracy against the cap K (`viz.budget_figure`'s panels,
+    drawn from the shipped rows): where the small budget was chosen."""
+    evidence = load_evidence()
+    rows = evidence["curves"]["rows"]
+    panels, ncols = budget_panels(rows, "K")
+    n = sorted({r["n"] for r in rows})
+    fig = panels_figure(panels, ncols=ncols, title=(
+        f"{evidence['curves']['split']} split, teacher forced: gain in step accuracy over vanilla against the cap K "
+        f"({'/'.join(map(str, n))} instances per cell, 95% paired CI)"))
+    fig.update_layout(height=EVIDENCE_FIGURE_PX + 2 * 120, autosize=True, title_font_size=14)
+    return fig
+
+
+def evidence_section(demo: DemoResult, plotlyjs: str | bool) -> list[str]:
+    evidence = load_evidence()
+    model = demo.model
+    covered = model in evidence["test"]["models"] or model in evidence["small"]
+    lead = (f"Rows in bold are {html.escape(model)}'s." if covered else
+            f"No study covers {html.escape(model)}; these are the models that were measured.")
+    settings = sorted({config_words(r["config"]) for r in evidence_rows(model)})
+    return [
+        "<h2>1. The effect over many instances (measured, not this run)</h2>",
+        f"<p>Teacher-forced step accuracy on Path Traversal (the share of route steps whose city the argmax "
+        f"names, the gold route so far fed): vanilla and small-budget DySCO ({html.escape('; '.join(settings))}), "
+        f"and their paired difference over the same instances. {lead} The settings were chosen on the dev "
+        f"split and reported on the test split; {SHOWCASE_MODEL} shows the clearest effect.</p>",
+        evidence_table(model),
+        f"<p class=note>{html.escape(evidence['ci'])}. Sources: "
+        f"{html.escape(', '.join(dict.fromkeys(r['source'] for r in evidence_rows(model))))} "
+        f"(the selection-budget study, figures/README.md), shipped with the package.</p>",
+        "<p>Where the small budget comes from: the gain against how many keys DySCO may boost (the cap K) on "
+        "the dev split. It is largest at a few keys and fades or turns negative as K grows; random heads "
+        "instead of the QRHeads lose.</p>",
+        _plot(evidence_figure(), "demo-evidence", plotlyjs),
+        f"<p class=note>Path Traversal only; the full figure, with MRCR (where almost every setting lowers the "
+        f"gold answer's log-probability), is figures/budget/effect.png ({html.escape(evidence['curves']['source'])}"
+        f" has the numbers).</p>",
+    ]
 
 
 def _plot(fig, div_id: str, plotlyjs: str | bool) -> str:
@@ -99,7 +212,8 @@ def demo_page(demo: DemoResult, plotlyjs: str = PLOTLYJS_NAME) -> str:
                       f"<b>{d['step_accuracy']:.2f}</b>. Mean log p(city): vanilla {v['city_logprob']:+.2f}, DySCO "
                       f"{d['city_logprob']:+.2f} nats.</p>")
     routes = "".join(
-        f"<div><h3>{html.escape(name)}</h3><p>{html.escape(route_score_text(demo.scores[name], inst.n_hops))}</p>"
+        f"<div><h3>{html.escape(METHOD_LABELS[name])}</h3>"
+        f"<p>{html.escape(route_score_text(demo.scores[name], inst.n_hops))}</p>"
         f"<pre>{html.escape(res.text)}</pre></div>" for name, res in demo.results.items())
     same = demo.results["vanilla"].tokens == demo.results["dysco"].tokens
     title_lines = demo.title.split("\n")
@@ -111,22 +225,24 @@ def demo_page(demo: DemoResult, plotlyjs: str = PLOTLYJS_NAME) -> str:
         f"DySCO: {html.escape(demo.config.method)}, {html.escape(config_label(demo.config))}, "
         f"{len(demo.heads)} QRHeads ({html.escape(', '.join(demo.heads.labels()))}).</p>",
         f"<p class='verdict{' shows' if measured is not None and measured.shows else ''}'>"
-        f"{html.escape(verdict(demo))}</p>",
-        "<h2>1. Teacher-forced on the gold route: where the heads look, and what DySCO changes</h2>",
+        f"{with_code(verdict(demo))}</p>",
+        *evidence_section(demo, plotlyjs),
+        "<h2>2. Teacher-forced on the gold route: where the heads look, and what DySCO changes</h2>",
         "<p>Each step is read at the position that predicts its destination city, with the gold route so far "
         "fed. Attention is the mean over heads of that row summed over the gold edge's line; rank 1 is the "
         "most attended of the edges. DySCO selected: the share of the gold edge's tokens that got log β.</p>",
         _step_rows(demo), total_line,
-        _plot(step_figure(demo), "demo-steps", plotlyjs),
-        "<h2>2. The gold route, token by token</h2>",
+        _plot(step_figure(demo), "demo-steps", False),
+        "<h2>3. The gold route, token by token</h2>",
         "<p>Every token of the gold answer: attention per edge line (QRHeads and all heads) of the row that "
         "predicts it, and the share of each line DySCO selected at that step.</p>",
         _plot(replay_figure({"gold route, teacher-forced": demo.forced_replay}, demo.title), "demo-gold-replay",
               False),
-        "<h2>3. Free greedy generation</h2>",
+        "<h2>4. Free greedy generation</h2>",
         f"<div class='routes'>{routes}</div>",
         "<p>Vanilla and DySCO wrote the same tokens on this instance.</p>" if same else "",
-        _plot(replay_figure(demo.replays, demo.title), "demo-free-replay", False),
+        _plot(replay_figure({METHOD_LABELS[k]: r for k, r in demo.replays.items()}, demo.title), "demo-free-replay",
+              False),
         "</body></html>",
     ])
 
@@ -140,4 +256,5 @@ def write_demo_page(demo: DemoResult, path: str | Path) -> Path:
     return path
 
 
-__all__ = ["demo_page", "step_figure", "write_demo_page"]
+__all__ = ["demo_page", "evidence_figure", "evidence_rows", "evidence_section", "evidence_table", "step_figure",
+           "with_code", "write_demo_page"]

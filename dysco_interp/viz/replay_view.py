@@ -2,7 +2,8 @@
 matplotlib snapshot of one token (for places that show no JavaScript: GitHub, nbconvert, a slide).
 
 One column per run (e.g. vanilla and DySCO side by side), one frame per generated token,
-moved by a slider labelled with the token's text. Rows: per-span attention of the QRHeads, of
+moved by a slider labelled with the token's number (the runs' tokens differ; each column's
+caption shows its own token in its text). Rows: per-span attention of the QRHeads, of
 all heads, and the fraction of each span's tokens DySCO selected. The gold span of the token's
 route step is orange (and starred); spans of which DySCO selected at least half the tokens get a
 red outline; each panel says how much of the attention fell outside every span. The figure
@@ -31,7 +32,13 @@ SELECTED_OUTLINE = "#d62728"
 SELECTED_AT = 0.5  # outline spans with at least this fraction of their tokens selected
 CONTEXT_CHARS = 70  # generated text shown before the current token
 ROW_PX = 230  # height of one row of bar charts
-LABEL_CHARS = 12  # slider labels: the token's text, cut to this
+# the figure's margins, in pixels: the top holds the title, the legend and the column captions;
+# the bottom the rotated edge names, a note and the slider
+TITLE_PX, LEGEND_PX, CAPTION_PX = 52, 48, 70
+NOTE_PX, SLIDER_PX = 30, 90
+# a rotated edge name drops this many pixels per character and per line, per pixel of its font (at 45 degrees)
+CHAR_DROP, LINE_DROP = 1 / 3, 1.0
+TICK_FONT_PX = {1: 12, 2: 10}  # by the number of runs side by side: narrower columns, smaller names
 # the line before a route step's destination city ("From X, take a train to"; the space before
 # the city usually starts the city's first token)
 _BEFORE_DESTINATION = re.compile(r"take an? \S+ to ?$")
@@ -132,11 +139,18 @@ def start_token(replays: AttentionReplay | Mapping[str, AttentionReplay]) -> int
     return min(golds, default=0)
 
 
-def slider_label(runs: Mapping[str, AttentionReplay], j: int) -> str:
-    """The token's text in the first run that has a token j, visible and short."""
-    rep = next(r for r in runs.values() if j < len(r))
-    text = rep.pieces[j].strip(" ") or repr(rep.pieces[j])
-    return _visible(text if len(text) <= LABEL_CHARS else text[: LABEL_CHARS - 1] + "…")
+def tick_label(name: str) -> str:
+    """An edge's name as an x tick: visible, broken after its arrow, so that a long route step
+    ("Budapest XVI. kerulet → Saint Clair Shores") drops half as far when rotated."""
+    return "<br>".join(_visible(part) for part in name.replace(" → ", " →\n").split("\n"))
+
+
+def tick_drop_px(names: list[str], font_px: int = TICK_FONT_PX[1]) -> int:
+    """How far below the axis the rotated tick labels reach."""
+    lines = [line for name in names for line in tick_label(name).split("<br>")]
+    longest = max((len(html.unescape(line)) for line in lines), default=0)
+    rows = max((tick_label(name).count("<br>") + 1 for name in names), default=1)
+    return round(font_px * (longest * CHAR_DROP + rows * LINE_DROP)) + 10
 
 
 def outside_share(rep: AttentionReplay, row: str, j: int) -> float | None:
@@ -180,8 +194,12 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
     fig = make_subplots(
         rows=len(rows), cols=len(runs), shared_xaxes=True, vertical_spacing=0.06, horizontal_spacing=0.06
     )
-    # pixel heights: the top holds the title, legend and captions; the bottom the rotated edge names and slider
-    plot_px, top_px, bottom_px = ROW_PX * len(rows), 230, 250
+    labelled = all(len(rep.names) <= 40 for rep in runs.values())
+    font_px = TICK_FONT_PX.get(len(runs), min(TICK_FONT_PX.values()))
+    drop_px = max(tick_drop_px(rep.names, font_px) for rep in runs.values()) if labelled else 30
+    plot_px = ROW_PX * len(rows)
+    top_px = TITLE_PX + LEGEND_PX + CAPTION_PX
+    bottom_px = drop_px + NOTE_PX + SLIDER_PX
 
     def below(px: int) -> float:  # paper y of a point px pixels under the plots
         return -px / plot_px
@@ -197,11 +215,10 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
     for trace in _legend_traces("selected" in rows):
         fig.add_trace(go.Scatter(**trace), row=1, col=1)
     for c, rep in enumerate(runs.values(), 1):
-        labelled = len(rep.names) <= 40
         fig.update_xaxes(
             tickvals=list(range(len(rep.names))) if labelled else None,
-            ticktext=[_visible(n) for n in rep.names] if labelled else None,
-            tickangle=-45, row=len(rows), col=c,
+            ticktext=[tick_label(n) for n in rep.names] if labelled else None,
+            tickangle=-45, tickfont={"size": font_px}, row=len(rows), col=c,
         )
     axes = {(r, c): fig.get_subplot(r, c) for r, c, _, _ in cells}
 
@@ -235,7 +252,7 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
                                    font={"color": "#888"}))
         out.append({"text": "attention: mean over heads of the row that produced the token, summed over each "
                             "edge line (a teacher-forced pass of the model without DySCO's bias)",
-                    "x": 0, "y": below(185), "xref": "paper", "yref": "paper", "showarrow": False,
+                    "x": 0, "y": below(drop_px), "xref": "paper", "yref": "paper", "showarrow": False,
                     "xanchor": "left", "yanchor": "top", "align": "left", "font": {"size": 11, "color": "#555"}})
         return out
 
@@ -248,22 +265,24 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
     show = {"mode": "immediate", "frame": {"duration": 0, "redraw": True}, "transition": {"duration": 0}}
     fig.update_layout(
         # a title's lines stay lines (the modebar sits at the top right of the first one)
-        title={"text": "<br>".join(html.escape(line) for line in title.split("\n")), "x": 0.01, "y": 0.985,
-               "yanchor": "top", "font": {"size": 16}},
+        title={"text": "<br>".join(html.escape(line) for line in title.split("\n")), "x": 0.01, "y": 1,
+               "yanchor": "top", "pad": {"t": 12}, "font": {"size": 16}},
         height=plot_px + top_px + bottom_px,
         autosize=True,
         margin={"t": top_px, "b": bottom_px, "l": 80, "r": 30},
         plot_bgcolor="white",
         bargap=0.15,
-        legend={"orientation": "h", "x": 0, "y": 1 + 150 / plot_px, "yanchor": "bottom", "font": {"size": 13}},
+        # the legend sits right on top of the captions: a gap there read as the end of the figure
+        legend={"orientation": "h", "x": 0, "y": 1 + CAPTION_PX / plot_px, "yanchor": "bottom", "font": {"size": 13}},
         sliders=[{
-            "active": first, "y": below(215), "yanchor": "top", "x": 0.1, "len": 0.9,
-            "currentvalue": {"prefix": "generated token: ", "font": {"size": 14}},
-            "steps": [{"label": slider_label(runs, j), "method": "animate", "args": [[str(j)], show]}
-                      for j in range(n_frames)],
+            "active": first, "y": below(drop_px + NOTE_PX), "yanchor": "top", "x": 0.1, "len": 0.9,
+            "currentvalue": {"prefix": "token ", "font": {"size": 14},
+                             "suffix": " (each column's caption shows its text)" if len(runs) > 1 else ""},
+            "steps": [{"label": str(j), "method": "animate", "args": [[str(j)], show]} for j in range(n_frames)],
         }],
         updatemenus=[{
-            "type": "buttons", "x": 0.0, "y": below(215), "yanchor": "top", "xanchor": "left", "direction": "left",
+            "type": "buttons", "x": 0.0, "y": below(drop_px + NOTE_PX), "yanchor": "top", "xanchor": "left",
+            "direction": "left",
             "buttons": [
                 {"label": "▶", "method": "animate",
                  "args": [None, {**show, "frame": {"duration": 400, "redraw": True}, "fromcurrent": True}]},
@@ -320,5 +339,5 @@ def write_replay_html(
     return write_plotly(replay_figure(replays, title), path, auto_play=False)
 
 
-__all__ = ["destination_token", "outside_share", "replay_figure", "replay_snapshot", "slider_label", "start_token",
-           "token_caption", "write_replay_html"]
+__all__ = ["destination_token", "outside_share", "replay_figure", "replay_snapshot", "start_token", "tick_drop_px",
+           "tick_label", "token_caption", "write_replay_html"]
