@@ -234,13 +234,14 @@ def run(target: Target, argv: list[str], monkeypatch, capsys, seconds: int = 120
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
     """What the commands read: a needle-QA and a Path Traversal data file, and an evaluation store
-    of the latter (vanilla and DySCO, teacher-forced: what the tables read)."""
+    of the latter (vanilla and DySCO with the paper's preset, whose parameters the robustness
+    table moves one at a time)."""
     d = tmp_path_factory.mktemp("inputs")
     tokenizer = tiny_tokenizer("llama")
     save_dataset(d / "needle_qa_600.jsonl", make_dataset("needle_qa", tokenizer, 600, n=1))
     save_dataset(d / "path_traversal_1900.jsonl", make_dataset("path_traversal", tokenizer, 1900, n=1))
     code = cli_main(["evaluate", *TINY, "--data", str(d / "path_traversal_1900.jsonl"),
-                     "--methods", "vanilla,dysco", "--heads", str(HEADS), "--max-new-tokens", "4",
+                     "--methods", "vanilla,dysco", "--preset", "paper", "--heads", str(HEADS), "--max-new-tokens", "4",
                      "--out", str(d / "store.jsonl")])
     assert code == 0
     (d / "store.jsonl.lock").unlink(missing_ok=True)

@@ -26,7 +26,8 @@ def test_panels_with_lines_bars_marks_and_empty_panels(tmp_path):
     # plotly.js from the shared copy beside it, no external script
     assert html.name == "fig.html" and opens_offline(html) and "Plotly.newPlot" in text
     assert "default 4096" in text and "nothing measured" in text
-    assert "0.75" in text and "DySCO" in text  # the data travel in the file
+    # the data travel in the file: the means, and the interval as offsets from them (0.75 - 0.5)
+    assert '"y":[0.25,0.5]' in text and '"array":[0.25,0.25]' in text and "DySCO" in text
 
 
 def test_bad_panels_are_rejected():

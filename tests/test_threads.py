@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import pytest
@@ -59,7 +60,11 @@ def test_the_load_is_the_larger_of_the_average_and_the_runnable_count(monkeypatc
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (0.5, 0.4, 0.3))
     assert threads.other_load() == 4.0  # five runnable, this process one of them
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (7.0, 0.4, 0.3))
-    assert 6.9 < threads.other_load() <= 7.0  # less this process's own share of the average
+    # less this process's own share of the average, which grows with the CPU time it has spent
+    monkeypatch.setattr(threads.time, "process_time", lambda: 0.0)
+    assert threads.other_load() == 7.0
+    monkeypatch.setattr(threads.time, "process_time", lambda: 60.0)
+    assert threads.other_load() == pytest.approx(7.0 - (1.0 - math.exp(-1.0)))
     monkeypatch.setattr(threads, "LOADAVG_FILE", str(tmp_path / "missing"))
     monkeypatch.setattr(threads.os, "getloadavg", lambda: (_ for _ in ()).throw(OSError("no load average")))
     assert threads.other_load() == 0.0
