@@ -43,8 +43,9 @@ notebooks: setup
 test: lint docs
 	$(PY) -m pytest -q
 
+# the inner loop: lint and every test but the slow ones (the real model's among them)
 test-fast: lint $(VENV)/.docs-installed
-	$(PY) -m pytest -q -m "not real_model"
+	$(PY) -m pytest -q -m "not slow"
 
 clean:
 	rm -rf $(VENV) site

@@ -25,6 +25,13 @@ def get_tiny(style: str):
     return _TINY_CACHE[style]
 
 
+def pytest_collection_modifyitems(items):
+    # a real model costs seconds to load and run: what `make test-fast` leaves out
+    for item in items:
+        if item.get_closest_marker("real_model") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture
 def tiny_of():
     """The shared tiny model of a style, by name: tiny_of("gemma3")."""

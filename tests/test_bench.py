@@ -58,6 +58,7 @@ def test_each_method_steps_on_its_own_copy_of_the_prefix(model):
     assert prefix.n_keys == 41  # DySCO steps on the prefix itself, vanilla on a clone
 
 
+@pytest.mark.slow
 def test_the_scripts_are_clis():
     for name in ("bench_decode", "bench_prefill"):
         proc = subprocess.run([sys.executable, str(REPO / "analyses" / f"{name}.py"), "--help"],

@@ -23,6 +23,7 @@ def load_script():
     return module
 
 
+@pytest.mark.slow
 def test_one_and_two_processes_give_the_same_records(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

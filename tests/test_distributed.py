@@ -81,6 +81,7 @@ def single_process(root: Path, name: str, *extra: str) -> list[dict]:
     return stored(out)
 
 
+@pytest.mark.slow
 def test_two_ranks_store_what_one_process_stores_record_for_record(setup, tmp_path, capsys):
     expected = single_process(setup, "single.jsonl")
     capsys.readouterr()
@@ -119,6 +120,7 @@ sys.exit(main())
 """
 
 
+@pytest.mark.slow
 def test_a_killed_rank_loses_nothing_and_the_rerun_does_only_the_missing_work(setup, tmp_path):
     expected = single_process(setup, "single_tf.jsonl", "--teacher-forced")
     out = tmp_path / "tf.jsonl"
@@ -143,6 +145,7 @@ def test_a_killed_rank_loses_nothing_and_the_rerun_does_only_the_missing_work(se
     assert shard_paths(out) == []
 
 
+@pytest.mark.slow
 def test_detect_heads_on_two_ranks_finds_the_heads_of_one_process(setup, tmp_path, capsys):
     args = ["detect-heads", "--model", "tiny-llama", "--n", "4", "--length", "500", "--n-heads", "4",
             "--threads", "1", "--device", "cpu", "--no-progress"]
@@ -272,6 +275,7 @@ def test_one_process_folds_in_what_a_killed_parallel_run_left(setup, tmp_path, c
                      purpose="evaluate") as shard:
         for r in expected[3:6]:
             shard.append(r)
+    capsys.readouterr()  # the reference run prints its table when this test is the first to need it
     assert main(evaluate_args(setup, out, "--json")) == 0
     assert json.loads(capsys.readouterr().out)["new_records"] == len(expected) - 3
     records = stored(out)

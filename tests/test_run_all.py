@@ -159,6 +159,7 @@ def tree_hashes(root: Path) -> dict[str, str]:
             for p in sorted(root.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_redraw_into_out_dir_writes_only_there_and_is_byte_identical(tmp_path):
     src = tmp_path / "figs"
     (src / "reuse").mkdir(parents=True)

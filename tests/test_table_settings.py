@@ -103,6 +103,7 @@ def test_a_run_stored_twice_is_still_counted_once_and_other_models_pool(tmp_path
     assert pooled.notes() == ["2 repeated records (same method and instance) counted once"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", ["pt_table", "ablation_table", "robustness"])
 def test_table_scripts_refuse_mixed_settings_in_one_line(tmp_path, script):
     bf16, fp32 = settings("bfloat16"), settings("float32")
@@ -132,6 +133,7 @@ def write_xz(path: Path, store_settings, records) -> None:
     path.write_bytes(lzma.compress(("\n".join(lines) + "\n").encode()))
 
 
+@pytest.mark.slow
 def test_budget_reports_keep_teacher_forced_apart_but_refuse_other_dtypes(tmp_path):
     tf, free = settings(teacher_forced=True), settings()
     write_xz(tmp_path / "budget/dev/m_tf.jsonl.xz", tf, [record("vanilla", 0, store=tf)])

@@ -58,6 +58,7 @@ def figures(tmp_path):
     return root
 
 
+@pytest.mark.slow
 def test_table_scripts_on_synthetic_stores(figures, tmp_path):
     out = tmp_path / "out"
     assert ok(run_script("pt_table", "--stores", str(figures / "path_traversal/*.jsonl"), "--tau-stores",
@@ -76,6 +77,7 @@ def test_table_scripts_on_synthetic_stores(figures, tmp_path):
     assert (out / "rob.png").read_bytes()[:4] == b"\x89PNG" and opens_offline(out / "rob.html")
 
 
+@pytest.mark.slow
 def test_scripts_say_what_is_missing(tmp_path):
     missing = str(tmp_path / "none/*.jsonl")
     proc = run_script("ablation_table", "--stores", missing, "--out", str(tmp_path / "x"))
@@ -86,6 +88,7 @@ def test_scripts_say_what_is_missing(tmp_path):
     assert "no Path Traversal records" in proc.stderr
 
 
+@pytest.mark.slow
 def test_overhead_without_benchmarks(tmp_path):
     out = tmp_path / "ov"
     assert ok(run_script("overhead", "--bench", str(tmp_path / "none.json"), "--stores", "--out", str(out)))
@@ -96,6 +99,7 @@ def test_overhead_without_benchmarks(tmp_path):
     assert any("no peak-memory measurements" in n for n in result["notes"])
 
 
+@pytest.mark.slow
 def test_run_all_regenerates_what_has_stores(figures):
     proc = run_script("run_all", "--figures-dir", str(figures))
     assert ok(proc)
