@@ -4,6 +4,7 @@ paired deltas, bootstrap intervals, the store reader and the benchmark reader.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -11,7 +12,7 @@ from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.bench_results import decode_rows, record_speed_rows
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.method_key import MethodKey, method_key
-from dysco_interp.analysis.stores import display_path, expand, load_records, read_records
+from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, expand, load_records, read_records
 from dysco_interp.errors import ConfigError
 
 CI = T.CIOptions(n_boot=500, seed=0)
@@ -132,14 +133,17 @@ def test_bootstrap_interval_of_two_values_and_degenerate_cases():
 # ---------------------------------------------------------------------------- grouping
 
 
-def test_dedupe_counts_a_run_stored_twice_once():
+def test_a_run_stored_twice_counts_once():
+    def pooled(records):
+        return check_comparable(Sourced(r, Path("s.jsonl"), {}) for r in records)
+
     records = pt("vanilla", [1, 0]) + pt("vanilla", [1, 0], label="copy") + pt("dysco", [1, 1])
-    kept, dropped = T.dedupe(records)
-    assert dropped == 2 and len(kept) == 4
+    once = pooled(records)
+    assert once.dropped == 2 and once.differing == 0 and len(once.records) == 4
     # same index, other data (the id names the data seed): two instances, not a repeat
     other_data = [dict(r, id="path_traversal-s1-0") for r in pt("vanilla", [0])]
-    assert T.dedupe(pt("vanilla", [1]) + other_data)[1] == 0
-    cells = T.group(kept)
+    assert pooled(pt("vanilla", [1]) + other_data).dropped == 0
+    cells = T.group(once.records)
     (cell,) = cells
     assert cell.length == 1024 and dict(cell.setting)["max_new_tokens"] == 120
     assert {k.method: len(v) for k, v in cells[cell].items()} == {"vanilla": 2, "dysco": 2}

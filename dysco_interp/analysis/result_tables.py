@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.method_key import (
@@ -27,8 +27,6 @@ from dysco_interp.analysis.method_key import (
     setting_of,
 )
 from dysco_interp.errors import ConfigError
-
-RecordT = TypeVar("RecordT", bound=Mapping)
 
 TASK_METRICS: dict[str, tuple[str, ...]] = {
     "path_traversal": ("accuracy", "step_accuracy", "partial_accuracy"),
@@ -69,19 +67,6 @@ def instance_of(record: Mapping) -> tuple:
     if "instance" in record:
         return ("instance", record["instance"])
     return (record.get("seed"), record.get("index"), record.get("id"))
-
-
-def dedupe(records: Iterable[RecordT]) -> tuple[list[RecordT], int]:
-    """Drop repeated (cell, method, instance) records (a run stored twice); keep the first."""
-    seen, kept, dropped = set(), [], 0
-    for r in records:
-        key = (cell_of(r), method_key(r), instance_of(r))
-        if key in seen:
-            dropped += 1
-            continue
-        seen.add(key)
-        kept.append(r)
-    return kept, dropped
 
 
 def group(records: Iterable[Mapping]) -> dict[Cell, dict[MethodKey, list[Mapping]]]:
