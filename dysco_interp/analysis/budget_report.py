@@ -37,6 +37,7 @@ from dysco_interp.analysis.result_tables import (
     metric_estimates,
     paired_deltas,
 )
+from dysco_interp.analysis.store_archives import stores_in
 from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, read_sourced
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
@@ -418,7 +419,7 @@ def read_split(folder: Path, root: Path, note: Callable[[str], None]) -> tuple[l
     """The records of every store in `folder` and the stores' paths relative to `root`; a missing
     folder or an unreadable store is a note, not an error. ConfigError when the stores do not pool
     (`stores.check_comparable`; teacher-forced and free records are compared apart)."""
-    files = sorted([*folder.glob("*.jsonl"), *folder.glob("*.jsonl.xz")]) if folder.is_dir() else []
+    files = stores_in(folder) if folder.is_dir() else []  # a store and its archive count once
     if not files:
         note(f"no stores (*.jsonl, *.jsonl.xz) in {folder}")
     items: list[Sourced] = []
