@@ -2,6 +2,8 @@
 
 - `index.md` is README.md and `figures/index.md` is figures/README.md, each figure's PNG shown
   in the section that names it; relative links are rewritten to the site's copies;
+- `guide/*.md` are the guides in docs/guide/, written with repository-relative links so that they
+  read the same on the forge as on the site;
 - `notebooks/*.ipynb` are the committed notebooks, rendered by mkdocs-jupyter without running them;
 - `cli.md` is the command-line reference, read from the real argparse parser;
 - `api/index.md` lists the public API (`dysco_interp.__all__`); `api/<subpackage>.md` and
@@ -30,6 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "dysco_interp"
 # repository files shown as pages under another name
 SITE_PAGES = {"README.md": "index.md", "figures/README.md": "figures/index.md"}
+# the guides' sources; docs_dir is docs/, so each is published under its path below it
+GUIDES = "docs/guide"
 # linked files larger than this stay in the repository; the link names the file instead
 MAX_LINKED_BYTES = 2_000_000
 # argparse wraps usage lines to the terminal width; a fixed width keeps the page the same everywhere
@@ -78,6 +82,18 @@ def md_text(text: str) -> str:
 # ---------------------------------------------------------------- pages from the repository
 
 
+def guides() -> list[str]:
+    """Repository paths of the guides, in the order the site lists them."""
+    return sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / GUIDES).glob("*.md"))
+
+
+def site_page(repo_path: str) -> str:
+    """The site path of a repository file: its page name, or its path below docs/, or its own path."""
+    if repo_path in SITE_PAGES:
+        return SITE_PAGES[repo_path]
+    return repo_path.removeprefix("docs/") if repo_path.startswith("docs/") else repo_path
+
+
 def rewrite_links(text: str, source: str, page: str, published: set[str]) -> str:
     """Point the relative links of `source` (a repository path), shown as site page `page`, at
     the site's copies.
@@ -93,7 +109,7 @@ def rewrite_links(text: str, source: str, page: str, published: set[str]) -> str
             return match.group(0)
         path, _, fragment = target.partition("#")
         repo_path = posixpath.normpath(posixpath.join(posixpath.dirname(source), path))
-        site_path = SITE_PAGES.get(repo_path, repo_path)
+        site_path = site_page(repo_path)
         if site_path in published:
             new = posixpath.relpath(site_path, posixpath.dirname(page) or ".")
             return f"{bang}[{label}]({new}{'#' + fragment if fragment else ''}{title})"
@@ -417,6 +433,9 @@ def _read(repo_path: str) -> str:
 @event_priority(100)  # before mkdocs-jupyter's on_files, which must see the notebooks
 def on_files(files: Files, config) -> Files:
     def add(src_uri: str, content: str) -> None:
+        # a guide is also a file under docs_dir; its page is the rewritten one
+        if (existing := files.get_file_from_path(src_uri)) is not None:
+            files.remove(existing)
         files.append(File.generated(config, src_uri, content=content))
 
     def add_repo_file(repo_path: str) -> None:
@@ -428,17 +447,22 @@ def on_files(files: Files, config) -> Files:
     notebooks = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
     pngs = sorted(p.relative_to(ROOT / "figures").as_posix() for p in (ROOT / "figures").rglob("*.png"))
     readme, figures_readme = _read("README.md"), _read("figures/README.md")
-    extra = sorted(set(linked_files(readme, "README.md") + linked_files(figures_readme, "figures/README.md"))
-                   - {f"figures/{p}" for p in pngs} - set(SITE_PAGES))
+    linked = linked_files(readme, "README.md") + linked_files(figures_readme, "figures/README.md")
+    linked += [f for g in guides() for f in linked_files(_read(g), g)]
+    extra = sorted(set(linked) - {f"figures/{p}" for p in pngs} - set(SITE_PAGES))
     extra += shared_scripts(extra)
 
     for repo_path in [f"notebooks/{name}" for name in notebooks] + [f"figures/{png}" for png in pngs] + extra:
         add_repo_file(repo_path)
 
-    published = {f.src_uri for f in files} | set(SITE_PAGES.values()) | {"cli.md"}
+    published = ({f.src_uri for f in files} | set(SITE_PAGES.values()) | {"cli.md"}
+                 | {site_page(g) for g in guides()})
     add("index.md", rewrite_links(readme, "README.md", "index.md", published))
     add("figures/index.md", figures_page(
         rewrite_links(figures_readme, "figures/README.md", "figures/index.md", published), pngs))
+    for repo_path in guides():
+        page = site_page(repo_path)
+        add(page, rewrite_links(_read(repo_path), repo_path, page, published))
     add("cli.md", cli_reference_markdown())
     package = load_package()
     add("api/index.md", api_index_markdown(package))

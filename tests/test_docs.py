@@ -103,6 +103,18 @@ def test_the_nav_lists_every_notebook():
     assert jupyter["execute"] is False  # the site shows the committed outputs and never runs a model
 
 
+def test_the_nav_lists_every_guide_and_its_links_reach_the_site(hooks):
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = [p for p in nav_pages(config["nav"]) if p.startswith("guide/")]
+    assert sorted(listed) == sorted(hooks.site_page(g) for g in hooks.guides()) and listed
+    published = {"index.md", "figures/index.md", "cli.md", *listed}
+    for guide in hooks.guides():
+        page = hooks.rewrite_links((ROOT / guide).read_text(encoding="utf-8"), guide, hooks.site_page(guide), published)
+        # every relative link of a guide is a page of the site or a repository path in code
+        for target in re.findall(r"\]\(([^)#\s]+)", page):
+            assert target.startswith("http") or target.endswith(".md"), (guide, target)
+
+
 @pytest.fixture(scope="module")
 def package(hooks):
     return hooks.load_package()
@@ -196,22 +208,25 @@ def text_of(fragment: str) -> str:
 
 def test_a_list_right_after_a_colon_line_renders_as_a_list(hooks, render):
     # GitHub starts a list on the line after a paragraph; Python-Markdown wants a blank line first
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    lines = readme.splitlines()
-    introductions = [lines[i] for i, prose in hooks._prose_lines(lines)
-                     if prose and i + 1 < len(lines) and lines[i].rstrip().endswith(":")
-                     and not _LIST_ITEM.match(lines[i]) and _LIST_ITEM.match(lines[i + 1])]
-    assert introductions  # "It prints:" and the like
-    page = render(hooks.rewrite_links(readme, "README.md", "index.md", {"index.md"}))
-    before_a_list = [text_of(p) for p in re.findall(r"<p>(.*?)</p>\s*<[uo]l>", page, flags=re.S)]
-    for line in introductions:
-        tail = text_of(render(line))[-30:]
-        assert any(p.endswith(tail) for p in before_a_list), f"no list after {line!r}"
+    found = 0
+    for source in ["README.md", *hooks.guides()]:
+        text = (ROOT / source).read_text(encoding="utf-8")
+        lines = text.splitlines()
+        introductions = [lines[i] for i, prose in hooks._prose_lines(lines)
+                         if prose and i + 1 < len(lines) and lines[i].rstrip().endswith(":")
+                         and not _LIST_ITEM.match(lines[i]) and _LIST_ITEM.match(lines[i + 1])]
+        found += len(introductions)
+        page = render(hooks.rewrite_links(text, source, hooks.site_page(source), {"index.md"}))
+        before_a_list = [text_of(p) for p in re.findall(r"<p>(.*?)</p>\s*<[uo]l>", page, flags=re.S)]
+        for line in introductions:
+            tail = text_of(render(line))[-30:]
+            assert any(p.endswith(tail) for p in before_a_list), f"{source}: no list after {line!r}"
+    assert found  # "It prints:" and the like
 
 
 def test_no_paragraph_of_the_readmes_runs_a_list_into_its_text(hooks, render):
     pngs = sorted(p.relative_to(ROOT / "figures").as_posix() for p in (ROOT / "figures").rglob("*.png"))
-    for page in [render((ROOT / "README.md").read_text(encoding="utf-8")),
+    for page in [*(render((ROOT / source).read_text(encoding="utf-8")) for source in ["README.md", *hooks.guides()]),
                  render(hooks.figures_page((ROOT / "figures" / "README.md").read_text(encoding="utf-8"), pngs))]:
         for paragraph in re.findall(r"<p>(.*?)</p>", page, flags=re.S):
             run_on = [line for line in paragraph.splitlines()[1:] if re.match(r"\s*([-*+]|\d+\.) ", line)]

@@ -1,27 +1,38 @@
-"""Every Python block of the README runs as written, in order, in one namespace, on the default model."""
+"""Every Python block of the README and of each guide runs as written, on the default model: the
+README's blocks in order in one namespace, each guide's in a namespace of its own (a guide is read
+on its own, so its first block sets up what its others use)."""
 
 import re
 from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+GUIDES = sorted((ROOT / "docs" / "guide").glob("*.md"))
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+def python_blocks(page: Path) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S)
 
 
-def test_the_readme_has_python_blocks():
-    assert len(python_blocks()) >= 5
+def test_the_readme_has_python_blocks_and_links_every_guide():
+    assert len(python_blocks(README)) >= 2
+    readme = README.read_text(encoding="utf-8")
+    assert GUIDES and all(f"(docs/guide/{g.name})" in readme for g in GUIDES)
+
+
+def run_blocks(page: Path) -> None:
+    namespace: dict = {}
+    for i, block in enumerate(python_blocks(page)):
+        try:
+            exec(compile(block, f"{page.name} python block {i + 1}", "exec"), namespace)
+        except Exception as e:  # name the block that failed
+            raise AssertionError(f"{page.name} python block {i + 1} fails: {type(e).__name__}: {e}") from e
 
 
 @pytest.mark.real_model
-def test_every_python_block_runs_as_written(tmp_path, monkeypatch):
+@pytest.mark.parametrize("page", [README] + [g for g in GUIDES if python_blocks(g)], ids=lambda p: p.name)
+def test_every_python_block_runs_as_written(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a block that writes files writes them here
-    namespace: dict = {}
-    for i, block in enumerate(python_blocks()):
-        try:
-            exec(compile(block, f"README python block {i + 1}", "exec"), namespace)
-        except Exception as e:  # name the block that failed
-            raise AssertionError(f"README python block {i + 1} fails: {type(e).__name__}: {e}") from e
+    run_blocks(page)

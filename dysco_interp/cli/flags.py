@@ -124,7 +124,8 @@ def add_method_flags(parser: argparse.ArgumentParser, *, multi: bool) -> None:
     add_heads_flag(parser)
     add_dysco_flags(parser)
     parser.add_argument("--tau", type=cli_args.positive_float, default=None,
-                        help="UniAttnS temperature, required by uniattns (tau 1 is vanilla decoding; see the README)")
+                        help="UniAttnS temperature, required by uniattns (tau 1 is vanilla decoding; "
+                             "figures/README.md gives the values chosen for the Qwen models)")
     parser.add_argument("--head-seed", type=cli_args.seed, default=0, help="seed of dysco-random's heads")
     parser.add_argument("--backend", default="bridge", choices=list(BACKENDS),
                         help="bridge: TransformerLens hooks (eager); sdpa: fast, same tokens, batches; "

@@ -22,7 +22,8 @@ def decoding_config(args, method: str):
         # the old default, tau 1, leaves every attention score as it is: uniattns would be vanilla
         raise ConfigError(
             f"{method} needs --tau, its attention temperature: tau 1 leaves attention unchanged, which is "
-            "vanilla decoding; the paper picks tau per model on MRCR (see the README)"
+            "vanilla decoding; the paper picks tau per model on MRCR (figures/README.md gives the values "
+            "chosen for the Qwen models)"
         )
     changes = {
         "method": method,
