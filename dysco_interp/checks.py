@@ -1,7 +1,7 @@
 """Type and range checks shared by the Python API and the command line.
 
 Each range is defined once, here: the configs (`DecodingConfig`, `SamplingConfig`) call
-these functions, and the command line's argument types (`cli_args.py`) wrap them, so
+these functions, and the command line's argument types (`argtypes.py`) wrap them, so
 `--seed 1e30` and `SamplingConfig(seed=10**30)` are refused with the same words.
 """
 

@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from dysco_interp.chat import encode_chat
-from dysco_interp.cli.make_data import add_make_data_parser, parse_hops
+from dysco_interp.cli.make_data import add_make_data_parser
 from dysco_interp.errors import ConfigError
 from dysco_interp.models.tiny import STYLES, tiny_tokenizer
 from dysco_interp.tasks import get_task, load_dataset, make_dataset, save_dataset
 from dysco_interp.tasks import path_traversal as pt
 from dysco_interp.tasks.lengths import parse_length, parse_lengths
 from dysco_interp.tasks.names import city_names
+from dysco_interp.tasks.path_traversal.spec import parse_hops
 
 DATA = Path(__file__).parent / "data" / "longproc_excerpt.json"
 # The graphs of all 200 LongProc instances (tests/data/README.md says what was kept and why).

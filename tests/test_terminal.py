@@ -12,7 +12,8 @@ import pytest
 from dysco_interp.analysis.report import fmt_ci, fmt_delta
 from dysco_interp.cli.app import build_parser
 from dysco_interp.experiments import demo as demo_job
-from dysco_interp.experiments.evaluate import ADAPTERS, TABLE_WIDTH, format_table, summarise
+from dysco_interp.experiments.evaluate import TABLE_WIDTH, format_table, summarise
+from dysco_interp.tasks.registry import TASKS
 
 HEAVY = ("torch", "transformers", "transformer_lens")
 
@@ -76,9 +77,9 @@ def records(n_per_length: dict[int, int], metrics) -> list[dict]:
 
 
 @pytest.mark.parametrize("forced", [False, True], ids=["free", "teacher-forced"])
-@pytest.mark.parametrize("task", sorted(ADAPTERS))
+@pytest.mark.parametrize("task", sorted(TASKS))
 def test_the_evaluate_table_fits_100_columns(task, forced):
-    metrics = ADAPTERS[task].forced_metrics if forced else ADAPTERS[task].metrics
+    metrics = TASKS[task].metrics.forced if forced else TASKS[task].metrics.free
     table = format_table(summarise(records({1024: 4, 2048: 4}, metrics), metrics), metrics)
     assert max(len(line) for line in table.splitlines()) <= TABLE_WIDTH == 100
     assert all(m in table for m in metrics)

@@ -17,9 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from dysco_interp.analysis.method_key import MethodKey, method_key
 from dysco_interp.errors import ConfigError
+from dysco_interp.tasks.registry import TASKS
 
-PRIMARY_FORCED = {"path_traversal": "tf_step_accuracy", "mrcr": "tf_logprob", "needle_qa": "tf_logprob"}
-PRIMARY_FREE = {"path_traversal": "step_accuracy", "mrcr": "score", "needle_qa": "exact_match"}
 SELECTION = ("beta", "top_p", "top_k", "top_k_fraction")
 
 Cell = tuple[str, str, int]
@@ -27,6 +26,11 @@ Cell = tuple[str, str, int]
 
 def cell_of(record: Mapping) -> Cell:
     return str(record["model"]), str(record["task"]), int(record["length"])
+
+
+def primary_metrics(forced: bool) -> dict[str, str]:
+    """Each registered task's primary metric (its spec's `metrics`), teacher-forced or free."""
+    return {name: spec.metrics.primary_forced if forced else spec.metrics.primary for name, spec in TASKS.items()}
 
 
 def paired_gains(records: Iterable[Mapping], primary: Mapping[str, str]) -> dict[MethodKey, dict[Cell, float]]:
@@ -76,7 +80,7 @@ def _size(key: MethodKey) -> tuple:
 
 def ranking(tf_records: Iterable[Mapping]) -> list[dict]:
     """Every DySCO (QRHeads) configuration with its mean rank over the dev cells, best first."""
-    gains = {k: g for k, g in paired_gains(tf_records, PRIMARY_FORCED).items() if k.method == "dysco"}
+    gains = {k: g for k, g in paired_gains(tf_records, primary_metrics(forced=True)).items() if k.method == "dysco"}
     cells = sorted({c for g in gains.values() for c in g})
     complete = {k: g for k, g in gains.items() if all(c in g for c in cells)}
     if not complete:
@@ -100,7 +104,7 @@ def choose_config(tf_records: Sequence[Mapping], free_records: Sequence[Mapping]
     rows = ranking(tf_records)
     fraction = next((r for r in rows if r["config"]["top_k_fraction"] is not None), None)
     fixed = next((r for r in rows if r["config"]["top_k_fraction"] is None), None)
-    free = paired_gains(free_records, PRIMARY_FREE)
+    free = paired_gains(free_records, primary_metrics(forced=False))
     return {
         "config": rows[0]["config"],
         "rule": "lowest mean rank of the teacher-forced gain over vanilla across the dev cells "

@@ -26,12 +26,11 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dysco_interp.analysis.budget_choice import PRIMARY_FREE, choose_config
+from dysco_interp.analysis.budget_choice import choose_config
 from dysco_interp.analysis.budget_study import TAUS
 from dysco_interp.analysis.method_key import MethodKey, method_key
 from dysco_interp.analysis.report import fmt_ci, fmt_delta, write_json, write_text
 from dysco_interp.analysis.result_tables import (
-    TASK_METRICS,
     CIOptions,
     instance_of,
     metric_estimates,
@@ -41,16 +40,14 @@ from dysco_interp.analysis.store_archives import stores_in
 from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, read_sourced
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
+from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
+from dysco_interp.tasks.registry import TASKS
 from dysco_interp.viz.budget_figure import budget_figure
 from dysco_interp.viz.tables import table_markdown
 
-# every teacher-forced metric a task's records carry; the first is the task's primary one
-TF_METRICS: dict[str, tuple[str, ...]] = {
-    "path_traversal": ("tf_step_accuracy", "tf_city_logprob", "tf_logprob", "tf_token_accuracy", "tf_exact"),
-    "mrcr": ("tf_logprob", "tf_token_accuracy", "tf_exact"),
-}
-PRIMARY_METRIC = {task: metrics[0] for task, metrics in TF_METRICS.items()}
 FALLBACK_METRIC = "tf_logprob"  # every teacher-forced store has it
+# the answer-level scores every teacher-forced record carries (`ForcedScores.summary`)
+FORCED_SUMMARY = ("tf_logprob", "tf_token_accuracy", "tf_exact")
 HEAD_KINDS = {"dysco": "qrheads", "dysco-random": "random"}
 PAPER_PRESET: dict[str, Any] = {"beta": 2.0, "top_p": 0.975, "top_k": 4096, "top_k_fraction": None}
 PT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
@@ -106,6 +103,14 @@ def mean_selected(records: Sequence[Mapping]) -> float | None:
 # ---------------------------------------------------------------------------- dev curves
 
 
+def forced_metrics(task: str) -> tuple[str, ...]:
+    """Every teacher-forced metric a task's records carry, the task's primary one first."""
+    spec = TASKS.get(task)
+    if spec is None:
+        return (FALLBACK_METRIC,)
+    return tuple(dict.fromkeys((spec.metrics.primary_forced, *spec.metrics.forced, *FORCED_SUMMARY)))
+
+
 def budget_curves(records: Iterable[Mapping], metric: str | None = None,
                   ci: CIOptions = CIOptions()) -> list[dict]:
     """One row per (model, task, length, head kind, beta, p, budget) of the teacher-forced records.
@@ -120,8 +125,8 @@ def budget_curves(records: Iterable[Mapping], metric: str | None = None,
     cells, _ = by_cell(r for r in records if is_teacher_forced(r))
     rows = []
     for (model, task, length), by_key in cells.items():
-        primary = metric or PRIMARY_METRIC.get(task, FALLBACK_METRIC)
-        metrics = list(dict.fromkeys((primary, *TF_METRICS.get(task, (FALLBACK_METRIC,)))))
+        primary = metric or forced_metrics(task)[0]
+        metrics = list(dict.fromkeys((primary, *forced_metrics(task))))
         vanilla = by_key.get(VANILLA, [])
         vanilla_means = metric_estimates(vanilla, metrics, ci) if vanilla else dict.fromkeys(metrics)
         for key, recs in by_key.items():
@@ -242,7 +247,7 @@ def _uniattns_rows(model: str, keys: Iterable[MethodKey], taus: Mapping[str, flo
 def heldout_table(tf_records: Iterable[Mapping], free_records: Iterable[Mapping], chosen: Mapping[str, Any], *,
                taus: Mapping[str, float] | None = None, chosen_by_model: Mapping[str, Mapping[str, Any]] | None = None,
                protocol: Mapping[str, Any] | None = None, lengths: Sequence[int] | None = None,
-               task: str = "path_traversal", ci: CIOptions = CIOptions()) -> tuple[list[dict], list[str]]:
+               task: str = PATH_TRAVERSAL.name, ci: CIOptions = CIOptions()) -> tuple[list[dict], list[str]]:
     """Rows per model and length: vanilla, UniAttnS (tau from `taus[model]`, else what is stored),
     the paper preset, `chosen` (DecodingConfig fields; `chosen_by_model` overrides it per model),
     and random heads and static scaling at the chosen parameters. Each row holds every column's
@@ -329,8 +334,10 @@ def write_heldout_table(rows: Sequence[Mapping], stem: str | Path, *, notes: Seq
 
 # ---------------------------------------------------------------------------- dev free generation
 
-# free-generation metrics per task: the paper's table columns, else the choice rule's primary one
-FREE_METRICS: dict[str, tuple[str, ...]] = {**{t: (m,) for t, m in PRIMARY_FREE.items()}, **TASK_METRICS}
+def free_metrics(task: str) -> tuple[str, ...]:
+    """A task's free-generation metrics: the paper's table columns, else the choice rule's primary one."""
+    spec = TASKS.get(task)
+    return () if spec is None else spec.metrics.table_fields or (spec.metrics.primary,)
 
 
 def choice_keys(choice: Mapping[str, Any]) -> tuple[MethodKey | None, dict[MethodKey, float]]:
@@ -345,7 +352,7 @@ def dev_free_table(free_records: Iterable[Mapping], choices: Mapping[str, Mappin
                    ci: CIOptions = CIOptions()) -> tuple[list[dict], list[str]]:
     """Rows per (model, task, length) of the free-generation dev records: vanilla, the paper preset,
     then every other configuration run there (the teacher-forced shortlist), best teacher-forced
-    rank first. Each row holds the task's free metrics (`FREE_METRICS`): `metrics` (means) and,
+    rank first. Each row holds the task's free metrics (`free_metrics`): `metrics` (means) and,
     except vanilla, `delta` (paired difference to vanilla), both with 95% CIs; `not_run` lists the
     metrics without records. `choices` (chosen_<model>.json documents by model) marks the chosen
     configuration (role "chosen", else "shortlisted") and gives `tf_rank`, its dev mean rank."""
@@ -358,7 +365,7 @@ def dev_free_table(free_records: Iterable[Mapping], choices: Mapping[str, Mappin
     rows: list[dict] = []
     for (model, task, length), by_key in cells.items():
         chosen, ranks = choice_keys((choices or {}).get(model) or {})
-        metrics = FREE_METRICS.get(task, ())
+        metrics = free_metrics(task)
         where = f"{model} {task} {length}"
         if not metrics:
             notes.append(f"{where}: no free-generation metrics known for task {task!r}; only counts shown")

@@ -27,14 +27,23 @@ from dysco_interp.analysis.method_key import (
     setting_of,
 )
 from dysco_interp.errors import ConfigError
+from dysco_interp.tasks.mrcr.spec import MRCR
+from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
+from dysco_interp.tasks.registry import TASKS
 
-TASK_METRICS: dict[str, tuple[str, ...]] = {
-    "path_traversal": ("accuracy", "step_accuracy", "partial_accuracy"),
-    "mrcr": ("score",),
-}
-# the metrics a comparison against a reference method reports
-DELTA_METRICS: dict[str, tuple[str, ...]] = {"path_traversal": ("accuracy", "step_accuracy"), "mrcr": ("score",)}
 TAU_TIE_TOLERANCE = 1e-9
+
+
+def table_metrics(task: str) -> tuple[str, ...]:
+    """The metrics the tables report for a task (its spec's `metrics.tables`; none for an unknown task)."""
+    spec = TASKS.get(task)
+    return spec.metrics.table_fields if spec else ()
+
+
+def delta_metrics(task: str) -> tuple[str, ...]:
+    """The metrics a comparison against a reference method reports for a task."""
+    spec = TASKS.get(task)
+    return spec.metrics.compared if spec else ()
 
 
 @dataclass(frozen=True, order=True)
@@ -99,12 +108,12 @@ def paired_deltas(records: Sequence[Mapping], reference: Sequence[Mapping], metr
 
 def _row(cell: Cell, key: MethodKey | None, label: str, records: Sequence[Mapping], ci: CIOptions,
          reference: Sequence[Mapping] | None = None, **extra) -> dict:
-    metrics = TASK_METRICS.get(cell.task) or ()
+    metrics = table_metrics(cell.task)
     row: dict[str, Any] = {**cell.as_dict(), "method": label, "config_method": key.method if key else None,
                            "params": key.params_dict() if key else {}, "n": len(records),
                            "metrics": metric_estimates(records, metrics, ci) if records else {m: None for m in metrics}}
     if reference is not None:
-        row["delta"] = paired_deltas(records, reference, DELTA_METRICS.get(cell.task, metrics), ci) if records else None
+        row["delta"] = paired_deltas(records, reference, delta_metrics(cell.task), ci) if records else None
     row.update(extra)
     return row
 
@@ -122,12 +131,13 @@ def choose_tau(mean_by_tau: Mapping[float, float], tolerance: float = TAU_TIE_TO
     return min(tied, key=lambda t: (round(abs(t - 1.0), 9), t))
 
 
-def tau_sweep(records: Iterable[Mapping], metric: str = "score", ci: CIOptions = CIOptions()) -> dict[str, dict]:
+def tau_sweep(records: Iterable[Mapping], metric: str = MRCR.metrics.primary,
+              ci: CIOptions = CIOptions()) -> dict[str, dict]:
     """Per model: every UniAttnS tau's mean MRCR score (pooled over lengths) and the chosen tau."""
     by_model: dict[str, dict[float, list[Mapping]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         key = method_key(r)
-        if r.get("task") == "mrcr" and key.method == "uniattns" and r.get(metric) is not None:
+        if r.get("task") == MRCR.name and key.method == "uniattns" and r.get(metric) is not None:
             by_model[str(r["model"])][key.value("tau")].append(r)
     out = {}
     for model, by_tau in sorted(by_model.items()):
@@ -146,7 +156,7 @@ def tau_sweep(records: Iterable[Mapping], metric: str = "score", ci: CIOptions =
 
 
 def pt_table(records: Iterable[Mapping], chosen_tau: Mapping[str, float], ci: CIOptions = CIOptions(),
-             task: str = "path_traversal") -> tuple[list[dict], list[str]]:
+             task: str = PATH_TRAVERSAL.name) -> tuple[list[dict], list[str]]:
     """vanilla / UniAttnS (chosen tau) / DySCO per (model, length, setting), deltas vs vanilla."""
     rows, notes = [], []
     for cell, by_key in group(r for r in records if r.get("task") == task).items():

@@ -14,22 +14,33 @@ from pathlib import Path
 from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, MethodKey, default_value
 from dysco_interp.analysis.report import fmt_ci, fmt_delta, with_footer
-from dysco_interp.analysis.result_tables import DELTA_METRICS
+from dysco_interp.analysis.result_tables import delta_metrics
 from dysco_interp.analysis.stores import display_path, load_deduplicated, load_pooled
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import DyscoError
+from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
+from dysco_interp.tasks.registry import TASKS
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
 
-TASK_NAMES = {"path_traversal": "Path Traversal", "mrcr": "MRCR"}
-METRIC_NAMES = {"accuracy": "accuracy (exact)", "step_accuracy": "step accuracy",
-                "partial_accuracy": "partial accuracy", "score": "score"}
-# (task, metric, axis label) per robustness figure row
-FIGURE_METRICS = (
-    ("path_traversal", "accuracy", "Path Traversal accuracy"),
-    ("path_traversal", "step_accuracy", "Path Traversal step accuracy"),
-    ("mrcr", "score", "MRCR score"),
-)
+
+def reported_tasks() -> dict[str, str]:
+    """The tasks the tables report (those with table metrics), in the registry's order, by title."""
+    return {name: spec.title for name, spec in TASKS.items() if spec.metrics.tables}
+
+
+def metric_label(task: str, metric: str) -> str:
+    """A metric's column title in the task's tables (its name where the task's spec has none)."""
+    spec = TASKS.get(task)
+    return next((m.label for m in spec.metrics.tables if m.field == metric), metric) if spec else metric
+
+
+def figure_metrics() -> list[tuple[str, str, str]]:
+    """(task, metric, axis label) per robustness figure row: each task's compared metrics."""
+    return [(name, m.field, f"{spec.title} {m.axis}") for name, spec in TASKS.items()
+            for m in spec.metrics.tables if m.compared]
+
+
 PARAM_LABELS = {"top_p": "nucleus mass p", "top_k": "cap K (tokens)", "beta": "strength beta"}
 POOLING_HELP = ("Stores are pooled only when comparable: records of one model, task, length and token budget "
                 "computed with other settings (dtype, device, backend, weights, teacher forcing, head set, ...) "
@@ -62,7 +73,7 @@ def pt_table_result(stores: Sequence[str], tau_stores: Sequence[str], ci: T.CIOp
     """The Path Traversal table from its stores and the MRCR tau-sweep stores (glob patterns)."""
     pooled, files, unmatched = load_pooled(stores)
     tau_pooled, tau_files, tau_unmatched = load_pooled(tau_stores)
-    if not any(r["task"] == "path_traversal" for r in pooled.records):
+    if not any(r["task"] == PATH_TRAVERSAL.name for r in pooled.records):
         raise DyscoError(f"no Path Traversal records in {' '.join(stores)}")
     sweep = T.tau_sweep(tau_pooled.records, ci=ci)
     rows, notes = T.pt_table(pooled.records, {m: s["chosen_tau"] for m, s in sweep.items()}, ci)
@@ -71,7 +82,7 @@ def pt_table_result(stores: Sequence[str], tau_stores: Sequence[str], ci: T.CIOp
               f"the rule falls back to the tau closest to 1 ({s['chosen_tau']:g})"
               for m, s in sweep.items() if s["all_tied"]]
     return {
-        "table": "path_traversal",
+        "table": PATH_TRAVERSAL.name,
         "command": command,
         "ci": ci.description,
         "tau_rule": "Per model, the UniAttnS tau with the best mean MRCR score over the sweep stores "
@@ -128,17 +139,18 @@ def render_ablation_table(result: dict) -> str:
     parts = ["# Ablations: DySCO vs random heads vs static selection vs one-pass reuse", "",
              f"Mean over instances; {result['ci']}. Δ: paired difference to DySCO on the same instances."]
     tasks = {r["task"] for r in result["rows"]}
-    for task in [t for t in TASK_NAMES if t in tasks] + sorted(tasks - set(TASK_NAMES)):
+    titles = reported_tasks()
+    for task in [t for t in titles if t in tasks] + sorted(tasks - set(titles)):
         rows = [r for r in result["rows"] if r["task"] == task]
         metrics = list(rows[0]["metrics"])
-        deltas = list(DELTA_METRICS.get(task, metrics))
+        deltas = list(delta_metrics(task))
         body = [[r["model"], r["length"], r["setting"].get("max_new_tokens"), r["method"], r["n"],
                  *(fmt_ci(r["metrics"].get(m)) for m in metrics),
                  *(fmt_delta((r.get("delta") or {}).get(m)) for m in deltas)] for r in rows]
-        parts += ["", f"## {TASK_NAMES.get(task, task)}", "",
+        parts += ["", f"## {titles.get(task, task)}", "",
                   table_markdown(["model", "length", "new tokens", "method", "n",
-                                  *(METRIC_NAMES.get(m, m) for m in metrics),
-                                  *(f"Δ {METRIC_NAMES.get(m, m)}" for m in deltas)], body)]
+                                  *(metric_label(task, m) for m in metrics),
+                                  *(f"Δ {metric_label(task, m)}" for m in deltas)], body)]
     if not result["rows"]:
         parts += ["", "No ablation records."]
     return with_footer(parts, result)
@@ -155,7 +167,7 @@ def robustness_result(stores: Sequence[str], ci: T.CIOptions, command: str, root
     points, notes = T.robustness_points(pooled.records, ci)
     if not points:
         raise DyscoError(f"no DySCO runs in {' '.join(stores)}")
-    drawn = sorted({task for task, _, _ in FIGURE_METRICS})
+    drawn = sorted({task for task, _, _ in figure_metrics()})
     if not any(p["task"] in drawn for p in points):
         raise DyscoError(f"no DySCO runs of {' or '.join(drawn)} in {' '.join(stores)}: the figure draws only those")
     notes += add_vanilla_deltas(points, pooled.records, ci)
@@ -180,7 +192,7 @@ def add_vanilla_deltas(points: list[dict], records: Sequence, ci: T.CIOptions) -
         vanilla = by_key.get(vanilla_key, [])
         runs = next((recs for k, recs in by_key.items() if k.method == "dysco" and k.params_dict() == p["params"]),
                     [])
-        p["delta"] = T.paired_deltas(runs, vanilla, DELTA_METRICS.get(p["task"], ()), ci) if vanilla else None
+        p["delta"] = T.paired_deltas(runs, vanilla, delta_metrics(p["task"]), ci) if vanilla else None
         if not vanilla:
             notes.append(f"{p['model']} {p['task']} {p['length']}: no vanilla run; no difference to vanilla")
     return sorted(set(notes))
@@ -222,7 +234,7 @@ def robustness_panels(points: list[dict]) -> list[Panel]:
     many_models = len({p["model"] for p in points}) > 1
     many_settings = len({(p["model"], p["task"], p["length"], tuple(p["setting"].items())) for p in points}) > len(
         {(p["model"], p["task"], p["length"]) for p in points})
-    rows = [(t, m, label) for t, m, label in FIGURE_METRICS if any(p["task"] == t for p in points)]
+    rows = [(t, m, label) for t, m, label in figure_metrics() if any(p["task"] == t for p in points)]
     ylim = delta_range(points)
     out = []
     for task, metric, label in rows:

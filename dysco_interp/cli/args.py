@@ -3,7 +3,8 @@ one-line error reporting of `main`.
 
 The ranges come from `checks.py`, the same functions the Python configs call, so a flag and
 the config field it fills refuse the same values. Types run while the command line is
-parsed: a bad value costs nothing, never a model load.
+parsed: a bad value costs nothing, never a model load. The numeric types are defined in
+`argtypes` (task specs name them too) and re-exported here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,18 @@ import argparse
 import os
 import sys
 
-from dysco_interp.checks import check_int, check_number, check_seed
+from dysco_interp.argtypes import (
+    nonnegative_float,
+    nonnegative_int,
+    open_fraction,
+    positive_float,
+    positive_int,
+    positive_ints,
+    probability,
+    seed,
+    unit_interval,
+    yarn_factor,
+)
 from dysco_interp.errors import ConfigError
 from dysco_interp.outputs import OutputPathError, check_output_file, check_output_folder, check_output_stem
 
@@ -28,42 +40,6 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def _typed(convert, check):
-    """An argparse type: `convert` the text, then `check` it; both report through argparse."""
-
-    def parse(text: str):
-        try:
-            value = convert(text)
-        except (TypeError, ValueError):
-            value = text  # the check names the range and quotes what was given
-        try:
-            return check(value)
-        except ConfigError as e:
-            # the checks say "value must be ..."; argparse already names the flag
-            raise argparse.ArgumentTypeError(str(e).removeprefix("value ")) from None
-
-    return parse
-
-
-def _int(text: str) -> int:
-    return int(str(text).strip())
-
-
-def _float(text: str) -> float:
-    return float(str(text).strip())
-
-
-positive_int = _typed(_int, lambda v: check_int("value", v, minimum=1))
-nonnegative_int = _typed(_int, lambda v: check_int("value", v, minimum=0))
-seed = _typed(_int, lambda v: check_seed("value", v))
-positive_float = _typed(_float, lambda v: check_number("value", v, above=0))
-nonnegative_float = _typed(_float, lambda v: check_number("value", v, at_least=0))
-probability = _typed(_float, lambda v: check_number("value", v, above=0, at_most=1))
-unit_interval = _typed(_float, lambda v: check_number("value", v, at_least=0, at_most=1))
-open_fraction = _typed(_float, lambda v: check_number("value", v, above=0, below=1))
-yarn_factor = _typed(_float, lambda v: check_number("value", v, above=1))  # YaRN stretches the context
-
-
 def devices(text: str):
     """A split over devices, "cuda:0,cuda:1" (`models.placement.parse_devices`)."""
     from dysco_interp.models.placement import parse_devices
@@ -72,15 +48,6 @@ def devices(text: str):
         return parse_devices(text)
     except ConfigError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def _ints(text: str) -> list[int]:
-    return [_int(x) for x in str(text).split(",")]
-
-
-# comma-separated; text that is no list of integers goes to check_int as it is, which quotes it
-positive_ints = _typed(_ints, lambda v: [check_int("value", x, minimum=1) for x in v] if isinstance(v, list)
-                       else check_int("value", v, minimum=1))
 
 
 def _checked(check, text: str) -> str:
@@ -125,6 +92,7 @@ def stdout_to_devnull() -> None:
 
 __all__ = [
     "ArgumentParser",
+    "devices",
     "nonnegative_float",
     "nonnegative_int",
     "one_line",
@@ -134,8 +102,10 @@ __all__ = [
     "output_stem",
     "positive_float",
     "positive_int",
+    "positive_ints",
     "probability",
     "seed",
     "stdout_to_devnull",
     "unit_interval",
+    "yarn_factor",
 ]

@@ -102,7 +102,8 @@ def _load_compare(path: str | None):
 
 def _data_file(args) -> Path | None:
     """--data as a file to read, or None for generated needle-QA data; checked before the model loads."""
-    from dysco_interp.tasks import get_task
+    from dysco_interp.tasks.needle_qa.spec import NEEDLE_QA
+    from dysco_interp.tasks.registry import get_task
 
     path = Path(args.data)
     if path.is_file() or path.suffix.lower() == ".jsonl":
@@ -115,7 +116,7 @@ def _data_file(args) -> Path | None:
         raise ConfigError(
             f"--data {args.data!r} is neither 'needle-qa' (generated) nor an existing JSONL file"
         ) from None
-    if task != "needle_qa":
+    if task != NEEDLE_QA.name:
         raise ConfigError(f"--data {args.data!r}: detection uses needle-QA data ('needle-qa' or its JSONL)")
     return None
 
@@ -124,9 +125,10 @@ def _load_file_examples(path: Path, n: int | None) -> list:
     """Needle-QA examples from a make-data file, read before the model loads."""
     from dysco_interp.errors import DataError
     from dysco_interp.tasks import load_dataset
+    from dysco_interp.tasks.needle_qa.spec import NEEDLE_QA
 
     examples = load_dataset(path)  # missing, folder, binary, truncated or empty: one DataError
-    if any(getattr(x, "task", None) != "needle_qa" for x in examples):
+    if any(getattr(x, "task", None) != NEEDLE_QA.name for x in examples):
         raise DataError(f"{path}: expected needle_qa examples (make-data needle_qa)")
     return examples if n is None else examples[:n]
 

@@ -22,6 +22,7 @@ from dysco_interp.cli.prepare import (
     preset_words,
 )
 from dysco_interp.errors import ConfigError, DataError
+from dysco_interp.tasks.registry import DEFAULT_TASK, get_task, task_names
 
 
 def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
@@ -30,8 +31,8 @@ def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
         description="Run each decoding method on task data from `dysco-interp make-data`, score every "
                     "instance, and print a table of the scores per length and method with bootstrap "
                     "intervals. Records go to --out as they finish: the same command resumes.")
-    p.add_argument("--task", type=task_name, default="path_traversal",
-                   help="path_traversal (default), needle_qa or mrcr: the task of the --data files")
+    p.add_argument("--task", type=task_name, default=DEFAULT_TASK,
+                   help=f"{task_names(DEFAULT_TASK)}: the task of the --data files")
     p.add_argument("--data", required=True, help="a folder from make-data, or one JSONL file")
     p.add_argument("--out", type=cli_args.output_file, required=True,
                    help="result store (JSONL): created, or resumed with finished items skipped; "
@@ -59,8 +60,6 @@ def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
 
 def task_name(text: str) -> str:
     """argparse type of --task: a known task (or alias), checked before anything loads."""
-    from dysco_interp.tasks import get_task
-
     try:
         return get_task(text).name
     except ConfigError as e:
@@ -70,7 +69,6 @@ def task_name(text: str) -> str:
 def run_evaluate(args) -> int:
     from dysco_interp.experiments import distributed
     from dysco_interp.experiments.evaluate import (
-        ADAPTERS,
         check_store_files,
         check_task,
         evaluate,
@@ -82,7 +80,7 @@ def run_evaluate(args) -> int:
         summarise,
     )
     from dysco_interp.models import resolve_device, resolve_dtype
-    from dysco_interp.tasks import get_task, load_dataset
+    from dysco_interp.tasks import load_dataset
 
     # under torchrun: this rank's device; every rank refuses bad input itself, before the model loads
     launch = distributed.torchrun_launch()
@@ -119,8 +117,8 @@ def run_evaluate(args) -> int:
                        teacher_forced=args.teacher_forced, decode_attention=args.decode_attention)
     if not world.is_main:
         return 0  # rank 0 reports the whole run
-    adapter = ADAPTERS[task]
-    metrics = adapter.forced_metrics if args.teacher_forced else adapter.metrics
+    scores = get_task(task).metrics
+    metrics = scores.forced if args.teacher_forced else scores.free
     summary = summarise(run.records, metrics)
     if args.json:
         rows = [{"length": length, "method": method, **row} for (length, method), row in summary.items()]

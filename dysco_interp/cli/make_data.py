@@ -15,14 +15,15 @@ from pathlib import Path
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import flags
 from dysco_interp.errors import ConfigError, DataError
-from dysco_interp.tasks import TASKS, get_task, load_dataset, make_dataset, save_dataset
+from dysco_interp.tasks import load_dataset, make_dataset, save_dataset
 from dysco_interp.tasks.lengths import length_label, parse_lengths
+from dysco_interp.tasks.registry import TASKS, get_task
 
 
 def add_make_data_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "make-data",
-        help="generate task data (path traversal, needle QA, MRCR) at target prompt lengths",
+        help=f"generate task data ({', '.join(spec.title for spec in TASKS.values())}) at target prompt lengths",
         description=(
             "Generate task instances sized to target prompt lengths (in tokens of the model's "
             "tokenizer, chat template applied) and write one JSONL file per length."
@@ -46,56 +47,28 @@ def add_make_data_parser(subparsers) -> argparse.ArgumentParser:
         default=None,
         help="pass enable_thinking to the chat template (Qwen3-style models)",
     )
-    g = p.add_argument_group("path_traversal")
-    g.add_argument(
-        "--hops",
-        default=None,
-        help="route length: N, a list '24,29,34,39' or a range '24-39' drawn per instance (default 4)",
-    )
-    g.add_argument("--topology", choices=("merge", "longproc"), default=None, help="distractor edge process")
-    g = p.add_argument_group("mrcr")
-    g.add_argument("--needles", type=cli_args.positive_int, default=None,
-                   help="times the request repeats (2, 4 or 8; default 4)")
-    g = p.add_argument_group("needle_qa")
-    g.add_argument("--gold-position", type=cli_args.unit_interval, default=None,
-                   help="relative depth of the gold document (0-1)")
+    for spec in TASKS.values():  # each task's own options, under its name
+        if spec.flags:
+            group = p.add_argument_group(spec.name)
+            for flag in spec.flags:
+                group.add_argument(flag.flag, dest=flag.dest, type=flag.type, choices=flag.choices, default=None,
+                                   help=flag.help)
     p.set_defaults(func=run_make_data)
     return p
-
-
-def parse_hops(text: str) -> int | list[int]:
-    """'4' -> 4; '24,29,34,39' -> [24, 29, 34, 39]; '24-39' -> [24, ..., 39]."""
-    text = str(text).strip()
-    try:
-        if "-" in text:
-            lo, hi = (int(x) for x in text.split("-", 1))
-            if lo > hi:
-                raise ValueError
-            return list(range(lo, hi + 1))
-        if "," in text:
-            return [int(x) for x in text.split(",") if x.strip()]
-        return int(text)
-    except ValueError:
-        raise ConfigError(f"invalid --hops {text!r}: use N, a list such as 24,29,34,39, or a range 24-39") from None
 
 
 def _options(spec_name: str, args) -> dict:
     opts: dict = {"tolerance": args.tolerance}
     if args.thinking is not None:
         opts["enable_thinking"] = args.thinking == "on"
-    given = {
-        "path_traversal": {"hops": args.hops, "topology": args.topology},
-        "mrcr": {"n_needles": args.needles},
-        "needle_qa": {"gold_position": args.gold_position},
-    }
-    for task, values in given.items():
-        for key, value in values.items():
+    for spec in TASKS.values():
+        for flag in spec.flags:
+            value = getattr(args, flag.dest, None)
             if value is None:
                 continue
-            if task != spec_name:
-                flag = {"n_needles": "--needles", "gold_position": "--gold-position"}.get(key, f"--{key}")
-                raise ConfigError(f"{flag} applies to task {task!r}, not {spec_name!r}")
-            opts[key] = parse_hops(value) if key == "hops" else value
+            if spec.name != spec_name:
+                raise ConfigError(f"{flag.flag} applies to task {spec.name!r}, not {spec_name!r}")
+            opts[flag.option] = value
     return opts
 
 

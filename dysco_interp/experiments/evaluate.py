@@ -24,7 +24,6 @@ import torch
 
 from dysco_interp.analysis.bootstrap import MIN_CI_N, NO_CI
 from dysco_interp.analysis.result_tables import paired_deltas
-from dysco_interp.chat import Messages
 from dysco_interp.checks import check_bool, is_int, typed
 from dysco_interp.decoding.backends import DEFAULT_DECODE_ATTENTION, BackendName, check_backend
 from dysco_interp.decoding.config import DecodingConfig
@@ -47,64 +46,9 @@ from dysco_interp.experiments.store import (
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.progress import tqdm
-from dysco_interp.tasks import get_task, mrcr, needle_qa, path_traversal
 from dysco_interp.tasks.base import check_same_tokenizer
-
-
-@dataclass(frozen=True)
-class TaskAdapter:
-    """How to prompt, trace and score one task's instances, freely decoded or teacher-forced."""
-
-    # each takes an instance of the task (its own dataclass)
-    prompt: Callable[[Any], str | Messages]
-    spans: Callable[[Any], dict[str, tuple[int, int]] | None]
-    score: Callable[[str, Any], dict[str, float]]
-    metrics: tuple[str, ...]  # the metrics the summary table shows
-    gold: Callable[[Any], str]  # the answer teacher forcing feeds (encoded on its own, after the prompt)
-    forced_metrics: tuple[str, ...]  # the table's metrics under teacher forcing
-    # task-specific scores of a teacher-forced result (beyond `ForcedScores.summary`)
-    score_forced: Callable[[GenerationResult, Any, Any], Mapping[str, float | None]] = lambda res, inst, tok: {}
-    # why an instance of the task cannot be scored, or None
-    unscorable: Callable[[Any], str | None] = lambda inst: None
-
-
-def _route_steps(res: GenerationResult, inst, tokenizer) -> Mapping[str, float | None]:
-    assert res.forced is not None
-    inputs = path_traversal.teacher_forced_inputs(inst, tokenizer)
-    return path_traversal.forced_step_scores(res.forced.argmax, res.forced.logprob, inputs)
-
-
-ADAPTERS: dict[str, TaskAdapter] = {
-    "path_traversal": TaskAdapter(
-        prompt=lambda x: x.prompt,
-        spans=lambda x: {f"edge{i}": tuple(s) for i, s in enumerate(x.edge_token_spans)},
-        score=lambda text, x: {
-            k: v for k, v in path_traversal.score_route(text, x).to_dict().items() if k != "parsed"
-        },
-        metrics=("accuracy", "partial_accuracy", "step_accuracy", "extraction_rate"),
-        gold=lambda x: x.completion,
-        forced_metrics=("tf_step_accuracy", "tf_city_logprob", "tf_logprob", "tf_token_accuracy"),
-        score_forced=_route_steps,
-    ),
-    "needle_qa": TaskAdapter(
-        prompt=lambda x: x.prompt,
-        spans=lambda x: {f"doc{i}": tuple(s) for i, s in enumerate(x.doc_token_spans)},
-        score=lambda text, x: needle_qa.score_answer(text, x),
-        metrics=("exact_match", "contains"),
-        gold=lambda x: x.answers[0],
-        forced_metrics=("tf_exact", "tf_logprob", "tf_token_accuracy"),
-        unscorable=lambda x: "a null-query example (for calibration) has no answer to score" if x.is_null_query
-        else None,
-    ),
-    "mrcr": TaskAdapter(
-        prompt=lambda x: x.messages,
-        spans=lambda x: {f"turn{i}": tuple(s) for i, s in enumerate(x.message_token_spans)},
-        score=lambda text, x: mrcr.score_response(text, x),
-        metrics=("score",),
-        gold=lambda x: x.answer,
-        forced_metrics=("tf_logprob", "tf_token_accuracy", "tf_exact"),
-    ),
-}
+from dysco_interp.tasks.registry import TASKS
+from dysco_interp.tasks.spec import Evaluation, TaskSpec
 
 
 def method_settings(config: DecodingConfig, heads: HeadSet | None) -> dict:
@@ -139,16 +83,22 @@ def instance_id(instance) -> str:
     return content_hash(instance.to_dict())
 
 
+def evaluated_task(task: str) -> TaskSpec:
+    """The spec of a registered task, by its exact name (the store records it); ConfigError otherwise."""
+    spec = TASKS.get(task)
+    if spec is None:
+        raise ConfigError(f"no evaluation for task {task!r}; choose one of {', '.join(TASKS)}")
+    return spec
+
+
 def check_task(task: str, instances: Sequence) -> None:
     """ConfigError unless every instance belongs to `task` and can be scored (before anything is decoded)."""
-    if task not in ADAPTERS:
-        raise ConfigError(f"no evaluation for task {task!r}; choose one of {', '.join(ADAPTERS)}")
-    expected = get_task(task).instance_type
+    spec = evaluated_task(task)
     for inst in instances:
-        if not isinstance(inst, expected):
+        if not isinstance(inst, spec.instance_type):
             found = getattr(inst, "task", type(inst).__name__)
             raise ConfigError(f"the data holds {found} instances, not {task}; pass the matching --task")
-        why = ADAPTERS[task].unscorable(inst)
+        why = spec.evaluation.unscorable(inst)
         if why:
             raise ConfigError(f"instance {inst.id!r}: {why}")
 
@@ -212,8 +162,8 @@ def check_records(path: str | Path, records: Iterable[Mapping], metrics: Iterabl
 
 def task_metrics(task: str) -> tuple[str, ...]:
     """Every metric the task's records may carry, freely decoded or teacher-forced."""
-    adapter = ADAPTERS.get(task)
-    return () if adapter is None else (*adapter.metrics, *adapter.forced_metrics)
+    spec = TASKS.get(task)
+    return () if spec is None else (*spec.metrics.free, *spec.metrics.forced)
 
 
 def check_store_files(path: str | Path, task: str, if_differs: str = "error") -> None:
@@ -270,23 +220,23 @@ def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str
             check_traces(file, contents.records, methods, instances)
 
 
-def decode_batch(model: LoadedModel, adapter: TaskAdapter, batch: Sequence, methods: Mapping[str, DecodingConfig],
-                 heads: HeadSet | None, keep_trace: bool, backend: str, teacher_forced: bool = False,
-                 decode_attention: str | None = None):
+def decode_instances(model: LoadedModel, evaluation: Evaluation, batch: Sequence,
+                     methods: Mapping[str, DecodingConfig], heads: HeadSet | None, keep_trace: bool, backend: str,
+                     teacher_forced: bool = False, decode_attention: str | None = None):
     """Decode instances together under each method (teacher-forced on their gold answers, or
     freely): yields (name, config as run, results) as each method finishes."""
     thinking = {inst.enable_thinking for inst in batch}
     if len(thinking) != 1:
         raise ConfigError("instances decoded together must share enable_thinking")
     thinking = thinking.pop()
-    prompts = [adapter.prompt(inst) for inst in batch]
+    prompts = [evaluation.prompt(inst) for inst in batch]
     prepared = [prepare_prompt(model, p, thinking) for p in prompts]
     for inst, prep in zip(batch, prepared):
         check_same_tokenizer(inst, len(prep.ids))
     configs = {m: c.replace(enable_thinking=thinking) for m, c in methods.items()}
     # span masses cost a host copy of the relevance every step: only for traces that are kept
-    spans = [adapter.spans(inst) for inst in batch] if keep_trace else None
-    forced = [adapter.gold(inst) for inst in batch] if teacher_forced else None
+    spans = [evaluation.spans(inst) for inst in batch] if keep_trace else None
+    forced = [evaluation.gold(inst) for inst in batch] if teacher_forced else None
     for method, rows in iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
                                      decode_attention=decode_attention, forced=forced):
         yield method, configs[method], rows
@@ -298,11 +248,11 @@ def mean_selected(res: GenerationResult) -> float | None:
     return round(sum(counts) / len(counts), 2) if counts else None
 
 
-def scores_of(adapter: TaskAdapter, res: GenerationResult, inst, tokenizer) -> dict:
+def scores_of(evaluation: Evaluation, res: GenerationResult, inst, tokenizer) -> dict:
     """A result's task scores: of its text when decoded freely, of its gold tokens when forced."""
     if res.forced is None:
-        return adapter.score(res.text, inst)
-    return {**res.forced.summary(res.tokens), **adapter.score_forced(res, inst, tokenizer)}
+        return dict(evaluation.score(res.text, inst))
+    return {**res.forced.summary(res.tokens), **evaluation.score_forced(res, inst, tokenizer)}
 
 
 @dataclass
@@ -374,7 +324,7 @@ def evaluate(
     Args:
         model: the loaded model.
         model_name: the name the store records (the alias it was loaded by).
-        task: "path_traversal", "needle_qa" or "mrcr".
+        task: a registered task's name (`tasks.registry.TASKS`).
         instances: the task's instances (`make_dataset` or `load_dataset`).
         methods: name -> method and parameters.
         heads: the QRHeads for the DySCO methods (None when no method uses heads).
@@ -403,7 +353,7 @@ def evaluate(
         raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     instances = list(instances)
     check_task(task, instances)
-    adapter = ADAPTERS[task]
+    evaluation = TASKS[task].evaluation
     ids = [instance_id(inst) for inst in instances]
     wanted = {m: method_settings(c, heads) for m, c in methods.items()}
     check_bool("teacher_forced", teacher_forced)
@@ -433,8 +383,9 @@ def evaluate(
                 if names:
                     bar.set_postfix_str(f"{names[0]}, {where}")
                 # each method's records are stored as soon as it finishes, so a kill loses at most one
-                for method, config, rows in decode_batch(model, adapter, [inst for inst, _ in batch], pending, heads,
-                                                         keep_trace, backend, teacher_forced, decode_attention):
+                for method, config, rows in decode_instances(model, evaluation, [inst for inst, _ in batch], pending,
+                                                             heads, keep_trace, backend, teacher_forced,
+                                                             decode_attention):
                     for (inst, h), res in zip(batch, rows):
                         if key(h, method) in done:
                             continue
@@ -446,7 +397,7 @@ def evaluate(
                             **({"output": res.text} if res.forced is None else
                                {"argmax_text": model.tokenizer.decode(res.forced.argmax)}),
                             "finished": res.finished,
-                            **scores_of(adapter, res, inst, model.tokenizer),
+                            **scores_of(evaluation, res, inst, model.tokenizer),
                             "mean_selected": mean_selected(res),
                             "timings": res.timings.as_dict(),
                             # `config` is what the tables group by; `settings` is everything that made the record

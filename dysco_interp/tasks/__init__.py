@@ -7,9 +7,10 @@ Three tasks, each seeded, sized to a target prompt length in tokens for a given 
 - `needle_qa`: multi-document QA about invented entities, for QRScore head detection.
 - `mrcr`: multi-round co-reference over a long chat (OpenAI MRCR style).
 
-Each is a package (instance, generate, score; word lists as package data); `base` holds what
-they share (seeds, stored spans, fitting to a token length) and `lengths` parses '8k'-style
-lengths. This module is the registry: `make_dataset`, `save_dataset`, `load_dataset`.
+Each is a package (instance, generate, score; word lists as package data) whose `spec.py`
+defines its `TaskSpec` (`tasks.spec`); `registry` lists the specs, `base` holds what the
+tasks share (seeds, stored spans, fitting to a token length) and `lengths` parses '8k'-style
+lengths. This module makes, saves and loads data sets of any registered task.
 
     from dysco_interp.tasks import make_dataset
     data = make_dataset("path_traversal", tokenizer, target_tokens=8192, n=50, seed=0)
@@ -17,82 +18,15 @@ lengths. This module is the registry: `make_dataset`, `save_dataset`, `load_data
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from dysco_interp.checks import brief
 from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.jsonl import iter_jsonl, write_jsonl
-from dysco_interp.tasks import mrcr, needle_qa, path_traversal
-from dysco_interp.tasks.base import SpanRecord, check_positive
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    name: str
-    description: str
-    generate: Callable[..., SpanRecord]  # (tokenizer, target_tokens, *, seed, index, **options) -> instance
-    instance_type: type[SpanRecord]
-    options: tuple[str, ...]  # keyword options `generate` accepts besides seed and index
-    # What the make-data table shows for one instance; it takes `instance_type`, which a
-    # Callable type cannot say without making TaskSpec generic in it.
-    summary: Callable[[Any], dict[str, int]]
-
-
-TASKS: dict[str, TaskSpec] = {
-    spec.name: spec
-    for spec in (
-        TaskSpec(
-            "path_traversal",
-            "LongProc Path Traversal: follow one-way edges from a start city to a destination",
-            path_traversal.generate_instance,
-            path_traversal.PathTraversalInstance,
-            ("hops", "n_edges", "topology", "tolerance", "enable_thinking"),
-            lambda x: {"tokens": x.n_tokens, "hops": x.n_hops, "edges": x.n_edges},
-        ),
-        TaskSpec(
-            "needle_qa",
-            "multi-document QA about invented entities (retrieval-head detection)",
-            needle_qa.generate_example,
-            needle_qa.NeedleQAExample,
-            ("n_docs", "gold_position", "kinds", "tolerance", "enable_thinking"),
-            lambda x: {"tokens": x.n_tokens, "docs": x.n_docs, "gold_doc": x.gold_index},
-        ),
-        TaskSpec(
-            "mrcr",
-            "multi-round co-reference: reproduce the k-th answer to a repeated request",
-            mrcr.generate_example,
-            mrcr.MRCRExample,
-            ("n_needles", "n_turns", "k", "form", "topic", "tolerance", "enable_thinking"),
-            lambda x: {"tokens": x.n_tokens, "turns": x.n_turns, "needles": x.n_needles},
-        ),
-    )
-}
-
-_ALIASES = {
-    "path-traversal": "path_traversal",
-    "pathtraversal": "path_traversal",
-    "pt": "path_traversal",
-    "longproc": "path_traversal",
-    "needle-qa": "needle_qa",
-    "needleqa": "needle_qa",
-    "qa": "needle_qa",
-    "nq": "needle_qa",
-}
-
-
-def get_task(name: str) -> TaskSpec:
-    """The task registered under name (or an alias); ConfigError names the choices."""
-    key = str(name).strip().lower()
-    key = _ALIASES.get(key, key)
-    if key in TASKS:
-        return TASKS[key]
-    close = difflib.get_close_matches(key, list(TASKS) + list(_ALIASES), n=1)
-    hint = f" Did you mean {close[0]!r}?" if close else ""
-    raise ConfigError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}.{hint}")
+from dysco_interp.tasks.base import check_positive
+from dysco_interp.tasks.registry import TASKS, get_task
+from dysco_interp.tasks.spec import TaskSpec
 
 
 def make_dataset(
@@ -108,7 +42,8 @@ def make_dataset(
     """n instances (index 0..n-1) of a task at one target length; deterministic for a seed.
 
     Args:
-        task: "path_traversal", "needle_qa" or "mrcr" (dashes work too).
+        task: a registered task's name (`TASKS`) or alias: "path_traversal", "needle_qa", "mrcr"
+            (dashes work too).
         tokenizer: the tokenizer whose token count the instances are fitted to.
         target_tokens: the prompt length to fit (None: the task's natural size).
         n: how many instances.
@@ -182,7 +117,4 @@ __all__ = [
     "make_dataset",
     "save_dataset",
     "load_dataset",
-    "path_traversal",
-    "needle_qa",
-    "mrcr",
 ]

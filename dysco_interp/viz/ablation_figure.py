@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dysco_interp.tasks.registry import TASKS
 from dysco_interp.viz.figures import save_panels
 from dysco_interp.viz.panels import Panel, Series
 
-TASK_TITLES = {"path_traversal": "Path Traversal", "needle_qa": "Needle QA"}
 METRIC_TITLES = {("path_traversal", "accuracy"): "step accuracy", ("needle_qa", "accuracy"): "answer accuracy",
                  ("needle_qa", "logprob"): "answer log-prob (mean per token)"}
 # each group keeps its colour in every panel, model and format
@@ -48,7 +48,8 @@ def ablation_panels(summary: dict) -> list[Panel]:
                                  [c["lo"] for _, c in cells], [c["hi"] for _, c in cells], COLORS.get(group),
                                  x=[x for x, _ in cells]))
         base = ", ".join(f"{r['metrics'][metric]['baseline']['mean']:.2f} at {length_tick(r['length'])}" for r in rows)
-        title = f"{TASK_TITLES.get(task, task)}: {METRIC_TITLES.get((task, metric), metric)}\nunablated {base}"
+        task_title = TASKS[task].title if task in TASKS else task
+        title = f"{task_title}: {METRIC_TITLES.get((task, metric), metric)}\nunablated {base}"
         panels.append(Panel(title, "drop vs no ablation", series, xlabel="context length (tokens)", kind="bar"))
     return panels
 

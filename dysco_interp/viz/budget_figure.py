@@ -14,11 +14,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dysco_interp.errors import ConfigError
+from dysco_interp.tasks.registry import TASKS
 from dysco_interp.viz.figures import save_panels
 from dysco_interp.viz.panels import Panel, Series
 
-TASK_TITLES = {"path_traversal": "Path Traversal", "mrcr": "MRCR"}
-TASK_ORDER = ("path_traversal", "mrcr")
 # QRHeads in saturated colours, random heads in greys and oranges: told apart at a glance
 QR_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#17becf", "#8c564b", "#e377c2")
 RANDOM_COLORS = ("#7f7f7f", "#ff7f0e", "#bcbd22", "#525252", "#fdae6b")
@@ -57,8 +56,8 @@ def line_colors(names: Mapping[tuple, str]) -> dict[str, str]:
 
 
 def columns(rows: Sequence[Mapping]) -> list[tuple[str, int]]:
-    """(task, length) of every panel column, tasks in the paper's order, then by length."""
-    order = {t: i for i, t in enumerate(TASK_ORDER)}
+    """(task, length) of every panel column, tasks in the registry's order, then by length."""
+    order = {t: i for i, t in enumerate(TASKS)}
     return sorted({(r["task"], r["length"]) for r in rows}, key=lambda c: (order.get(c[0], len(order)), c[0], c[1]))
 
 
@@ -79,7 +78,7 @@ def budget_panels(rows: Sequence[Mapping], budget: str = "K") -> tuple[list[Pane
     for model in sorted({r["model"] for r in rows}):
         for task, length in cols:
             cell = [r for r in rows if (r["model"], r["task"], r["length"]) == (model, task, length)]
-            title = f"{model}: {TASK_TITLES.get(task, task)} {length}"
+            title = f"{model}: {TASKS[task].title if task in TASKS else task} {length}"
             metric = cell[0]["metric"] if cell else ""
             vanilla = cell[0]["vanilla"].get(metric) if cell else None
             title += f"\nvanilla {metric} {vanilla['mean']:.3f}" if vanilla else ""
