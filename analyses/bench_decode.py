@@ -20,7 +20,7 @@ import torch
 from dysco_interp.analysis import bench, bench_peer
 from dysco_interp.analysis.report import write_json
 from dysco_interp.cli import args as cli_args
-from dysco_interp.decoding.backends import DECODE_ATTENTION
+from dysco_interp.decoding.backends import BACKENDS, DECODE_ATTENTION
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import load_model, resolve_device, resolve_dtype
@@ -34,7 +34,11 @@ def main(argv=None) -> int:
     p.add_argument("--heads", default="shipped", help="head file, 'shipped', or 'paper' (the paper's Qwen3-8B list)")
     p.add_argument("--method", default="dysco", choices=["dysco", "dysco-reuse"],
                    help="the DySCO step timed against vanilla (dysco-reuse: one pass, bias after the deepest QRHead)")
-    p.add_argument("--backend", default="bridge", choices=["bridge", "sdpa", "static"])
+    p.add_argument("--backend", default="bridge", choices=list(BACKENDS))
+    p.add_argument("--user-method", action="store_true",
+                   help="also time DySCO written as a user-defined SteeringMethod (the 'user' step)")
+    p.add_argument("--read-heads", type=cli_args.nonnegative_int, default=0, metavar="N",
+                   help="also time DySCO reading N more random heads' rows at every step ('dysco_readN')")
     p.add_argument("--decode-attention", choices=list(DECODE_ATTENTION), default=None,
                    help="the static backend's decoding attention: fused SDPA (its default) or the float32 reference")
     p.add_argument("--no-compile", action="store_true",
@@ -84,15 +88,18 @@ def main(argv=None) -> int:
     bandwidth = bench.copy_bandwidth(bench.model_devices(model))
     rows = []
     contexts = args.contexts
+    extra = bench.extra_steps(config, model, args.user_method, args.read_heads)
     for row in bench.bench_rows(model, heads, config, args.backend, contexts,
-                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size, options):
+                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size, options, extra):
         rows.append(row)
         print(
             f"context {row['context']:>7}: "
             f"vanilla {row['vanilla_step_ms']:9.2f} ms ({row['vanilla_tok_per_s']:.1f} tok/s)  "
             f"dysco {row['dysco_step_ms']:9.2f} ms ({row['dysco_tok_per_s']:.1f} tok/s)  ratio {row['ratio']:.3f} "
             f"(layer floor {floor:.3f})"
-            + (f"  bandwidth floor {row['bandwidth_floor_ms']:.2f} ms" if bandwidth else ""),
+            + (f"  bandwidth floor {row['bandwidth_floor_ms']:.2f} ms" if bandwidth else "")
+            + "".join(f"  {name} {row[name + '_step_ms']:.2f} ms (x{row[name + '_over_dysco']:.3f} dysco)"
+                      for name in extra),
             flush=True,
         )
     peer = None

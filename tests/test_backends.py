@@ -6,6 +6,7 @@ import torch
 from dysco_interp.decoding import backends, relevance
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import compare_methods, generate_batch
+from dysco_interp.decoding.plan import Bias, PassPlan, Read
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import STYLES, tiny_model
@@ -23,6 +24,19 @@ N_NEW = 12
 def heads_for(model, pairs=((1, 0), (2, 3), (1, 2))):
     s = model.spec
     return HeadSet(list(pairs), model=s.name, n_layers=s.n_layers, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads)
+
+
+def reading(heads):
+    return PassPlan(reads=(Read(tuple(heads)),))
+
+
+def partial(heads):
+    read = Read(tuple(heads))
+    return PassPlan(reads=(read,), stop_after=read.max_layer, write_cache=False)
+
+
+def biased(model, bias):
+    return PassPlan(bias=Bias(range(model.spec.n_layers))).with_bias(bias)
 
 
 METHODS = {
@@ -46,14 +60,14 @@ def test_one_step_of_each_operation_matches_the_bridge(tiny):
     # the static backend's two decoding attentions: fused SDPA (its default) and the float32 reference
     runs = {name: (name, None) for name in backends.BACKENDS} | {"static-float32": ("static", "float32")}
     for name, (backend, decode_attention) in runs.items():
-        b = backends.make_backend(tiny, backend, heads, decode_attention=decode_attention)
+        b = backends.make_backend(tiny, backend, decode_attention=decode_attention)
         state = b.prefill(ids[:, :-2], None)
-        partial = b.partial(state, ids[:, -2]).attention
-        step = b.step(state, ids[:, -2], read=True)
+        early = b.run(state, ids[:, -2], partial(heads)).attention
+        step = b.run(state, ids[:, -2], reading(heads))
         logits, read = step.logits, step.attention
         bias = relevance.scaling_bias(torch.nn.functional.pad(read > read.mean(), (0, 1)), 3.0)
-        biased = b.step(state, ids[:, -1], bias=bias).logits
-        out[name] = (partial, read, logits, biased)
+        late = b.run(state, ids[:, -1], biased(tiny, bias)).logits
+        out[name] = (early, read, logits, late)
     for fast in ("sdpa", "static", "static-float32"):
         for ours, ref in zip(out[fast], out["bridge"]):
             torch.testing.assert_close(ours, ref, atol=2e-5, rtol=1e-4)
@@ -113,10 +127,10 @@ def test_the_sdpa_backend_leaves_the_loaded_model_as_it_was(tiny_llama):
 
     ids = torch.randint(20, 500, (1, 30), generator=torch.Generator().manual_seed(2))
     _, before = runtime.prefill(tiny_llama, ids)
-    backend = backends.make_backend(tiny_llama, "sdpa", None)
+    backend = backends.make_backend(tiny_llama, "sdpa")
     assert tiny_llama.prefill_model.config._attn_implementation == "sdpa"
     assert backend.hf is not tiny_llama.prefill_model
-    assert backend.hf is backends.make_backend(tiny_llama, "sdpa", None).hf
+    assert backend.hf is backends.make_backend(tiny_llama, "sdpa").hf
     shared = {p.data_ptr() for p in tiny_llama.prefill_model.parameters()}
     assert {p.data_ptr() for p in backend.hf.parameters()} == shared  # no copy of the weights
     _, after = runtime.prefill(tiny_llama, ids)
@@ -131,13 +145,13 @@ def test_static_buffers_grow_when_decoding_outlives_them(tiny_of):
     ids = torch.randint(20, 500, (1, GRANULE + 6), generator=torch.Generator().manual_seed(3))
     out = {}
     for name in ("sdpa", "static"):
-        b = backends.make_backend(tiny_qwen3, name, heads)
+        b = backends.make_backend(tiny_qwen3, name)
         state = b.prefill(ids[:, :GRANULE - 2], None)  # reserve 0: room for 2 more keys
         logits = []
         for col in range(GRANULE - 2, ids.shape[1]):
-            read = b.partial(state, ids[:, col]).attention
+            read = b.run(state, ids[:, col], partial(heads)).attention
             bias = relevance.scaling_bias(read > read.mean(), 2.0)
-            logits.append(b.step(state, ids[:, col], bias=bias).logits)
+            logits.append(b.run(state, ids[:, col], biased(tiny_qwen3, bias)).logits)
         out[name] = (torch.stack(logits), state)
     torch.testing.assert_close(out["static"][0], out["sdpa"][0], atol=2e-5, rtol=1e-4)
     assert out["static"][1].cache.capacity > GRANULE and out["static"][1].n_keys == GRANULE + 6
@@ -181,33 +195,47 @@ def test_the_static_decoding_attentions_give_the_same_tokens_and_selections(tiny
             assert ours.tokens == ref.tokens, name
             assert selections(ours) == selections(ref), name
     with pytest.raises(ConfigError, match="decode_attention sets the static"):
-        backends.make_backend(tiny, "sdpa", heads, decode_attention="float32")
+        backends.make_backend(tiny, "sdpa", decode_attention="float32")
     with pytest.raises(ConfigError, match="decode_attention sets the static"):
         generate_batch(tiny, prompts, METHODS, heads, backend="sdpa", decode_attention="float32")
     with pytest.raises(ConfigError, match="decode_attention must be one of"):
-        backends.make_backend(tiny, "static", heads, decode_attention="flash")
+        backends.make_backend(tiny, "static", decode_attention="flash")
 
 
 def test_every_backend_has_one_interface_and_refuses_the_same_things(tiny_llama):
     heads = heads_for(tiny_llama)
+    n_layers, n_heads = tiny_llama.spec.n_layers, tiny_llama.spec.n_heads
     ids = torch.randint(20, 500, (1, 12), generator=torch.Generator().manual_seed(5))
     for name in backends.BACKENDS:
-        b = backends.make_backend(tiny_llama, name, heads)
+        b = backends.make_backend(tiny_llama, name)
         assert isinstance(b, backends.Backend) and b.name == name
         state = b.prefill(ids[:, :-1], None)
-        bias = torch.zeros(1, 1, 1, state.n_keys + 1)
-        with pytest.raises(ConfigError, match="unbiased passes only"):
-            b.step(state, ids[:, -1], bias=bias, read=True)
-        out = b.step(state, ids[:, -1], read=True)
+        out = b.run(state, ids[:, -1], reading(heads))
         assert isinstance(out, backends.StepOutput) and out.logits is not None and out.attention is not None
-        with pytest.raises(ConfigError, match="without QRHeads"):
-            backends.make_backend(tiny_llama, name, None).partial(state, ids[:, -1])
+        bad = {
+            "outside the model": PassPlan(reads=(Read(((n_layers, 0),)),)),
+            "outside the model (": PassPlan(reads=(Read(((0, n_heads),)),)),
+            "no values": PassPlan(bias=Bias(range(n_layers))),
+            "must be": biased(tiny_llama, torch.zeros(1, 1, 1, 3)),
+            "PassPlan": "plain",
+        }
+        for message, plan in bad.items():
+            with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+                b.run(state, ids[:, -1], plan)
+        assert state.n_keys == 12  # a refused pass leaves the state as it was
+        # a NaN bias is found where the caller waits for the device anyway (the decode loop: its records)
+        b.run(state, ids[:, -1], biased(tiny_llama, torch.full((1, 1, 1, state.n_keys + 1), float("nan"))))
+        with pytest.raises(ConfigError, match="NaN"):
+            b.check_faults()
+        b.check_faults()  # reported once
+    with pytest.raises(ConfigError, match="empty"):
+        Bias(())
     for name in ("bridge", "sdpa"):
         with pytest.raises(ConfigError, match="CUDA graphs"):
-            backends.make_backend(tiny_llama, name, heads, graphs=True)
+            backends.make_backend(tiny_llama, name, graphs=True)
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="CUDA device"):
-            backends.make_backend(tiny_llama, "static", heads, graphs=True)
+            backends.make_backend(tiny_llama, "static", graphs=True)
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -215,10 +243,10 @@ def test_the_llama_family_prefills_in_chunks_through_the_written_out_layers(styl
     model = tiny_model(style)
     ids = torch.randint(20, 500, (2, 50), generator=torch.Generator().manual_seed(3))
     for tau in (1.0, 0.5):
-        static = backends.make_backend(model, "static", None, tau=tau)
+        static = backends.make_backend(model, "static", tau=tau)
         assert (static.decoder is None) == (style == "gemma3")  # sliding windows take the transformers forward
         ours = static.prefill(ids, None, chunk_size=7)  # seven chunks, the last one short
-        ref = backends.make_backend(model, "sdpa", None, tau=tau).prefill(ids, None, chunk_size=50)
+        ref = backends.make_backend(model, "sdpa", tau=tau).prefill(ids, None, chunk_size=50)
         assert ours.n_keys == ref.n_keys == 50
         for layer in range(model.spec.n_layers):
             if ref.cache.layers[layer].keys.shape[2] < 50:  # a sliding layer's cache keeps its window only
@@ -228,8 +256,8 @@ def test_the_llama_family_prefills_in_chunks_through_the_written_out_layers(styl
             torch.testing.assert_close(values[:, :, :50], ref.cache.layers[layer].values, atol=2e-5, rtol=1e-4)
         # the first decoding step reads those buffers: its logits are the SDPA backend's
         token = torch.tensor([77, 78])
-        torch.testing.assert_close(static.step(ours, token).logits,
-                                   backends.make_backend(model, "sdpa", None, tau=tau).step(ref, token).logits,
+        torch.testing.assert_close(static.run(ours, token, PassPlan()).logits,
+                                   backends.make_backend(model, "sdpa", tau=tau).run(ref, token, PassPlan()).logits,
                                    atol=2e-5, rtol=1e-4)
 
 
@@ -241,16 +269,18 @@ def test_a_dysco_step_on_the_static_backend_never_waits_for_the_device(method):
 
     model = tiny_model("qwen3", device="cuda")
     ids = torch.randint(20, 500, (1, 64), generator=torch.Generator().manual_seed(5))
-    backend = backends.make_backend(model, "static", heads_for(model))
+    backend = backends.make_backend(model, "static")
     state = backend.prefill(ids[:, :60].cuda(), None, reserve=8)
-    stepper = Stepper(backend, DecodingConfig(method=method, top_p=0.7), PromptBatch.from_ids(ids[:, :60]))
+    stepper = Stepper(backend, DecodingConfig(method=method, top_p=0.7), PromptBatch.from_ids(ids[:, :60]),
+                      heads=heads_for(model))
     stepper.relevance = torch.full((1, 60), 1 / 60, device="cuda")
     for i in range(3):  # the first steps capture their graphs; the last one replays them
         tokens = ids[:, 60 + i].cuda()
         if i == 2:
             torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
         try:
-            stepper.method.step(backend, state, tokens, stepper.selector)
+            stepper.method.step(lambda plan, tokens=tokens: backend.run(state, tokens, plan), state.n_keys + 1,
+                                stepper.selector)
         finally:
             torch.cuda.set_sync_debug_mode("default")
 

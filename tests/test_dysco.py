@@ -10,10 +10,10 @@ import torch
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends import DecodeState, make_backend
 from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
-from dysco_interp.decoding.generate import generate
 from dysco_interp.decoding.interventions import BiasWriter
 from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate
 from dysco_interp.decoding.prompts import PromptBatch, prepare_prompt
+from dysco_interp.decoding.reference import reference_generate
 from dysco_interp.decoding.relevance import scaling_bias
 from dysco_interp.errors import ConfigError, ContextLengthError
 from dysco_interp.heads import HeadSet, HeadSetError
@@ -31,7 +31,7 @@ def heads_for(model, pairs=((1, 0), (2, 3), (1, 2))):
 
 
 def stepper_for(model, config, heads, prepared, backend="bridge"):
-    return Stepper(make_backend(model, backend, heads), config, PromptBatch.of([prepared], 0))
+    return Stepper(make_backend(model, backend), config, PromptBatch.of([prepared], 0), heads=heads)
 
 
 def cfg(method="dysco", **kw):
@@ -45,7 +45,7 @@ def test_beta_one_reproduces_vanilla_and_vanilla_equals_plain_greedy(tiny):
         tiny, PROMPT, {"vanilla": cfg("vanilla"), "beta1": cfg(beta=1.0), "static1": cfg("dysco-static", beta=1.0),
                       "reuse1": cfg("dysco-reuse", beta=1.0)}, heads
     )
-    plain = generate(tiny, PROMPT, max_new_tokens=N_NEW)
+    plain = reference_generate(tiny, PROMPT, max_new_tokens=N_NEW)
     ref = tiny.load_reference_hf("eager")
     with torch.inference_mode():
         hf = ref.generate(
@@ -235,7 +235,7 @@ def test_yarn_comes_from_the_config_and_combines_with_dysco():
         assert not torch.allclose(plain.bridge(ids), yarn.bridge(ids), atol=1e-4)
     heads = heads_for(yarn)
     out = compare_methods(yarn, PROMPT, {"vanilla": cfg("vanilla"), "beta1": cfg(beta=1.0)}, heads)
-    assert out["beta1"].tokens == out["vanilla"].tokens == generate(yarn, PROMPT, max_new_tokens=N_NEW).tokens
+    assert out["beta1"].tokens == out["vanilla"].tokens == reference_generate(yarn, PROMPT, max_new_tokens=N_NEW).tokens
     ref = yarn.load_reference_hf("eager")
     with torch.inference_mode():
         hf = ref.generate(torch.tensor([out["vanilla"].prompt_ids]), do_sample=False, max_new_tokens=N_NEW,

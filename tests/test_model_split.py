@@ -12,6 +12,7 @@ from dysco_interp import load_model
 from dysco_interp.decoding import backends
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import compare_methods, generate_batch
+from dysco_interp.decoding.plan import PassPlan
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.loaded import split
@@ -79,11 +80,11 @@ def test_each_layers_keys_and_values_live_on_its_device():
     _, halves = pair("llama")
     ids = torch.randint(20, 500, (1, 30), generator=torch.Generator().manual_seed(0))
     for name in ("sdpa", "static"):
-        state = backends.make_backend(halves, name, heads_for(halves)).prefill(ids, None)
+        state = backends.make_backend(halves, name).prefill(ids, None)
         for layer in range(halves.spec.n_layers):
             keys = state.cache.keys(layer) if name == "static" else state.cache.layers[layer].keys
             assert keys.device == halves.layout.layer_device(layer)
-    logits = backends.make_backend(halves, "static").step(state, ids[:, -1]).logits
+    logits = backends.make_backend(halves, "static").run(state, ids[:, -1], PassPlan()).logits
     assert logits.device == halves.device  # outputs come back where the inputs went in
 
 

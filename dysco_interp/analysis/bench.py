@@ -14,6 +14,8 @@ bytes and writes rows.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import platform
 import statistics
 import time
@@ -30,7 +32,10 @@ from transformers import AutoModelForCausalLM
 from dysco_interp.decoding.backends import Backend, DecodeState, StaticBackend, make_backend
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import Stepper
+from dysco_interp.decoding.methods import register_method
+from dysco_interp.decoding.plan import PassPlan, Read
 from dysco_interp.decoding.prompts import PromptBatch
+from dysco_interp.decoding.steering import SteeringMethod
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, paper_heads, resolve_heads
 from dysco_interp.models import LoadedModel, dtype_name, from_hf, with_yarn
@@ -86,7 +91,8 @@ def bench_heads(model: LoadedModel, model_name: str, source: str, geometry: str 
                            n_layers=s.n_layers, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads)
         if geometry != "qwen3-8b":
             raise ConfigError("--heads paper is the Qwen3-8B list: use it with --random-geometry qwen3-8b or qwen3-32b")
-        return eight.validate_for(model.spec, allow_other_model=True)
+        # the random model has the list's shape; naming it keeps the decode loop's model check honest
+        return dataclasses.replace(eight.validate_for(model.spec, allow_other_model=True), model=model.spec.name)
     return resolve_heads(model, source)
 
 
@@ -208,16 +214,40 @@ class StaticOptions:
     decode_attention: str | None = None
     compile_kernels: bool | None = None
 
-    def make(self, model: LoadedModel, backend: str, heads: HeadSet | None) -> Backend:
-        return make_backend(model, backend, heads, decode_attention=self.decode_attention,
+    def make(self, model: LoadedModel, backend: str) -> Backend:
+        return make_backend(model, backend, decode_attention=self.decode_attention,
                             compile_kernels=self.compile_kernels)
 
     def described(self, model: LoadedModel) -> dict:
-        static = self.make(model, "static", None)
+        static = self.make(model, "static")
         assert isinstance(static, StaticBackend)
         decoder = static.decoder
         return {"decode_attention": static.decode_attention, "written_out_decoder": decoder is not None,
                 "compiled_kernels": decoder is not None and decoder.compiled}
+
+
+class UserDysco(SteeringMethod):
+    """DySCO's math written as a researcher's `SteeringMethod` (every default kept): what the
+    user-method path costs against the built-in DySCO."""
+
+    name = "bench-user-dysco"
+    description = "DySCO's math as a user-defined SteeringMethod (the benchmark's user path)"
+
+
+def extra_steps(config: DecodingConfig, model: LoadedModel, user_method: bool, read_heads: int,
+                seed: int = 0) -> dict[str, tuple[DecodingConfig, Read | None]]:
+    """The steps timed beside vanilla and DySCO: DySCO as a user method ("user"), and DySCO reading
+    `read_heads` more seeded random heads' rows at every step ("dysco_read<N>")."""
+    extra: dict[str, tuple[DecodingConfig, Read | None]] = {}
+    if user_method:
+        register_method(UserDysco)
+        extra["user"] = (config.replace(method=UserDysco.name), None)
+    if read_heads:
+        spec = model.spec
+        every = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
+        chosen = torch.randperm(len(every), generator=torch.Generator().manual_seed(seed))[:read_heads]
+        extra[f"dysco_read{read_heads}"] = (config, Read([every[i] for i in chosen.tolist()], returns="rows"))
+    return extra
 
 
 class BenchDecoder:
@@ -226,10 +256,13 @@ class BenchDecoder:
     through the public backend, `PromptBatch.from_ids` and `Stepper` API."""
 
     def __init__(self, model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str,
-                 options: StaticOptions | None = None):
+                 options: StaticOptions | None = None,
+                 extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None):
         self.model, self.heads, self.config, self.backend = model, heads, config, backend
         self.options = options or StaticOptions()
-        self.plain = self.options.make(model, backend, None)
+        self.plain = self.options.make(model, backend)
+        # name -> (config, read-out): more steps timed in the same run, on DySCO's context
+        self.extra = extra or {}
 
     def prefill(self, context: torch.Tensor, reserve: int) -> DecodeState:
         """`context` `[B, n]` with room for `reserve` more tokens."""
@@ -239,11 +272,22 @@ class BenchDecoder:
         """vanilla on a clone of `prefix`, DySCO on `prefix` itself, its relevance uniform over
         the context as if warmed up."""
         vanilla = prefix.clone()
-        dysco_backend = self.options.make(self.model, self.backend, self.heads)
-        stepper = Stepper(dysco_backend, self.config, PromptBatch.from_ids(context))
         batch, n_context = context.shape
-        stepper.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
-        return {"vanilla": lambda tok: self.plain.step(vanilla, tok), "dysco": lambda tok: stepper.step(prefix, tok)}
+
+        def stepper(config: DecodingConfig, read_out: Read | None = None) -> Stepper:
+            made = Stepper(self.options.make(self.model, self.backend), config, PromptBatch.from_ids(context),
+                           heads=self.heads, read_out=read_out)
+            made.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
+            return made
+
+        plain = PassPlan()
+        steps: dict[str, Step] = {"vanilla": lambda tok: self.plain.run(vanilla, tok, plain),
+                                  "dysco": functools.partial(stepper(self.config).step, prefix)}
+        # the extra steps share DySCO's context (a copy each would not fit at 100K): each step of
+        # each adds a key, a few dozen over a run, nothing at these lengths
+        for name, (config, read_out) in self.extra.items():
+            steps[name] = functools.partial(stepper(config, read_out).step, prefix)
+        return steps
 
 
 # ---------------------------------------------------------------------------- one context length
@@ -259,14 +303,15 @@ def bench_ids(model: LoadedModel, n_context: int, n_steps: int, n_warmup: int, b
 
 def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, n_context: int,
                   n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1,
-                  options: StaticOptions | None = None) -> dict:
+                  options: StaticOptions | None = None,
+                  extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None) -> dict:
     """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory:
     for a model split over GPUs, each GPU's in `per_device`, the fullest GPU's at the top."""
     device = model.device
     devices = model_devices(model)
     cuda = device.type == "cuda"
     ids = bench_ids(model, n_context, n_steps, n_warmup, batch)
-    decoder = BenchDecoder(model, heads, config, backend, options)
+    decoder = BenchDecoder(model, heads, config, backend, options, extra)
     if cuda:
         for d in devices:
             torch.cuda.reset_peak_memory_stats(d)
@@ -317,6 +362,13 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
         "vanilla_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["vanilla"], n=4)[::2]],
         "dysco_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["dysco"], n=4)[::2]],
     }
+    for name in decoder.extra:
+        e = statistics.median(times[name])
+        row.update({f"{name}_step_ms": round(e * 1e3, 3), f"{name}_tok_per_s": round(batch / e, 3),
+                    f"{name}_over_dysco": round(e / d, 4)})
+        if cuda:
+            row[f"{name}_peak_step_gib"] = round(max(peaks[name].values()) / 2**30, 4)
+            row["dysco_peak_step_gib"] = round(max(peaks["dysco"].values()) / 2**30, 4)
     if cuda:
         weights = tensors_bytes_by_device(model.prefill_model.parameters())
         kv = allocated_kv_bytes(prefix.cache)
@@ -338,13 +390,14 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
 
 def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, contexts: list[int],
                n_steps: int, n_warmup: int, bandwidth: float | None, profile_dir: str | None = None,
-               batch: int = 1, options: StaticOptions | None = None) -> Iterator[dict]:
+               batch: int = 1, options: StaticOptions | None = None,
+               extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None) -> Iterator[dict]:
     """`bench_context` for each context length, with the layer floor and, given the device's
     copy bandwidth (`copy_bandwidth`), the bandwidth floor."""
     floor = layer_floor(model, heads, config.method)
     n_weight_bytes = weight_bytes(model)
     for n in contexts:
-        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, options)
+        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, options, extra)
         row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
         if bandwidth:
             step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30

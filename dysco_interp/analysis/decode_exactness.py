@@ -19,6 +19,7 @@ import torch
 
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.backends import make_backend
+from dysco_interp.decoding.plan import Bias, PassPlan, Read
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
@@ -58,14 +59,15 @@ class StepReadout:
 def two_steps(model: LoadedModel, heads: HeadSet, ids: torch.Tensor, path: DecodePath,
               bias_of: "BiasOf") -> StepReadout:
     """Prefill all but the last two tokens of `ids` `[1, n]`, read at the next one, bias the last."""
-    backend = make_backend(model, path.backend, heads, decode_attention=path.decode_attention,
+    backend = make_backend(model, path.backend, decode_attention=path.decode_attention,
                            compile_kernels=path.compile_kernels, graphs=False if path.backend == "static" else None)
     n = ids.shape[1] - 2
     ids = ids.to(model.device)
     state = backend.prefill(ids[:, :n], None, reserve=4)
-    read = backend.step(state, ids[:, n], read=True)
+    read = backend.run(state, ids[:, n], PassPlan(reads=(Read(tuple(heads)),)))
     assert read.logits is not None and read.attention is not None
-    biased = backend.step(state, ids[:, n + 1], bias=bias_of(read.attention)).logits
+    biased_plan = PassPlan(bias=Bias(range(model.spec.n_layers)))
+    biased = backend.run(state, ids[:, n + 1], biased_plan.with_bias(bias_of(read.attention))).logits
     assert biased is not None
     return StepReadout(read.logits.float(), read.attention.float(), biased.float())
 

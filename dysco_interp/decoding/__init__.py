@@ -1,9 +1,12 @@
 """DySCO and its baselines as one decode loop.
 
-- `config` (DecodingConfig, presets) and `methods` (one strategy per method, chosen once);
+- `config` (DecodingConfig, presets) and `methods` (each method a program of pass plans, in a
+  registry that a user's own methods join), `steering` (a steering method in a few lines);
+- `plan` (the pass plan every backend runs) and `readout` (what a pass's reads give back);
 - `relevance` (the pure tensor math: aggregate, momentum, nucleus-then-K selection, bias);
-- `loop` (the `Stepper` and the schedule: `generate`, `generate_batch`, `compare_methods`);
-- `backends/` (where a pass runs: the TransformerLens bridge, SDPA, static buffers with CUDA graphs);
+- `stepper` (one method fed token by token) and `loop` (the schedule: `generate`,
+  `generate_batch`, `compare_methods`);
+- `backends/` (where a plan runs: the TransformerLens bridge, SDPA, static buffers with CUDA graphs);
 - `interventions` (DySCO as TransformerLens hooks), `runtime` (prefill and cached steps on the bridge);
 - `passes` (`current_pass()`: which forward pass a user hook runs in), `arguments` (the forms
   users write: heads, options, hooks, forced answers);

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from dysco_interp.checks import brief, check_bool, check_choice, check_int, check_number, check_seed, check_type
 from dysco_interp.decoding import relevance
@@ -40,6 +43,9 @@ class DecodingConfig:
     sampling: SamplingConfig = field(default=GREEDY)
     record_positions: bool = False  # keep every step's selected positions in the trace
     enable_thinking: bool | None = None  # forwarded to the chat template (Qwen3-style)
+    # a registered method's own parameters (a mapping; kept as sorted (name, value) pairs, its
+    # defaults filled in): e.g. PASTA's alpha. Built-in methods take none.
+    options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
         if not isinstance(self.method, str) or self.method not in METHODS:
@@ -59,6 +65,7 @@ class DecodingConfig:
         check_type("sampling", self.sampling, SamplingConfig)
         check_bool("record_positions", self.record_positions)
         check_bool("enable_thinking", self.enable_thinking, allow_none=True)
+        object.__setattr__(self, "options", method_options(self.method, self.strategy.options, self.options))
 
     @property
     def strategy(self) -> type[Method]:
@@ -73,12 +80,25 @@ class DecodingConfig:
         """The fields this method's outputs depend on (sampling as a dict): what a result store
         compares, so that vanilla results stay valid when only DySCO's beta changes."""
         unused = (METHOD_FIELDS - self.strategy.fields) | {"record_positions"}  # the trace, never the tokens
-        return {k: v for k, v in dataclasses.asdict(self).items() if k not in unused}
+        if not self.options:
+            unused |= {"options"}  # stores written before methods had options stay comparable
+        used = {k: v for k, v in dataclasses.asdict(self).items() if k not in unused}
+        if "options" in used:
+            used["options"] = dict(self.options)
+        return used
+
+    def record_fields(self) -> dict:
+        """The fields a result record keeps for the tables to group by: all but sampling, and the
+        options (as a mapping) only when the method has some, so older records stay comparable."""
+        out = {k: v for k, v in vars(self).items() if k not in ("sampling", "options")}
+        if self.options:
+            out["options"] = dict(self.options)
+        return out
 
     @property
     def temperature(self) -> float:
         """Attention temperature of every head, prefill included (UniAttnS's tau; 1.0 otherwise)."""
-        return self.strategy(self).temperature
+        return self.strategy.temperature_of(self)
 
     @property
     def changes_prefill(self) -> bool:
@@ -87,6 +107,31 @@ class DecodingConfig:
 
     def replace(self, **changes) -> "DecodingConfig":
         return dataclasses.replace(self, **changes)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
+
+
+def method_options(method: str, defaults: Mapping[str, Any], given: Any) -> tuple[tuple[str, Any], ...]:
+    """`given` (a mapping or (name, value) pairs) checked against the method's options and
+    completed with their defaults, as sorted pairs; values must be JSON (lists become tuples)."""
+    try:
+        items = dict(given.items() if isinstance(given, Mapping) else given)
+    except (TypeError, ValueError):
+        raise ConfigError(f"options must be a mapping of names to values, got {brief(given)}") from None
+    unknown = sorted(set(items) - set(defaults))
+    if unknown:
+        known = ", ".join(sorted(defaults)) or "none"
+        raise ConfigError(f"method {method!r} has no option {unknown[0]!r} (its options: {known})")
+    merged = {**defaults, **items}
+    for name, value in merged.items():
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            raise ConfigError(f"option {name!r} of method {method!r} must be a JSON value, got {brief(value)}") \
+                from None
+    return tuple((name, _frozen(merged[name])) for name in sorted(merged))
 
 
 PRESETS: dict[str, DecodingConfig] = {

@@ -21,7 +21,7 @@ absolute length `n_keys` (cached + current tokens) that the decode loop announce
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from typing import Iterable, Mapping, Sequence
 
 import torch
 
@@ -109,17 +109,20 @@ class RelevanceReader:
 
 
 class BiasWriter:
-    """Adds a float32 bias on absolute key positions to every layer's attention scores.
+    """Adds a float32 bias on absolute key positions to the attention scores of some layers.
 
     `set_bias(bias)` with `[B or 1, 1, 1, n_keys]` (from `relevance.scaling_bias`), or
     None to pass scores through untouched. Each layer gets the bias's last k entries,
     k being the width of its key axis (all keys on full layers, the window on sliding
-    ones). Scores are returned in float32 (a bf16 sum would round log(beta) away).
+    ones). `heads` (layer -> query heads) limits a layer to those heads; a layer it does not
+    name gets every head. Scores are returned in float32 (a bf16 sum would round log(beta) away).
     """
 
-    def __init__(self, spec: ModelSpec, layers: Iterable[int] | None = None):
+    def __init__(self, spec: ModelSpec, layers: Iterable[int] | None = None,
+                 heads: Mapping[int, Sequence[int]] | None = None):
         self.spec = spec
         self.layers = tuple(range(spec.n_layers) if layers is None else layers)
+        self.heads = {layer: torch.tensor(list(hs), dtype=torch.long) for layer, hs in (heads or {}).items()}
         self.bias: torch.Tensor | None = None
 
     def hooks(self) -> list[Hook]:
@@ -133,10 +136,16 @@ class BiasWriter:
     def __call__(self, scores: torch.Tensor, hook) -> torch.Tensor:
         if self.bias is None:
             return scores
+        layer = layer_of(hook)
         width, n_keys = scores.shape[-1], self.bias.shape[-1]
-        _check_width(self.spec, layer_of(hook), width, n_keys, "BiasWriter")
+        _check_width(self.spec, layer, width, n_keys, "BiasWriter")
         bias = relevance.window_slice(self.bias, width).to(scores.device)
-        return scores.float() + bias
+        heads = self.heads.get(layer)
+        if heads is None:
+            return scores.float() + bias
+        out = scores.float()
+        out[:, heads.to(scores.device)] += bias
+        return out
 
 
 class AttentionTemperature:

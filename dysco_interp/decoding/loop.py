@@ -23,10 +23,15 @@ import torch
 
 from dysco_interp.checks import check_bool
 from dysco_interp.decoding.arguments import as_heads, check_config, check_configs, check_hooks, forced_ids, with_fields
-from dysco_interp.decoding.backends import Backend, BackendName, DecodeState, check_backend, make_backend
+from dysco_interp.decoding.backends import (
+    BackendName,
+    DecodeState,
+    check_backend,
+    make_backend,
+)
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.methods import Method, Selector, method_for
 from dysco_interp.decoding.passes import scheduled
+from dysco_interp.decoding.plan import PassPlan, Read
 from dysco_interp.decoding.prompts import (
     PreparedPrompt,
     Prompt,
@@ -37,119 +42,26 @@ from dysco_interp.decoding.prompts import (
     prepare_prompt,
     prompt_list,
 )
-from dysco_interp.decoding.relevance import Selection, row_caps
 from dysco_interp.decoding.results import (
-    CONTEXT_WARMUP,
     DECODE,
     INTERVENTION_WARMUP,
     ForcedScores,
     GenerationResult,
-    Phase,
     StepRecord,
     Timings,
     Trace,
 )
 from dysco_interp.decoding.sampling import Sampler
 from dysco_interp.decoding.span_mass import SpanMass, Spans
-from dysco_interp.decoding.template import extend_mask, warn_fallback
+from dysco_interp.decoding.stepper import OnRead, Stepper
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 from dysco_interp.progress import tqdm
 
-__all__ = ["Prefix", "Stepper", "as_heads", "compare_methods", "decode_batch", "dysco_generate", "forced_ids",
+__all__ = ["OnRead", "Prefix", "Stepper", "as_heads", "compare_methods", "decode_batch", "dysco_generate", "forced_ids",
            "generate", "generate_batch", "iter_methods", "prefill_prefix", "with_fields"]
-
-
-class Stepper:
-    """Feeds one token per row under one method and records what each step selected.
-
-    Drive it one step at a time from a prefilled state (`Backend.prefill`):
-    `context_warmup(state, tokens)` for the warm-up tokens (relevance only), then
-    `step(state, tokens, phase)` for the rest. Both return the float32 logits `[B, vocab]`
-    and one `StepRecord` per row. Each call is one trace step: `passes.current_pass()` gives
-    its index (`n_steps` before the call) and phase to the hooks that its passes run.
-
-    Args:
-        backend: where the passes run (built with the method's heads and temperature).
-        config: the method and its parameters.
-        batch: the prompts' rows (pads and template tokens are never selected).
-        span_mass: per row, named spans whose relevance mass each record reports (or None).
-    """
-
-    def __init__(self, backend: Backend, config: DecodingConfig, batch: PromptBatch,
-                 span_mass: Sequence[SpanMass | None] | None = None):
-        self.backend, self.config, self.batch = backend, config, batch
-        self.method: Method = method_for(config)
-        self.selector: Selector | None = None
-        if self.method.uses_heads:
-            if config.template_masking == "reference" and any(p.reference_fallback for p in batch.prepared or ()):
-                warn_fallback(backend.model.tokenizer)
-            # on the device once, with room for every generated key (never excluded): each step slices it
-            never = batch.never_selected(config.template_masking)
-            excluded = extend_mask(never, batch.width + config.max_new_tokens + 1).to(backend.model.device)
-            caps = None
-            if config.top_k_fraction is not None:
-                caps = row_caps(batch.lengths, config.top_k, config.top_k_fraction)
-            self.selector = Selector(config, excluded, caps)
-        self.span_mass = span_mass
-        self.n_steps = 0  # steps fed so far: the trace index of the next one
-
-    @property
-    def relevance(self) -> torch.Tensor | None:
-        """Each row's running relevance, float32 `[B, n_keys]` (None before the first read)."""
-        return None if self.selector is None else self.selector.relevance
-
-    @relevance.setter
-    def relevance(self, value: torch.Tensor) -> None:
-        if self.selector is None:
-            raise ConfigError(f"method {self.config.method!r} keeps no relevance")
-        self.selector.relevance = value
-
-    def select(self, n_keys: int) -> Selection:
-        """The selection the current relevance gives over the first `n_keys` keys."""
-        if self.selector is None:
-            raise ConfigError(f"method {self.config.method!r} selects nothing")
-        return self.selector.select(n_keys)
-
-    def context_warmup(self, state: DecodeState, tokens: torch.Tensor) -> tuple[torch.Tensor, list[StepRecord]]:
-        """One warm-up token per row: no bias; the QRHeads' read updates relevance."""
-        n_cached = state.n_keys
-        with scheduled(phase=CONTEXT_WARMUP, step=self.n_steps, keep_method=True):
-            out = self.backend.step(state, tokens, read=self.selector is not None)
-        self.n_steps += 1
-        if self.selector is not None and out.attention is not None:
-            self.selector.update(out.attention)
-        assert out.logits is not None
-        return out.logits, self._records(CONTEXT_WARMUP, n_cached, tokens, None)
-
-    def step(self, state: DecodeState, tokens: torch.Tensor,
-             phase: Phase = DECODE) -> tuple[torch.Tensor, list[StepRecord]]:
-        """One token per row with the method's full step."""
-        n_cached = state.n_keys
-        with scheduled(phase=phase, step=self.n_steps, keep_method=True):
-            logits, selection = self.method.step(self.backend, state, tokens, self.selector)
-        self.n_steps += 1
-        return logits, self._records(phase, n_cached, tokens, selection)
-
-    def _records(self, phase: Phase, n_cached: int, tokens: torch.Tensor,
-                 selection: Selection | None) -> list[StepRecord]:
-        pads = self.batch.pads
-        records = [StepRecord(phase, n_cached - pad, tok) for pad, tok in zip(pads, tokens.tolist())]
-        if selection is not None:
-            counts, masses = selection.count.tolist(), selection.mass.tolist()
-            for i, rec in enumerate(records):
-                rec.n_selected, rec.nucleus_mass = int(counts[i]), round(float(masses[i]), 6)
-                if self.config.record_positions:
-                    rec.selected = (selection.mask[i].nonzero().flatten() - pads[i]).tolist()
-        if self.span_mass is not None and self.relevance is not None:
-            r = self.relevance.cpu()
-            for i, rec in enumerate(records):
-                span_mass = self.span_mass[i]
-                if span_mass is not None:
-                    rec.top_spans = span_mass.top_spans(r[i, pads[i]:])
-        return records
 
 
 class Prefix:
@@ -166,7 +78,7 @@ def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfi
     """Prefill everything but the warm-up and generation-prompt tokens (`name`: the method it
     serves, for `current_pass`; None when several share it)."""
     n_prefix = batch.n_prefix(config.warmup)
-    runner = make_backend(model, backend, None, tau=config.temperature, graphs=graphs, hooks=hooks)
+    runner = make_backend(model, backend, tau=config.temperature, graphs=graphs, hooks=hooks)
     valid = batch.valid
     t0 = time.perf_counter()
     reserve = batch.width - n_prefix + config.max_new_tokens
@@ -180,30 +92,31 @@ def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
                  prefix: Prefix, backend: BackendName | str = "bridge", spans: Sequence[Spans | None] | None = None,
                  graphs: bool | None = None, forced: Sequence[Sequence[int]] | None = None,
                  hooks: Sequence[Hook] = (), name: str | None = None,
-                 decode_attention: str | None = None) -> list[GenerationResult]:
+                 decode_attention: str | None = None, read_out: Read | None = None,
+                 on_read: OnRead | None = None) -> list[GenerationResult]:
     """One method on every row, from a copy of the prefix; with `forced`, each row is fed its
     gold tokens instead of its own (teacher forcing through the method's steps). `hooks` run in
     every pass (bridge only); `name` is the method's name for `current_pass` (config.method if None);
-    `decode_attention` is the static backend's (`make_backend`)."""
+    `decode_attention` is the static backend's (`make_backend`); `read_out` and `on_read` are
+    `Stepper`'s."""
     with scheduled(method=config.method if name is None else name):
         return _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks,
-                             decode_attention)
+                             decode_attention, read_out, on_read)
 
 
 def _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks,
-                  decode_attention) -> list[GenerationResult]:
+                  decode_attention, read_out, on_read) -> list[GenerationResult]:
     assert batch.prepared is not None
     n_rows, width = len(batch.lengths), batch.width
-    method = method_for(config)
-    heads = method.heads(model, heads)
-    runner = make_backend(model, backend, heads, tau=config.temperature, graphs=graphs, hooks=hooks,
+    runner = make_backend(model, backend, tau=config.temperature, graphs=graphs, hooks=hooks,
                           decode_attention=decode_attention)
     if runner.max_batch is not None and n_rows > runner.max_batch:
         raise ConfigError(f"the {backend} backend decodes at most {runner.max_batch} prompt(s) at a time")
     span_mass = None
     if spans is not None:
         span_mass = [None if s is None else SpanMass(s, n) for s, n in zip(spans, batch.lengths)]
-    stepper = Stepper(runner, config, batch, span_mass)
+    stepper = Stepper(runner, config, batch, span_mass, heads, read_out, on_read)
+    heads = stepper.heads
     traces = [Trace(config.method, n, list(heads) if heads is not None else []) for n in batch.lengths]
     state = prefix.state.clone()
     ids = batch.ids.to(model.device)
@@ -327,6 +240,8 @@ def iter_methods(
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
     progress: bool = False,
+    read_out: Read | None = None,
+    on_read: OnRead | None = None,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
     check_backend(backend, decode_attention)
@@ -335,6 +250,10 @@ def iter_methods(
     check_bool("progress", progress)
     user_hooks = check_hooks(model, hooks, backend)
     heads = as_heads(model, heads)
+    if read_out is not None:
+        if not isinstance(read_out, Read):
+            raise ConfigError(f"read_out is a plan.Read, got {type(read_out).__name__}")
+        PassPlan(reads=(read_out,)).check(model.spec.n_layers, model.spec.n_heads)
     prompts = prompt_list(prompts)
     if not prompts:
         raise ConfigError("no prompts to decode")
@@ -366,7 +285,8 @@ def iter_methods(
                 shared[key(name)] = prefill_prefix(model, batch, config, backend, graphs=graphs, hooks=user_hooks,
                                                    name=users[0] if len(users) == 1 else None)
             results = decode_batch(model, batch, config, heads, shared[key(name)], backend, spans, graphs, gold,
-                                   hooks=user_hooks, name=name, decode_attention=decode_attention)
+                                   hooks=user_hooks, name=name, decode_attention=decode_attention,
+                                   read_out=read_out, on_read=on_read)
             bar.update()
             yield name, results
             if len(sharing[key(name)]) == 1:
@@ -388,6 +308,8 @@ def generate_batch(
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
     progress: bool = False,
+    read_out: Read | None = None,
+    on_read: OnRead | None = None,
 ) -> dict[str, list[GenerationResult]]:
     """Several methods on several prompts decoded together; one result per prompt per method.
 
@@ -422,13 +344,19 @@ def generate_batch(
         chat: render text and messages with the model's chat template (the default); False
             tokenizes text as `model.bridge.to_tokens` does. Token ids never get a template.
         progress: a progress bar over the methods, naming the one that runs.
+        read_out: a `plan.Read` of any heads made in every pass that keeps a token, on every
+            backend and for any method: their rows or their mass over key spans (positions in the
+            batch's columns), without a full attention pattern; a span-mass read lands in each
+            trace step's `read_mass`.
+        on_read: called with (trace step, `readout.ReadOut`) after each such pass, e.g. to keep
+            the rank of a key or to draw a replay at lengths the bridge cannot reach.
 
     Returns:
         name -> one `GenerationResult` per prompt, in order.
     """
     return dict(iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
                              graphs=graphs, decode_attention=decode_attention, forced=forced, hooks=hooks,
-                             chat=chat, progress=progress))
+                             chat=chat, progress=progress, read_out=read_out, on_read=on_read))
 
 
 def compare_methods(
@@ -445,6 +373,8 @@ def compare_methods(
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
     progress: bool = False,
+    read_out: Read | None = None,
+    on_read: OnRead | None = None,
 ) -> dict[str, GenerationResult]:
     """Several methods on one prompt, prefilling once for all that keep prefill attention.
 
@@ -458,6 +388,8 @@ def compare_methods(
         hooks: as `generate_batch`.
         chat: as `generate_batch`.
         progress: as `generate_batch`.
+        read_out: as `generate_batch`.
+        on_read: as `generate_batch`.
         prompt: text, chat messages, or token ids (a list of ints, a 1-D or `[1, N]` tensor).
         spans: named token spans of the prompt whose relevance mass the traces report.
         prepared: the prompt already encoded with the configs' one `enable_thinking`.
@@ -468,7 +400,8 @@ def compare_methods(
     check_prompt(prompt)
     out = generate_batch(model, [prompt], configs, heads, spans=None if spans is None else [spans],
                          prepared=None if prepared is None else [prepared], backend=backend, graphs=graphs,
-                         decode_attention=decode_attention, hooks=hooks, chat=chat, progress=progress)
+                         decode_attention=decode_attention, hooks=hooks, chat=chat, progress=progress,
+                         read_out=read_out, on_read=on_read)
     return {name: results[0] for name, results in out.items()}
 
 
@@ -485,6 +418,8 @@ def generate(
     decode_attention: str | None = None,
     hooks: Sequence[Hook] | None = None,
     chat: bool = True,
+    read_out: Read | None = None,
+    on_read: OnRead | None = None,
     **fields,
 ) -> GenerationResult:
     """Generate with one method; returns text, tokens and a per-step `Trace`.
@@ -509,6 +444,8 @@ def generate(
             `dysco_interp.decoding.current_pass()` inside one says which pass is running.
         chat: render text and messages with the model's chat template (the default); False
             tokenizes text as `model.bridge.to_tokens` does. `result.prompt_text` is what was encoded.
+        read_out: as `generate_batch`.
+        on_read: as `generate_batch`.
         **fields: `DecodingConfig` fields (`method`, `beta`, `top_k`, `max_new_tokens`, ...).
 
     Returns:
@@ -522,7 +459,7 @@ def generate(
     config = with_fields(config, fields)
     return compare_methods(model, prompt, {config.method: config}, heads, spans=spans, prepared=prepared,
                            backend=backend, graphs=graphs, decode_attention=decode_attention, hooks=hooks,
-                           chat=chat)[config.method]
+                           chat=chat, read_out=read_out, on_read=on_read)[config.method]
 
 
 def dysco_generate(

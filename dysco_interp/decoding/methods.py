@@ -1,26 +1,38 @@
-"""The decoding methods as strategy objects, chosen once from a `DecodingConfig`.
+"""The decoding methods as programs of pass plans, chosen once from a `DecodingConfig`.
 
-A method decides what one decoding step does on a backend: vanilla and UniAttnS run the plain
-pass; DySCO runs the partial pass, updates relevance, selects and runs the biased pass; its
-ablations change one piece (a set selected once, random heads, one pass per token). The running
+A method builds its `plan.PassPlan`s once (so the static backend captures each once) and says
+what one decoding step runs: vanilla and UniAttnS the plain pass; DySCO a partial pass that
+reads the QRHeads, then relevance, selection and the biased pass; its ablations change one
+piece (a set selected once, random heads, one pass per token with the bias built by a rule).
+Every backend runs every plan, so a method never knows which backend it runs on. The running
 relevance and the selection live in a `Selector`, the pure math in `relevance.py`.
+
+A researcher's own method is a subclass registered under its name (`register_method`); see
+`decoding/steering.py` for the pieces most steering methods need.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from dysco_interp.decoding import relevance
-from dysco_interp.decoding.backends.base import Backend, DecodeState
+from dysco_interp.decoding.backends.base import StepOutput
 from dysco_interp.decoding.choices import METHOD_NAMES
+from dysco_interp.decoding.plan import Bias, PassPlan, Read
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, random_like
-from dysco_interp.models import LoadedModel
+from dysco_interp.models import LoadedModel, ModelSpec
 
 if TYPE_CHECKING:
     from dysco_interp.decoding.config import DecodingConfig
+    from dysco_interp.decoding.prompts import PromptBatch
+    from dysco_interp.decoding.readout import ReadOut
+
+Run = Callable[[PassPlan], StepOutput]  # one pass of this step's tokens on the backend
 
 SELECTION_FIELDS = frozenset({"beta", "top_p", "top_k", "top_k_fraction", "decay", "template_masking", "schedule"})
 
@@ -53,29 +65,51 @@ class Selector:
 
 
 class Method:
-    """Vanilla decoding: no intervention. Subclasses override what they change."""
+    """Vanilla decoding: no intervention. Subclasses override what they change.
+
+    Class attributes describe the method (`name`, `description`, whether it `uses_heads`, the
+    `fields` of `DecodingConfig` its outputs depend on); an instance, made fresh for each run by
+    `method_for(config, heads, spec)`, holds its plans and whatever state it keeps across steps.
+    """
 
     name: ClassVar[str] = "vanilla"
     description: ClassVar[str] = "no intervention (equals plain decoding)"
     uses_heads: ClassVar[bool] = False  # reads the QRHeads (H*)
     fields: ClassVar[frozenset[str]] = frozenset()  # DecodingConfig fields beyond the shared ones it uses
+    # the method's own parameters and their defaults (`DecodingConfig.options`): JSON values,
+    # recorded with its results like any field
+    options: ClassVar[Mapping[str, Any]] = {}
 
-    def __init__(self, config: DecodingConfig):
-        self.config = config
+    def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
+        self.config, self.heads, self.spec = config, heads, spec
+        self.plain = PassPlan()
 
-    @property
-    def temperature(self) -> float:
+    @classmethod
+    def temperature_of(cls, config: DecodingConfig) -> float:
         """Attention temperature of every head, prefill included (1.0: none)."""
         return 1.0
 
-    def heads(self, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
-        """The head set this method reads, checked against the model."""
+    def option(self, name: str) -> Any:
+        """The value of one of the method's `options` in this run's config."""
+        return dict(self.config.options)[name]
+
+    @classmethod
+    def heads_for(cls, config: DecodingConfig, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
+        """The head set this method reads, checked against the model (None: it reads none)."""
         return None
 
-    def step(self, backend: Backend, state: DecodeState, tokens: torch.Tensor,
-             selector: Selector | None) -> tuple[torch.Tensor, relevance.Selection | None]:
-        """One token per row through the model: (float32 logits, the selection applied or None)."""
-        out = backend.step(state, tokens)
+    @property
+    def warmup_plan(self) -> PassPlan:
+        """The context warm-up's pass: unbiased; a method with heads reads them (relevance only)."""
+        return self.plain
+
+    def start(self, model: LoadedModel, batch: PromptBatch) -> None:
+        """Called once before the first pass, with the prompts' rows (e.g. to find spans in them)."""
+
+    def step(self, run: Run, n_keys: int, selector: Selector | None) -> tuple[torch.Tensor, relevance.Selection | None]:
+        """One token per row (`n_keys`: the keys its passes see, its own included): (float32
+        logits, the selection applied or None)."""
+        out = run(self.plain)
         assert out.logits is not None
         return out.logits, None
 
@@ -85,9 +119,26 @@ class UniAttnS(Method):
     description = "uniform attention temperature tau in every head and layer, prefill included"
     fields = frozenset({"tau"})
 
-    @property
-    def temperature(self) -> float:
-        return self.config.tau
+    @classmethod
+    def temperature_of(cls, config: DecodingConfig) -> float:
+        return config.tau
+
+
+def checked_heads(name: str, model: LoadedModel, heads: HeadSet | None) -> HeadSet:
+    """The non-empty head set a method that reads heads needs, checked against the model."""
+    if heads is None or len(heads) == 0:
+        raise ConfigError(f"method {name!r} needs a non-empty head set (H*)")
+    return heads.validate_for(model)  # the model, not its spec: its weights can match another name
+
+
+class HeadReads:
+    """The passes that read a head set: the context warm-up's full pass (`reading`) and the
+    pass that stops after the deepest head, caching nothing (`partial`)."""
+
+    def __init__(self, heads: HeadSet):
+        self.read = Read(tuple(heads))
+        self.reading = PassPlan(reads=(self.read,))
+        self.partial = PassPlan(reads=(self.read,), stop_after=self.read.max_layer, write_cache=False)
 
 
 class Dysco(Method):
@@ -96,18 +147,28 @@ class Dysco(Method):
     uses_heads = True
     fields = SELECTION_FIELDS
 
-    def heads(self, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
-        if heads is None or len(heads) == 0:
-            raise ConfigError(f"method {self.name!r} needs a non-empty head set (H*)")
-        return heads.validate_for(model)  # the model, not its spec: its weights can match another name
+    def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
+        super().__init__(config, heads, spec)
+        assert heads is not None
+        self.reads = HeadReads(heads)
+        self.read, self.partial = self.reads.read, self.reads.partial
+        self.biased = PassPlan(bias=Bias(range(spec.n_layers)))
 
-    def step(self, backend, state, tokens, selector):
+    @classmethod
+    def heads_for(cls, config: DecodingConfig, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
+        return checked_heads(cls.name, model, heads)
+
+    @property
+    def warmup_plan(self) -> PassPlan:
+        return self.reads.reading
+
+    def step(self, run, n_keys, selector):
         assert selector is not None
-        attention = backend.partial(state, tokens).attention
+        attention = run(self.partial).attention
         assert attention is not None
         selector.update(attention)
-        selection = selector.select(state.n_keys + 1)
-        out = backend.step(state, tokens, bias=selector.bias(selection.mask))
+        selection = selector.select(n_keys)
+        out = run(self.biased.with_bias(selector.bias(selection.mask)))
         assert out.logits is not None
         return out.logits, selection
 
@@ -116,21 +177,21 @@ class DyscoStatic(Dysco):
     name = "dysco-static"
     description = "DySCO with the set selected once after the context warm-up, then kept"
 
-    def __init__(self, config: DecodingConfig):
-        super().__init__(config)
+    def __init__(self, config, heads, spec):
+        super().__init__(config, heads, spec)
         self.kept: relevance.Selection | None = None
 
-    def step(self, backend, state, tokens, selector):
+    def step(self, run, n_keys, selector):
         assert selector is not None
         if self.kept is None:
             if selector.relevance is None:  # no context warm-up: select from this token's partial pass
-                attention = backend.partial(state, tokens).attention
+                attention = run(self.partial).attention
                 assert attention is not None
                 selector.update(attention)
             assert selector.relevance is not None
             self.kept = selector.select(selector.relevance.shape[-1])
-        mask = torch.nn.functional.pad(self.kept.mask, (0, state.n_keys + 1 - self.kept.mask.shape[-1]))
-        out = backend.step(state, tokens, bias=selector.bias(mask))
+        mask = torch.nn.functional.pad(self.kept.mask, (0, n_keys - self.kept.mask.shape[-1]))
+        out = run(self.biased.with_bias(selector.bias(mask)))
         assert out.logits is not None
         return out.logits, self.kept
 
@@ -140,37 +201,74 @@ class DyscoRandom(Dysco):
     description = "DySCO with |H*| random heads (seeded) instead of the QRHeads"
     fields = SELECTION_FIELDS | {"head_seed"}
 
-    def heads(self, model, heads):
-        checked = super().heads(model, heads)
+    @classmethod
+    def heads_for(cls, config, model, heads):
+        checked = super().heads_for(config, model, heads)
         assert checked is not None
-        return random_like(checked, model.spec, seed=self.config.head_seed)
+        return random_like(checked, model.spec, seed=config.head_seed)
 
 
 class DyscoReuse(Dysco):
     name = "dysco-reuse"
     description = "DySCO in one pass per token: selection from layers 0..L*, bias only in the layers after L*"
 
-    def step(self, backend, state, tokens, selector):
-        assert selector is not None
-        n_keys = state.n_keys + 1
+    def __init__(self, config, heads, spec):
+        super().__init__(config, heads, spec)
+        after = range(self.read.max_layer + 1, spec.n_layers)
+        # a QRHead in the last layer leaves no layer to bias: the pass only reads
+        self.reuse = PassPlan(reads=(self.read,), bias=Bias(after, source="rule")) if after else self.reads.reading
 
-        def select_bias(attention: torch.Tensor) -> torch.Tensor:
-            selector.update(attention)
+    def step(self, run, n_keys, selector):
+        assert selector is not None
+
+        def select_bias(read: ReadOut) -> torch.Tensor:
+            selector.update(read.attention)
             return selector.bias(selector.select(n_keys).mask)
 
-        out = backend.reuse_step(state, tokens, select_bias)
+        if self.reuse.bias is None:
+            out = run(self.reuse)
+            assert out.reads
+            select_bias(out.reads[0])
+        else:
+            out = run(dataclasses.replace(self.reuse, bias=self.reuse.bias.ruled_by(select_bias)))
         assert out.logits is not None
         return out.logits, selector.last
 
 
-REGISTRY: dict[str, type[Method]] = {
-    cls.name: cls for cls in (Method, UniAttnS, Dysco, DyscoStatic, DyscoRandom, DyscoReuse)
-}
-assert tuple(REGISTRY) == METHOD_NAMES
+BUILT_IN: tuple[type[Method], ...] = (Method, UniAttnS, Dysco, DyscoStatic, DyscoRandom, DyscoReuse)
+assert tuple(cls.name for cls in BUILT_IN) == METHOD_NAMES
+# name -> method: the built-in ones, then those registered at run time
+REGISTRY: dict[str, type[Method]] = {cls.name: cls for cls in BUILT_IN}
 METHODS: dict[str, str] = {name: cls.description for name, cls in REGISTRY.items()}
-METHOD_FIELDS = frozenset().union(*(cls.fields for cls in REGISTRY.values()))
+# the DecodingConfig fields that belong to some method; a registered method can only name these
+METHOD_FIELDS = frozenset().union(*(cls.fields for cls in BUILT_IN))
 
 
-def method_for(config: DecodingConfig) -> Method:
-    """The strategy of `config.method`, fresh for one run (some keep state across steps)."""
-    return REGISTRY[config.method](config)
+def register_method(cls: type[Method]) -> type[Method]:
+    """Register a method class under `cls.name` (usable as a class decorator). Registering the
+    same class again is harmless; another class under a taken name is a ConfigError."""
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise ConfigError(f"register_method takes a Method subclass, got {cls!r}")
+    name = cls.__dict__.get("name")
+    if not isinstance(name, str) or not name.strip() or "," in name:
+        raise ConfigError(f"a method needs a name of its own, without commas (got {name!r})")
+    taken = REGISTRY.get(name)
+    if taken is not None and taken is not cls and not _same_definition(taken, cls):
+        raise ConfigError(f"method {name!r} is already registered ({taken.__module__}.{taken.__qualname__})")
+    unknown = set(cls.fields) - METHOD_FIELDS
+    if unknown:
+        raise ConfigError(f"method {name!r} names fields that are no method's ({', '.join(sorted(unknown))}); "
+                          "its own parameters go in its `options`")
+    REGISTRY[name] = cls
+    METHODS[name] = cls.description
+    return cls
+
+
+def _same_definition(a: type, b: type) -> bool:
+    # a notebook cell or a script run twice defines the class anew: the same name in the same module
+    return a.__module__ == b.__module__ and a.__qualname__ == b.__qualname__
+
+
+def method_for(config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec) -> Method:
+    """The method of `config.method` with its plans, fresh for one run (some keep state across steps)."""
+    return REGISTRY[config.method](config, heads, spec)

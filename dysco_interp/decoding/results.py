@@ -28,6 +28,9 @@ class StepRecord:
     nucleus_mass: float | None = None  # relevance mass of the selected keys
     selected: list[int] | None = None  # selected positions (only with record_positions)
     top_spans: list[tuple[str, float]] | None = None  # most relevant named spans and their mass
+    # with a span-mass read-out (`read_out=Read(..., returns="span_mass")`): each read head's
+    # attention mass over each span, in the pass that kept the token
+    read_mass: list[list[float]] | None = None
 
 
 @dataclass(frozen=True)
@@ -132,7 +135,7 @@ class ForcedScores:
 class GenerationResult:
     """What decoding one prompt gives back: the generated text and tokens, the prompt, timings and the per-step `Trace`.
 
-    `trace` is None only for `decoding.generate`'s plain generation, outside the method loop;
+    `trace` is None only for `decoding.reference`'s plain generation, outside the method loop;
     `forced` holds the gold tokens' scores under teacher forcing. `save` and `load` keep a result
     as JSON."""
 

@@ -401,7 +401,7 @@ def evaluate(
                             "mean_selected": mean_selected(res),
                             "timings": res.timings.as_dict(),
                             # `config` is what the tables group by; `settings` is everything that made the record
-                            "config": {k: v for k, v in vars(config).items() if k != "sampling"},
+                            "config": config.record_fields(),
                             "backend": backend,
                             "settings": {**shared, "method": wanted[method]},
                         }

@@ -27,7 +27,6 @@ from dysco_interp.decoding.backends.sdpa import SdpaBackend
 from dysco_interp.decoding.backends.static import StaticBackend
 from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION, DEFAULT_DECODE_ATTENTION, BackendName
 from dysco_interp.errors import ConfigError
-from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
@@ -46,15 +45,14 @@ def check_backend(name: str, decode_attention: str | None = None) -> str:
     return name
 
 
-def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | None = None, *, tau: float = 1.0,
+def make_backend(model: LoadedModel, name: BackendName | str, *, tau: float = 1.0,
                  graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  decode_attention: str | None = None, compile_kernels: bool | None = None) -> Backend:
-    """The backend `name` for `model`.
+    """The backend `name` for `model`: it prefills prompts and runs pass plans (`decoding.plan`).
 
     Args:
         model: the loaded model.
         name: "bridge", "sdpa" or "static".
-        heads: the QRHeads whose attention the backend reads (None: it reads none).
         tau: UniAttnS's attention temperature (1.0: none).
         graphs: CUDA graphs for the static backend (None: on CUDA devices); True elsewhere is a ConfigError.
         hooks: your TransformerLens forward hooks for every pass (the bridge only; elsewhere a ConfigError).
@@ -68,10 +66,10 @@ def make_backend(model: LoadedModel, name: BackendName | str, heads: HeadSet | N
     """
     name = check_backend(name, decode_attention)
     if decode_attention is None and compile_kernels is None:
-        return REGISTRY[name](model, heads, tau=tau, graphs=graphs, hooks=hooks)
+        return REGISTRY[name](model, tau=tau, graphs=graphs, hooks=hooks)
     if name != "static":
         raise ConfigError(f"compile_kernels sets the static backend's decoding; the {name} backend has none")
-    return StaticBackend(model, heads, tau=tau, graphs=graphs, hooks=hooks,
+    return StaticBackend(model, tau=tau, graphs=graphs, hooks=hooks,
                          decode_attention=decode_attention or DEFAULT_DECODE_ATTENTION, compile_kernels=compile_kernels)
 
 

@@ -1,18 +1,12 @@
 """The interface every decoding backend implements, and the state it decodes on.
 
-The decode loop (`decoding/loop.py`) needs four operations on a prefilled `DecodeState`, each
-feeding one token per row:
-- `step(state, tokens, bias=None, read=False)`: the full model, cache written; with `read`,
-  the QRHeads' attention (unbiased passes only); with `bias`, log(beta) on the selected keys;
-- `partial(state, tokens)`: layers 0..L* (the deepest QRHead layer), no bias, nothing kept
-  in the cache; the QRHeads' attention;
-- `reuse_step(state, tokens, select_bias)`: one pass that writes the cache; after layer L*,
-  `select_bias(attention)` turns that layer's read into the bias of layers L*+1.. ("dysco-reuse");
-- `prefill(ids, valid, chunk_size=, reserve=)`: the prompt into a fresh state (UniAttnS's
-  temperature included); `reserve` tokens will be decoded after it.
-All four return a `StepOutput`. A bias is `relevance.scaling_bias` on absolute key positions,
-float32 `[B, 1, 1, n_keys]`; an attention read is float32 `[B, n_keys]`, the mean over the
-QRHeads of their rows, and sums to 1.
+A backend does two things:
+- `prefill(ids, valid, chunk_size=, reserve=)`: the prompt into a fresh `DecodeState`
+  (UniAttnS's temperature included); `reserve` tokens will be decoded after it;
+- `run(state, tokens, plan)`: one token per row through one forward pass that the
+  `plan.PassPlan` describes (its reads, where it stops, whether it writes the cache, its bias);
+  returns a `StepOutput`. A pass that writes the cache advances the state.
+Every method, built-in or a user's, is a program of such passes (`decoding/methods.py`).
 
 Passes that need only the first layers end with `StopForward`, raised by a forward hook on the
 deepest layer they need (`stop_after`): the one early-stop mechanism of the HF-based backends.
@@ -22,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -30,12 +24,11 @@ import torch
 from transformers.cache_utils import Cache
 
 from dysco_interp.decoding import runtime
+from dysco_interp.decoding.plan import BIAS_FAULT, PassPlan, bias_fault, check_bias_values
+from dysco_interp.decoding.readout import ReadOut
 from dysco_interp.errors import ConfigError
-from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
-
-SelectBias = Callable[[torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -63,8 +56,13 @@ class DecodeState:
 class StepOutput:
     """What one pass gives back."""
 
-    logits: torch.Tensor | None = None  # float32 [B, vocab] of the token fed; None for a partial pass
-    attention: torch.Tensor | None = None  # float32 [B, n_keys]: the QRHeads' read, when one was made
+    logits: torch.Tensor | None = None  # float32 [B, vocab] of the token fed; None for a pass that stops early
+    reads: tuple[ReadOut, ...] = ()  # one per read of the plan, in its order
+
+    @property
+    def attention(self) -> torch.Tensor | None:
+        """The first read's mean row, float32 `[B, n_keys]` (DySCO's relevance read), or None."""
+        return self.reads[0].attention if self.reads else None
 
 
 class StopForward(Exception):
@@ -94,13 +92,11 @@ def no_hooks_message(backend: str) -> str:
 
 
 class Backend(ABC):
-    """Where DySCO's passes run. Construct through `backends.make_backend`.
+    """Where decoding passes run. Construct through `backends.make_backend`.
 
     Args:
         model: the loaded model.
-        heads: the QRHeads whose attention `read`, `partial` and `reuse_step` report; None for
-            methods that read none.
-        tau: UniAttnS's attention temperature in every head (1.0: none).
+        tau: UniAttnS's attention temperature in every head, prefill included (1.0: none).
         graphs: capture decoding passes as CUDA graphs (None: where the backend can).
         hooks: the user's TransformerLens forward hooks `(name or filter, fn)`, run in every
             pass after the method's own; only a backend with hook points takes them.
@@ -111,7 +107,7 @@ class Backend(ABC):
     supports_graphs: ClassVar[bool] = False
     runs_hooks: ClassVar[bool] = False  # its passes go through the bridge's hook points
 
-    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
+    def __init__(self, model: LoadedModel, *, tau: float = 1.0, graphs: bool | None = None,
                  hooks: Sequence[Hook] = ()):
         if graphs and not self.supports_graphs:
             raise ConfigError(f"the {self.name} backend does not capture CUDA graphs; use backend='static'")
@@ -119,18 +115,47 @@ class Backend(ABC):
             raise ConfigError(no_hooks_message(self.name))
         self.user_hooks: list[Hook] = list(hooks)
         self.model = model
-        self.heads = heads
         self.tau = float(tau)
+        self._checked: set[PassPlan] = set()
+        # whether some bias since the last `check_faults` held NaN or +inf, on the device: checking
+        # each step's bias on the host would wait for the device at every step
+        self._fault: torch.Tensor | None = None
 
-    def needs_heads(self) -> None:
-        if self.heads is None:
-            raise ConfigError(f"the {self.name} backend was built without QRHeads; it cannot read attention")
+    def checked(self, plan: PassPlan) -> PassPlan:
+        """`plan` if it fits the model (checked once per structure), else a ConfigError."""
+        if not isinstance(plan, PassPlan):
+            raise ConfigError(f"a backend runs a PassPlan, got {type(plan).__name__}")
+        if plan not in self._checked:
+            plan.check(self.model.spec.n_layers, self.model.spec.n_heads)
+            self._checked.add(plan)
+        return plan
 
-    @staticmethod
-    def check_step(bias: torch.Tensor | None, read: bool) -> None:
-        # a read under a bias would report the rescaled attention, which no method wants
-        if bias is not None and read:
-            raise ConfigError("a decoding step reads the QRHeads' attention in unbiased passes only")
+    def _watched(self, values: torch.Tensor) -> torch.Tensor:
+        fault = bias_fault(values)
+        self._fault = fault if self._fault is None else self._fault | fault.to(self._fault.device)
+        return values
+
+    def given_bias(self, plan: PassPlan, batch: int, n_keys: int) -> torch.Tensor | None:
+        """The checked tensor of a plan's given bias (None: no tensor bias)."""
+        if plan.bias is None or plan.bias.source != "tensor":
+            return None
+        if plan.bias.values is None:
+            raise ConfigError("the plan's bias has no values: give them with plan.with_bias(tensor)")
+        return self._watched(check_bias_values(plan.bias.values, batch, n_keys))
+
+    def ruled_bias(self, plan: PassPlan, read: ReadOut, batch: int, n_keys: int) -> torch.Tensor:
+        """The bias a plan's rule builds from the pass's first read, checked."""
+        assert plan.bias is not None
+        if plan.bias.rule is None:
+            raise ConfigError("the plan's bias has no rule: give one with Bias.ruled_by(rule)")
+        return self._watched(check_bias_values(plan.bias.rule(read), batch, n_keys))
+
+    def check_faults(self) -> None:
+        """A ConfigError if a bias since the last call held NaN or +inf (this waits for the device:
+        call it where the caller waits anyway, as the decode loop does when it reads the tokens)."""
+        fault, self._fault = self._fault, None
+        if fault is not None and bool(fault):
+            raise ConfigError(BIAS_FAULT)
 
     @abstractmethod
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
@@ -140,14 +165,5 @@ class Backend(ABC):
         says otherwise)."""
 
     @abstractmethod
-    def step(self, state: DecodeState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,
-             read: bool = False) -> StepOutput:
-        """One token per row (`tokens` `[B]`) through the whole model; the cache keeps its key."""
-
-    @abstractmethod
-    def partial(self, state: DecodeState, tokens: torch.Tensor) -> StepOutput:
-        """Layers 0..L* without bias; the cache is left as it was. Returns the QRHeads' attention."""
-
-    @abstractmethod
-    def reuse_step(self, state: DecodeState, tokens: torch.Tensor, select_bias: SelectBias) -> StepOutput:
-        """One pass: layers 0..L* unbiased, then `select_bias(attention)` biases layers L*+1.."""
+    def run(self, state: DecodeState, tokens: torch.Tensor, plan: PassPlan) -> StepOutput:
+        """One token per row (`tokens` `[B]`) through the pass `plan` describes."""

@@ -13,9 +13,11 @@ from collections.abc import Sequence
 import torch
 
 from dysco_interp.decoding import runtime
-from dysco_interp.decoding.backends.base import Backend, DecodeState, SelectBias, StepOutput
+from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput
 from dysco_interp.decoding.interventions import AttentionTemperature, BiasWriter, RelevanceReader
 from dysco_interp.decoding.passes import running
+from dysco_interp.decoding.plan import PassPlan
+from dysco_interp.decoding.readout import read_outs
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook, act_name
@@ -29,22 +31,12 @@ class BridgeBackend(Backend):
     max_batch = 1
     runs_hooks = True
 
-    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
+    def __init__(self, model: LoadedModel, *, tau: float = 1.0, graphs: bool | None = None,
                  hooks: Sequence[Hook] = ()):
-        super().__init__(model, heads, tau=tau, graphs=graphs, hooks=hooks)
-        self.reader = RelevanceReader(heads, model.spec) if heads is not None else None
-        self.writer = BiasWriter(model.spec)
+        super().__init__(model, tau=tau, graphs=graphs, hooks=hooks)
         self.temperature: list[Hook] = AttentionTemperature(model.spec, tau).hooks() if tau != 1.0 else []
-
-    @property
-    def all_layers(self) -> range:
-        return range(self.model.spec.n_layers)
-
-    def _reader(self, n_keys: int) -> RelevanceReader:
-        self.needs_heads()
-        assert self.reader is not None
-        self.reader.set_length(n_keys)
-        return self.reader
+        self.readers: dict[PassPlan, RelevanceReader] = {}  # one per plan structure that reads
+        self.writers: dict[PassPlan, BiasWriter] = {}
 
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
                 reserve: int = 0) -> DecodeState:
@@ -52,51 +44,57 @@ class BridgeBackend(Backend):
             raise ConfigError("the bridge backend decodes one prompt at a time; "
                               "use backend='sdpa' or 'static' for batches")
         # with no hooks at all, runtime.prefill takes the SDPA twin (no n x n score matrix)
-        with running("prefill", 0, ids.shape[1], self.all_layers):
+        with running("prefill", 0, ids.shape[1], range(self.model.spec.n_layers)):
             cache, _ = runtime.prefill(self.model, ids, chunk_size=runtime.chunk_or_default(chunk_size),
                                        hooks=self.temperature + self.user_hooks)
         return DecodeState(cache, ids.shape[1])
 
-    def step(self, state: DecodeState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,
-             read: bool = False) -> StepOutput:
-        self.check_step(bias, read)
-        hooks = list(self.temperature)
-        reader = self._reader(state.n_keys + 1) if read else None
-        if reader is not None:
-            hooks += reader.hooks()
-        if bias is not None:
-            self.writer.set_bias(bias)
-            hooks += self.writer.hooks()
-        with running("plain" if bias is None else "biased", state.n_keys, 1, self.all_layers):
-            logits = runtime.step(self.model, state.cache, tokens[:, None], hooks + self.user_hooks)
-        state.advance()
-        return StepOutput(logits, None if reader is None else reader.attention(self.model.device))
+    def _reader(self, plan: PassPlan, n_keys: int) -> RelevanceReader | None:
+        if not plan.reads:
+            return None
+        if plan not in self.readers:
+            pairs = [(layer, h) for layer, hs in plan.read_heads().items() for h in hs]
+            self.readers[plan] = RelevanceReader(HeadSet(pairs), self.model.spec)
+        reader = self.readers[plan]
+        reader.set_length(n_keys)
+        return reader
 
-    def partial(self, state: DecodeState, tokens: torch.Tensor) -> StepOutput:
-        reader = self._reader(state.n_keys + 1)
-        stop = reader.max_layer + 1
-        with running("partial", state.n_keys, 1, range(stop)):
-            runtime.partial_step(self.model, state.cache, tokens[:, None], stop, reader.hooks() + self.user_hooks)
-        return StepOutput(attention=reader.attention(self.model.device))
+    def _writer(self, plan: PassPlan) -> BiasWriter | None:
+        bias = plan.bias
+        if bias is None:
+            return None
+        if plan not in self.writers:
+            heads = None if bias.heads is None else {layer: bias.heads_in(layer) or () for layer in bias.layers}
+            self.writers[plan] = BiasWriter(self.model.spec, layers=bias.layers, heads=heads)
+        return self.writers[plan]
 
-    def reuse_step(self, state: DecodeState, tokens: torch.Tensor, select_bias: SelectBias) -> StepOutput:
-        reader = self._reader(state.n_keys + 1)
-        after = reader.max_layer + 1
-        n_layers = self.model.spec.n_layers
-        writer = BiasWriter(self.model.spec, layers=range(after, n_layers))
-        read: list[torch.Tensor] = []
+    def run(self, state: DecodeState, tokens: torch.Tensor, plan: PassPlan) -> StepOutput:
+        plan = self.checked(plan)
+        n_keys, batch = state.n_keys + 1, tokens.shape[0]
+        reader, writer = self._reader(plan, n_keys), self._writer(plan)
+        hooks = list(self.temperature) + (reader.hooks() if reader is not None else [])
+        if writer is not None:
+            assert plan.bias is not None
+            given = self.given_bias(plan, batch, n_keys)
+            writer.set_bias(given)
+            if given is None:  # a rule: the bias comes from this pass's read, before its first biased layer
+                assert reader is not None
 
-        def select(resid, hook):
-            read.append(reader.attention(self.model.device))
-            writer.set_bias(select_bias(read[0]))
+                def build(resid, hook):
+                    [first] = read_outs(plan, reader.rows, n_keys, self.model.device, first_only=True)
+                    writer.set_bias(self.ruled_bias(plan, first, batch, n_keys))
 
-        hooks = list(self.temperature) + reader.hooks() + writer.hooks()
-        if after < n_layers:
-            hooks.append((act_name(after, "hook_in"), select))
-        with running("reuse", state.n_keys, 1, self.all_layers):
-            logits = runtime.step(self.model, state.cache, tokens[:, None], hooks + self.user_hooks)
-        if after == n_layers:  # the deepest QRHead is in the last layer: nothing left to bias
-            read.append(reader.attention(self.model.device))
-            select_bias(read[0])
-        state.advance()
-        return StepOutput(logits, read[0])
+                hooks.append((act_name(plan.bias.layers[0], "hook_in"), build))
+            hooks += writer.hooks()
+        last = plan.last_layer(self.model.spec.n_layers)
+        with running(plan.kind, state.n_keys, 1, range(last + 1)):
+            if plan.stop_after is not None:
+                runtime.partial_step(self.model, state.cache, tokens[:, None], last + 1, hooks + self.user_hooks)
+                logits = None
+            else:
+                cache = state.cache if plan.write_cache else runtime.FrozenCache(state.cache)
+                logits = runtime.step(self.model, cache, tokens[:, None], hooks + self.user_hooks)
+        if plan.write_cache:
+            state.advance()
+        reads = read_outs(plan, reader.rows, n_keys, self.model.device) if reader is not None else ()
+        return StepOutput(logits, reads)

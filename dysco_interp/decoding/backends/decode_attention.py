@@ -40,13 +40,14 @@ def decode_probabilities(query, key, mask, scale: float, groups: int, window: in
                          slot: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax attention of one query per head over the whole buffer, float32 `[B, heads, capacity]`.
 
-    query `[B, heads, 1, d]`; key `[B, kv_heads, capacity, d]`; mask float32 `[B, 1, 1, capacity]`.
+    query `[B, heads, 1, d]`; key `[B, kv_heads, capacity, d]`; mask float32 `[B, 1, 1, capacity]`,
+    or `[B, heads, 1, capacity]` where a bias applies to some heads only.
     """
     batch, n_heads, _, dim = query.shape
     n_kv, capacity = key.shape[1], key.shape[2]
     q = query.reshape(batch * n_kv, groups, dim)
     scores = bmm_float32(q, key.reshape(batch * n_kv, capacity, dim).transpose(1, 2))
-    scores = scores.view(batch, n_heads, capacity) * scale + mask.view(batch, 1, capacity)
+    scores = scores.view(batch, n_heads, capacity) * scale + mask.reshape(batch, -1, capacity)
     if window is not None:  # keys at or before slot - window are out of a sliding layer's reach
         assert slot is not None
         old = torch.arange(capacity, device=key.device) <= slot.to(key.device) - window
@@ -95,7 +96,10 @@ def head_probabilities(query, key, mask, scale: float, groups: int, heads: Seque
         kv = head // groups
         if kv not in by_group:
             q = query[:, kv * groups:(kv + 1) * groups, 0, :]  # [B, groups, d]
-            scores = bmm_float32(q, key[:, kv].transpose(1, 2)) * scale + mask.view(batch, 1, capacity)
+            group_mask = mask.reshape(batch, -1, capacity)
+            if group_mask.shape[1] > 1:  # a bias on some heads only: each head its own mask row
+                group_mask = group_mask[:, kv * groups:(kv + 1) * groups]
+            scores = bmm_float32(q, key[:, kv].transpose(1, 2)) * scale + group_mask
             by_group[kv] = scores.softmax(dim=-1)
         rows.append(by_group[kv][:, head - kv * groups])
     return torch.stack(rows, dim=1)

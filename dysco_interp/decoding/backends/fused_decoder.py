@@ -109,8 +109,9 @@ EAGER = Kernels()
 
 @dataclass
 class DecodePass:
-    """What one decoding pass over fixed buffers does: its mask (float32 `[B, 1, 1, capacity]`,
-    bias included), where the token's key goes, and which QRHeads it reads."""
+    """What one decoding pass over fixed buffers does: its masks (float32 `[B, 1, 1, capacity]`:
+    `mask` for unbiased layers, `biased`, the bias included, for `bias_layers`), where the
+    token's key goes, and which heads it reads."""
 
     mask: torch.Tensor
     slot: torch.Tensor  # long [1]
@@ -118,6 +119,23 @@ class DecodePass:
     decode_attention: str = "sdpa"
     read: Mapping[int, Sequence[int]] = field(default_factory=dict)  # layer -> query heads, as ints
     rows: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> float32 rows [B, h, capacity]
+    biased: torch.Tensor | None = None
+    bias_layers: frozenset[int] = frozenset()
+    # layer -> bool [1, heads, 1, 1]: the heads its bias applies to (a layer not here: all)
+    bias_heads: Mapping[int, torch.Tensor] = field(default_factory=dict)
+
+    def masks(self, layer: int, dtype: torch.dtype, cast: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The float32 mask of `layer` and the same in `dtype` (`cast` keeps the casts of one pass)."""
+        if layer not in self.bias_layers:
+            return self.mask, cast["mask"]
+        assert self.biased is not None
+        chosen = self.bias_heads.get(layer)
+        if chosen is None:
+            if "biased" not in cast:
+                cast["biased"] = self.biased.to(dtype)
+            return self.biased, cast["biased"]
+        mask = torch.where(chosen, self.biased, self.mask)
+        return mask, mask.to(dtype)
 
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -204,14 +222,15 @@ class FusedDecoder:
         The layers are on one device, as are `x`, `positions` and `step`'s tensors (a split
         model decodes one `Placement.segments` run at a time)."""
         stop = self.n_layers if stop is None else stop
-        model_mask = step.mask.to(x.dtype)  # once per pass, not per layer
+        cast = {"mask": step.mask.to(x.dtype)}  # once per pass, not per layer
 
         def attend(index: int, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
             keys, values = cache_buffers[index]
             keys.index_copy_(2, step.slot, key)
             values.index_copy_(2, step.slot, value)
             scale = self.layers[index].self_attn.scaling / step.tau
-            out, rows = attend_one_query(q, keys, values, step.mask, scale, self.groups, step.decode_attention,
+            mask, model_mask = step.masks(index, x.dtype, cast)
+            out, rows = attend_one_query(q, keys, values, mask, scale, self.groups, step.decode_attention,
                                          step.read.get(index), model_mask=model_mask)
             if rows is not None:
                 step.rows[index] = rows

@@ -3,8 +3,8 @@
 An attention function registered with transformers adds the bias to SDPA's additive mask and
 computes the QRHeads' rows from q.K of those heads only, so decoding stays on fused kernels.
 Rows of different lengths decode together, left-padded. `AttentionControl`, passed as a
-forward keyword, says what the function does in one pass. The "static" backend prefills
-through the same function (`prefill_into`).
+forward keyword, is a pass plan as the attention function needs it. The "static" backend
+prefills through the same function (`prefill_into`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import relevance, runtime
-from dysco_interp.decoding.backends.base import Backend, DecodeState, SelectBias, StepOutput, StopForward, stop_after
-from dysco_interp.decoding.interventions import RelevanceReader
-from dysco_interp.heads import HeadSet
+from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput, StopForward, stop_after
+from dysco_interp.decoding.plan import PassPlan
+from dysco_interp.decoding.readout import read_outs
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel, share_weights_twin
 
@@ -37,20 +37,40 @@ class AttentionControl:
     tau: float = 1.0
     read: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> query heads to read
     bias: torch.Tensor | None = None  # float32 [B, 1, 1, n_keys]
+    bias_layers: frozenset[int] = frozenset()  # the layers the bias applies to
+    bias_heads: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> its biased heads (absent: all)
     rows: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> read rows, float32 [B, h, n]
-    bias_after: int | None = None  # with then_bias: the layer after whose attention the bias starts
-    then_bias: Callable[[], torch.Tensor] | None = None  # the bias of the layers after `bias_after`
+    rule: Callable[[], torch.Tensor] | None = None  # builds the bias at the first biased layer
 
 
-def last_query_rows(query, key, mask, heads: torch.Tensor, scale: float, groups: int) -> torch.Tensor:
-    """Softmax attention row of the last query for the chosen heads only, float32 [B, h, n]."""
+def last_query_rows(query, key, mask, heads: torch.Tensor, scale: float, groups: int,
+                    bias: torch.Tensor | None = None) -> torch.Tensor:
+    """Softmax attention row of the last query for the chosen heads only, float32 [B, h, n];
+    `bias` (float32, broadcastable to [B, h, n]) is the pass's bias on those heads, if any."""
     q = query[:, heads, -1, :].float()
     k = key[:, torch.div(heads, groups, rounding_mode="floor")].float()
     scores = torch.einsum("bhd,bhnd->bhn", q, k) * scale
     if mask is not None:
         last = mask[:, :, -1, :]
         scores = scores.masked_fill(~last, -math.inf) if last.dtype == torch.bool else scores + last.float()
+    if bias is not None:
+        scores = scores + bias
     return scores.softmax(dim=-1)
+
+
+def read_bias(bias: torch.Tensor, n_visible: int, heads: torch.Tensor, biased: torch.Tensor | None) -> torch.Tensor:
+    """The bias the read heads `heads` see, float32 [B, h or 1, n_visible]: all of it, or only on
+    those among the `biased` heads."""
+    visible = relevance.window_slice(bias, n_visible)[:, 0].float().to(heads.device)
+    if biased is None:
+        return visible
+    return visible * torch.isin(heads, biased.to(heads.device)).float()[None, :, None]
+
+
+def aligned(mask: torch.Tensor) -> torch.Tensor:
+    """The same values with an 8-aligned row stride, which keeps SDPA on its fused kernels for any key count."""
+    width = mask.shape[-1]
+    return torch.nn.functional.pad(mask, (0, -width % 8))[..., :width]
 
 
 def biased_mask(mask, bias: torch.Tensor, query: torch.Tensor, n_visible: int) -> torch.Tensor:
@@ -58,41 +78,51 @@ def biased_mask(mask, bias: torch.Tensor, query: torch.Tensor, n_visible: int) -
     bias = relevance.window_slice(bias, n_visible).to(device=query.device, dtype=query.dtype)
     if mask is not None:
         bias = torch.where(mask, bias, torch.finfo(query.dtype).min) if mask.dtype == torch.bool else mask + bias
-    # an 8-aligned row stride keeps SDPA on its fused kernels for any key count
-    width = bias.shape[-1]
-    return torch.nn.functional.pad(bias, (0, -width % 8))[..., :width]
+    return aligned(bias)
 
 
-def biased_decode_attention(query, key, value, mask, bias, scale: float, groups: int):
-    """One decoding query with the bias: the query heads of each KV head form the query rows
-    of one SDPA call, so keys and values are never repeated per query head."""
+def biased_decode_attention(query, key, value, mask, bias, scale: float, groups: int,
+                            heads: torch.Tensor | None = None):
+    """One decoding query with the bias (on the query heads `heads` only, if given): the query
+    heads of each KV head form the query rows of one SDPA call, so keys and values are never
+    repeated per query head."""
     if query.shape[2] != 1:
         raise ValueError("the attention bias is applied one decoding token at a time")
     batch, n_heads, _, dim = query.shape
-    mask = biased_mask(mask, bias, query, key.shape[-2])
+    full = biased_mask(mask, bias, query, key.shape[-2])
+    if heads is not None:
+        plain = biased_mask(mask, torch.zeros_like(bias), query, key.shape[-2])
+        chosen = torch.zeros(n_heads, dtype=torch.bool, device=query.device)
+        chosen[heads.to(query.device)] = True
+        full = aligned(torch.where(chosen.view(1, n_heads // groups, groups, 1), full, plain))
     packed = query.reshape(batch, n_heads // groups, groups, dim)
-    out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=mask, scale=scale)
+    out = torch.nn.functional.scaled_dot_product_attention(packed, key, value, attn_mask=full, scale=scale)
     return out.reshape(batch, n_heads, 1, -1).transpose(1, 2).contiguous(), None
 
 
 def dysco_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                     dysco_control: AttentionControl | None = None, **kwargs):
-    """SDPA attention with DySCO's reads, bias and temperature; plain SDPA without a control."""
+    """SDPA attention with a pass's reads, bias and temperature; plain SDPA without a control."""
     ctl = dysco_control
     if ctl is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     scale = (scaling if scaling is not None else query.shape[-1] ** -0.5) / ctl.tau
     groups = getattr(module, "num_key_value_groups", 1)
-    heads = ctl.read.get(module.layer_idx)
-    if heads is not None:
-        ctl.rows[module.layer_idx] = last_query_rows(query, key, attention_mask, heads, scale, groups)
-    if ctl.bias is not None:
-        return biased_decode_attention(query, key, value, attention_mask, ctl.bias, scale, groups)
-    out = sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scale, **kwargs)
-    if ctl.then_bias is not None and module.layer_idx == ctl.bias_after:
-        ctl.bias = ctl.then_bias()
-    return out
+    layer = module.layer_idx
+    biased = layer in ctl.bias_layers
+    if biased and ctl.bias is None and ctl.rule is not None:
+        ctl.bias = ctl.rule()
+    heads = ctl.read.get(layer)
+    if heads is not None:  # a read in a biased layer sees the attention as the pass uses it
+        bias = read_bias(ctl.bias, key.shape[-2], heads, ctl.bias_heads.get(layer)) \
+            if biased and ctl.bias is not None else None
+        ctl.rows[layer] = last_query_rows(query, key, attention_mask, heads, scale, groups, bias)
+    if biased:
+        assert ctl.bias is not None
+        return biased_decode_attention(query, key, value, attention_mask, ctl.bias, scale, groups,
+                                       ctl.bias_heads.get(layer))
+    return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scale, **kwargs)
 
 
 AttentionInterface.register(ATTN_IMPLEMENTATION, dysco_attention)
@@ -112,13 +142,9 @@ def twin(model: LoadedModel, implementation: str) -> torch.nn.Module:
     return twins[implementation]
 
 
-def read_heads(model: LoadedModel, heads: HeadSet | None) -> dict[int, torch.Tensor]:
-    """layer -> the QRHeads of that layer, on that layer's device (validated against the model)."""
-    if heads is None:
-        return {}
-    reader = RelevanceReader(heads, model.spec)
-    return {layer: torch.tensor(hs, device=model.layout.layer_device(layer))
-            for layer, hs in reader.heads_by_layer.items()}
+def read_heads(model: LoadedModel, plan: PassPlan) -> dict[int, torch.Tensor]:
+    """layer -> the query heads the plan reads there, on that layer's device."""
+    return {layer: torch.tensor(hs, device=model.layout.layer_device(layer)) for layer, hs in plan.read_heads().items()}
 
 
 def forward(hf: torch.nn.Module, state: DecodeState, ids: torch.Tensor, ctl: AttentionControl, cache: Cache,
@@ -176,60 +202,52 @@ class SdpaBackend(Backend):
     name = "sdpa"
     max_batch = None
 
-    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
+    def __init__(self, model: LoadedModel, *, tau: float = 1.0, graphs: bool | None = None,
                  hooks: Sequence[Hook] = ()):
-        super().__init__(model, heads, tau=tau, graphs=graphs, hooks=hooks)
+        super().__init__(model, tau=tau, graphs=graphs, hooks=hooks)
         self.hf = twin(model, ATTN_IMPLEMENTATION)
-        self.read = read_heads(model, heads)
-        self.max_layer = max(self.read) if self.read else None
-
-    def attention(self, rows: dict[int, torch.Tensor], n_keys: int) -> torch.Tensor:
-        return relevance.aggregate_heads([rows[layer] for layer in sorted(rows)], n_keys, device=self.model.device)
+        self.controls: dict[PassPlan, tuple[dict, dict]] = {}  # plan -> its reads and biased heads, on device
 
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
                 reserve: int = 0) -> DecodeState:
         return prefill_into(self.hf, self.model, DecodeState(runtime.new_cache(self.model), 0), ids, valid,
                             runtime.chunk_or_default(chunk_size), self.tau)
 
-    def _decode(self, state: DecodeState, tokens: torch.Tensor, ctl: AttentionControl) -> torch.Tensor:
-        self.model.check_fits(state.n_keys + 1)
-        out = forward(self.hf, state, tokens.to(self.model.device)[:, None], ctl, state.cache)
-        state.advance()
-        return out.logits[:, -1].float().to(self.model.device)
+    def _control(self, plan: PassPlan) -> AttentionControl:
+        if plan not in self.controls:
+            heads = {}
+            if plan.bias is not None and plan.bias.heads is not None:
+                heads = {layer: torch.tensor(plan.bias.heads_in(layer) or (), dtype=torch.long,
+                                             device=self.model.layout.layer_device(layer))
+                         for layer in plan.bias.layers}
+            self.controls[plan] = (read_heads(self.model, plan), heads)
+        read, bias_heads = self.controls[plan]
+        return AttentionControl(tau=self.tau, read=read, bias_heads=bias_heads,
+                                bias_layers=frozenset(plan.bias.layers) if plan.bias is not None else frozenset())
 
     @torch.inference_mode()
-    def step(self, state: DecodeState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,
-             read: bool = False) -> StepOutput:
-        self.check_step(bias, read)
-        if read:
-            self.needs_heads()
-        ctl = AttentionControl(tau=self.tau, read=self.read if read else {}, bias=bias)
-        logits = self._decode(state, tokens, ctl)
-        return StepOutput(logits, self.attention(ctl.rows, state.n_keys) if read else None)
-
-    @torch.inference_mode()
-    def partial(self, state: DecodeState, tokens: torch.Tensor) -> StepOutput:
-        self.needs_heads()
-        ctl = AttentionControl(tau=self.tau, read=self.read)
-        try:
-            with stop_after(decoder_layers(self.hf)[self.max_layer]):
-                forward(self.hf, state, tokens.to(self.model.device)[:, None], ctl, runtime.FrozenCache(state.cache))
-        except StopForward:
-            return StepOutput(attention=self.attention(ctl.rows, state.n_keys + 1))
-        raise RuntimeError("the partial pass did not reach the deepest QRHead layer")
-
-    @torch.inference_mode()
-    def reuse_step(self, state: DecodeState, tokens: torch.Tensor, select_bias: SelectBias) -> StepOutput:
-        self.needs_heads()
-        ctl = AttentionControl(tau=self.tau, read=self.read, bias_after=self.max_layer)
-        n_keys = state.n_keys + 1
-        attention: torch.Tensor | None = None
-
-        def then_bias() -> torch.Tensor:
-            nonlocal attention
-            attention = self.attention(ctl.rows, n_keys)  # read once, after layer L*
-            return select_bias(attention)
-
-        ctl.then_bias = then_bias
-        logits = self._decode(state, tokens, ctl)
-        return StepOutput(logits, attention)
+    def run(self, state: DecodeState, tokens: torch.Tensor, plan: PassPlan) -> StepOutput:
+        plan = self.checked(plan)
+        n_keys, batch = state.n_keys + 1, tokens.shape[0]
+        self.model.check_fits(n_keys)
+        ctl = self._control(plan)
+        ctl.bias = self.given_bias(plan, batch, n_keys)
+        if plan.bias is not None and ctl.bias is None:
+            ctl.rule = lambda: self.ruled_bias(
+                plan, read_outs(plan, ctl.rows, n_keys, self.model.device, first_only=True)[0], batch, n_keys)
+        ids = tokens.to(self.model.device)[:, None]
+        cache = state.cache if plan.write_cache else runtime.FrozenCache(state.cache)
+        if plan.stop_after is None:
+            out = forward(self.hf, state, ids, ctl, cache)
+            logits = out.logits[:, -1].float().to(self.model.device)
+        else:
+            try:
+                with stop_after(decoder_layers(self.hf)[plan.stop_after]):
+                    forward(self.hf, state, ids, ctl, cache)
+            except StopForward:
+                logits = None
+            else:
+                raise RuntimeError(f"the pass did not stop after layer {plan.stop_after}")
+        if plan.write_cache:
+            state.advance()
+        return StepOutput(logits, read_outs(plan, ctl.rows, n_keys, self.model.device) if plan.reads else ())

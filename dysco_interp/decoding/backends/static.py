@@ -7,7 +7,7 @@ the whole cache at every step. Here:
 - a decoding step writes its key/value at the slot a device tensor names and attends
   over the whole buffer with an additive float32 mask: 0 for real keys, -inf for pads
   and empty slots, plus log(beta) on DySCO's selected keys;
-- each pass (plain, reading, partial, biased) is captured once per state on a GPU and
+- each pass plan is captured once per state on a GPU, keyed by the plan's structure, and
   replayed; on the CPU the same code runs eagerly, which the parity tests check.
 
 Models of the Llama family (Llama, Qwen2, Qwen3) run their passes, and unpadded prompts their
@@ -17,12 +17,12 @@ layers among them) run the transformers forward with `static_attention` as their
 function, and prefill through the SDPA backend's (`sdpa.prefill_into`), as padded prompts do.
 
 The decoding attention of the single query is "sdpa" (fused, the default) or "float32" (the
-reference); see `decode_attention`. Sliding-window layers always take the float32 path. The
-partial pass writes the slot too; the full pass that follows rewrites it.
+reference); see `decode_attention`. Sliding-window layers always take the float32 path. A pass
+that does not write the cache writes the slot too; the pass that does rewrites it.
 
-A reuse step ("dysco-reuse") is two captured passes: the layers up to L* (the same pass as
-the partial one), then the selection on the host, then the layers after L* on the hidden
-state L* gave.
+A plan whose bias a rule builds from the pass's own read ("dysco-reuse") is two captured
+segments: the layers before the first biased one, then the rule on the host, then the rest
+on the hidden state the first segment left.
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from transformers import AttentionInterface
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from dysco_interp.decoding import relevance, runtime
-from dysco_interp.decoding.backends.base import Backend, DecodeState, SelectBias, StepOutput, StopForward, stop_after
+from dysco_interp.decoding import runtime
+from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput, StopForward, stop_after
 from dysco_interp.decoding.backends.decode_attention import GRANULE, attend_one_query, check_decode_attention
 from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
 from dysco_interp.decoding.backends.sdpa import (
@@ -46,12 +46,12 @@ from dysco_interp.decoding.backends.sdpa import (
     decoder_layers,
     dysco_attention,
     prefill_into,
-    read_heads,
     twin,
 )
 from dysco_interp.decoding.choices import DEFAULT_DECODE_ATTENTION
+from dysco_interp.decoding.plan import PassPlan
+from dysco_interp.decoding.readout import read_outs
 from dysco_interp.errors import ConfigError
-from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
@@ -135,8 +135,11 @@ class Fixed:
         return Fixed(*(t.to(device, copy=True) for t in (self.mask, self.biased, self.position, self.slot)))
 
     def refresh(self, source: "Fixed", biased: bool) -> None:
-        """What a pass reads, copied from the first device's tensors."""
-        (self.biased if biased else self.mask).copy_(source.biased if biased else source.mask)
+        """What a pass reads, copied from the first device's tensors (a biased pass can leave
+        some layers unbiased, so it reads both masks)."""
+        self.mask.copy_(source.mask)
+        if biased:
+            self.biased.copy_(source.biased)
         self.position.copy_(source.position)
         self.slot.copy_(source.slot)
 
@@ -221,8 +224,9 @@ class StaticControl(AttentionControl):
 
     slot: torch.Tensor | None = None
     decode_attention: str = DEFAULT_DECODE_ATTENTION
-    # layer -> the QRHeads read there, as ints (a device tensor cannot be read during a capture)
-    read_lists: dict[int, list[int]] = field(default_factory=dict)
+    # layer -> the heads read there, as ints (a device tensor cannot be read during a capture)
+    read_lists: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    step: DecodePass | None = None  # the masks of the pass, chosen per layer as the fused decoder does
 
 
 def static_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
@@ -236,7 +240,10 @@ def static_attention(module, query, key, value, attention_mask, dropout: float =
         raise ValueError("static decoding passes take one token per row")
     scale = (scaling if scaling is not None else query.shape[-1] ** -0.5) / ctl.tau
     groups = getattr(module, "num_key_value_groups", 1)
-    out, rows = attend_one_query(query, key, value, attention_mask, scale, groups, ctl.decode_attention,
+    mask = attention_mask
+    if ctl.step is not None:
+        mask, _ = ctl.step.masks(module.layer_idx, query.dtype, {"mask": attention_mask})
+    out, rows = attend_one_query(query, key, value, mask, scale, groups, ctl.decode_attention,
                                  ctl.read_lists.get(module.layer_idx), getattr(module, "sliding_window", None),
                                  ctl.slot)
     if rows is not None:
@@ -272,10 +279,10 @@ class StaticBackend(Backend):
     max_batch = None
     supports_graphs = True
 
-    def __init__(self, model: LoadedModel, heads: HeadSet | None, *, tau: float = 1.0, graphs: bool | None = None,
+    def __init__(self, model: LoadedModel, *, tau: float = 1.0, graphs: bool | None = None,
                  hooks: Sequence[Hook] = (), decode_attention: str = DEFAULT_DECODE_ATTENTION,
                  compile_kernels: bool | None = None):
-        super().__init__(model, heads, tau=tau, graphs=graphs, hooks=hooks)
+        super().__init__(model, tau=tau, graphs=graphs, hooks=hooks)
         self.decode_attention = check_decode_attention(decode_attention)
         on_cuda = model.device.type == "cuda"
         if graphs and not on_cuda:
@@ -293,9 +300,9 @@ class StaticBackend(Backend):
             raise ConfigError(f"CUDA graphs of a model split over devices need the written-out decoder: "
                               f"{unsupported(self.hf)}; pass graphs=False")
         self.graphs = on_cuda and not whole_pass_only if graphs is None else graphs
-        # layer -> the QRHeads read there, as ints: a captured pass cannot read a device tensor
-        self.read_lists = {layer: [int(h) for h in hs.tolist()] for layer, hs in read_heads(model, heads).items()}
-        self.max_layer = max(self.read_lists) if self.read_lists else None
+        # plan -> layer -> bool [1, heads, 1, 1] of its biased heads, on that layer's device: made
+        # before any capture (a captured pass cannot copy a host list to the device)
+        self.bias_heads: dict[PassPlan, dict[int, torch.Tensor]] = {}
 
     @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
@@ -320,31 +327,51 @@ class StaticBackend(Backend):
             raise ConfigError("the static backend decodes states it prefilled itself")
         return state
 
-    def _pass(self, state: StaticState, kind: str, hidden: torch.Tensor | None = None):
-        """Run (or replay) one decoding pass: "plain", "read" (the QRHeads read),
-        "head" (layers 0..L*, unbiased, read; returns L*'s output instead of logits), "biased",
-        and "tail" (layers L*+1.. on `hidden`, biased). Logits come back on the model's device."""
+    def _heads_of(self, plan: PassPlan) -> dict[int, torch.Tensor]:
+        if plan not in self.bias_heads:
+            gains = {}
+            bias = plan.bias
+            if bias is not None and bias.heads is not None:
+                n_heads = self.model.spec.n_heads
+                for layer in bias.layers:
+                    chosen = torch.zeros(1, n_heads, 1, 1, dtype=torch.bool)
+                    chosen[0, list(bias.heads_in(layer) or ()), 0, 0] = True
+                    gains[layer] = chosen.to(self.model.layout.layer_device(layer))
+            self.bias_heads[plan] = gains
+        return self.bias_heads[plan]
+
+    def _decode_pass(self, plan: PassPlan, mask: torch.Tensor, biased: torch.Tensor, slot: torch.Tensor) -> DecodePass:
+        bias = plan.bias
+        return DecodePass(mask, slot, tau=self.tau, decode_attention=self.decode_attention, read=plan.read_heads(),
+                          biased=biased if bias is not None else None,
+                          bias_layers=frozenset(bias.layers) if bias is not None else frozenset(),
+                          bias_heads={layer: g.to(mask.device) for layer, g in self._heads_of(plan).items()})
+
+    def _pass(self, state: StaticState, plan: PassPlan, start: int, stop: int, hidden: torch.Tensor | None = None):
+        """Run (or replay) layers start..stop-1 of `plan`'s pass: from the step's tokens (`start` 0)
+        or `hidden`; returns the logits (on the model's device) when `stop` ends the model, else the
+        residual stream, and the rows read."""
         if self.decoder is not None:
-            return self._fused_pass(state, kind, hidden)
+            return self._fused_pass(state, plan, start, stop, hidden)
+        n_layers = self.model.spec.n_layers
 
         def run():
-            ctl = StaticControl(tau=self.tau, slot=state.slot, decode_attention=self.decode_attention)
-            if kind in ("read", "head"):
-                ctl.read_lists = self.read_lists
-            inputs = {"input_ids": state.ids} if kind != "tail" else {"inputs_embeds": hidden}
-            mask = state.biased if kind in ("biased", "tail") else state.mask
-            with self._layers(kind):
+            ctl = StaticControl(tau=self.tau, slot=state.slot, decode_attention=self.decode_attention,
+                                read_lists=plan.read_heads(),
+                                step=self._decode_pass(plan, state.mask, state.biased, state.slot))
+            inputs = {"input_ids": state.ids} if start == 0 else {"inputs_embeds": hidden}
+            with self._layers(start, stop):
                 try:
-                    out = self.hf(**inputs, attention_mask=mask, position_ids=state.position,
+                    out = self.hf(**inputs, attention_mask=state.mask, position_ids=state.position,
                                   past_key_values=state.cache, use_cache=True, logits_to_keep=1, dysco_control=ctl)
-                except StopForward as stop:
-                    return stop.hidden, ctl.rows
-            if kind == "head":
-                raise RuntimeError("the pass did not stop after the deepest QRHead layer")
+                except StopForward as stop_:
+                    return stop_.hidden, ctl.rows
+            if stop < n_layers:
+                raise RuntimeError(f"the pass did not stop after layer {stop - 1}")
             return out.logits[:, -1].float(), ctl.rows
 
-        out, rows = self._replay(state, (kind, 0), self.model.device, run)
-        if kind == "head":  # the tail graph reads this very tensor
+        out, rows = self._replay(state, (plan, start, stop, 0), self.model.device, run)
+        if stop < n_layers:  # a later segment's graph reads this very tensor
             return out, rows
         return out.to(self.model.device, copy=True), rows
 
@@ -371,17 +398,15 @@ class StaticBackend(Backend):
             graph.replay()
         return outputs
 
-    def _fused_pass(self, state: StaticState, kind: str, hidden: torch.Tensor | None):
+    def _fused_pass(self, state: StaticState, plan: PassPlan, start: int, stop: int, hidden: torch.Tensor | None):
         """The pass through the written-out decoder, one captured graph per device of a split:
         each later device starts from a fixed copy of the residual stream the one before left."""
         decoder = self.decoder
         assert decoder is not None
         placement, n_layers = self.model.layout, decoder.n_layers
-        split = n_layers if self.max_layer is None else self.max_layer + 1
-        start, stop = (split, n_layers) if kind == "tail" else (0, split if kind == "head" else n_layers)
-        # a QRHead in the last layer leaves the tail only the final norm, on the last device
+        # biasing only the last layers can leave a segment with just the final norm, on the last device
         segments = placement.segments(start, stop) or [(placement.parts[-1], stop, stop)]
-        biased = kind in ("biased", "tail")
+        biased = plan.bias is not None
         rows: dict[int, torch.Tensor] = {}
         x = hidden
         for index, (part, first, last) in enumerate(segments):
@@ -389,44 +414,42 @@ class StaticBackend(Backend):
             fixed = state.fixed(part, device)
             if part:
                 fixed.refresh(state.fixed(0, device), biased)
-            inbox = None  # the first segment of a full pass embeds the step's tokens itself
+            inbox = None  # the first segment from the step's tokens embeds them itself
             if x is not None:
-                inbox = state.inputs.get((kind, part))
+                inbox = state.inputs.get((plan, start, part))
                 if inbox is None:
-                    inbox = state.inputs[(kind, part)] = torch.empty(x.shape, dtype=x.dtype, device=device)
+                    inbox = state.inputs[(plan, start, part)] = torch.empty(x.shape, dtype=x.dtype, device=device)
                 inbox.copy_(x)
-            logits_here = index == len(segments) - 1 and kind != "head" and decoder.lm_device == device
-            x, seg_rows = self._replay(state, (kind, part), device, functools.partial(
-                self._segment, state, kind, fixed, inbox, first, last, logits_here))
+            logits_here = index == len(segments) - 1 and stop == n_layers and decoder.lm_device == device
+            x, seg_rows = self._replay(state, (plan, start, stop, part), device, functools.partial(
+                self._segment, state, plan, fixed, inbox, first, last, logits_here))
             rows.update(seg_rows)
         assert x is not None
-        if kind == "head":
+        if stop < n_layers:
             return x, rows
         logits = x if decoder.lm_device == placement.devices[segments[-1][0]] else decoder.logits(x)
         return logits.to(self.model.device, copy=True), rows
 
-    def _segment(self, state: StaticState, kind: str, fixed: Fixed, x: torch.Tensor | None, first: int, last: int,
-                 logits: bool) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+    def _segment(self, state: StaticState, plan: PassPlan, fixed: Fixed, x: torch.Tensor | None, first: int,
+                 last: int, logits: bool) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
         """Layers first..last-1 on one device from `x` (None: the step's tokens, embedded);
         returns the residual stream, the final norm's output at the model's end, or with
-        `logits` the logits, and the QRHead rows read here."""
+        `logits` the logits, and the rows read here."""
         assert self.decoder is not None
-        step = DecodePass(fixed.biased if kind in ("biased", "tail") else fixed.mask, fixed.slot, tau=self.tau,
-                          decode_attention=self.decode_attention,
-                          read=self.read_lists if kind in ("read", "head") else {})
+        step = self._decode_pass(plan, fixed.mask, fixed.biased, fixed.slot)
         h = self.decoder.embed(state.ids) if x is None else x
         h, normed = self.decoder.decode(h, fixed.position, state.cache.buffers, step, first, last)
-        if normed is None or kind == "head":
+        if normed is None:
             return h, step.rows
         return (self.decoder.logits(normed) if logits else normed), step.rows
 
-    def _layers(self, kind: str) -> contextlib.AbstractContextManager:
-        if kind not in ("head", "tail"):
-            return contextlib.nullcontext()
-        assert self.max_layer is not None
-        if kind == "head":
-            return stop_after(decoder_layers(self.hf)[self.max_layer])
-        return layers_from(self.hf.model, self.max_layer + 1)
+    def _layers(self, start: int, stop: int) -> contextlib.AbstractContextManager:
+        stack = contextlib.ExitStack()
+        if stop < self.model.spec.n_layers:
+            stack.enter_context(stop_after(decoder_layers(self.hf)[stop - 1]))
+        if start > 0:
+            stack.enter_context(layers_from(self.hf.model, start))
+        return stack
 
     def _load(self, state: StaticState, tokens: torch.Tensor) -> None:
         """The step's token, position and slot into the fixed tensors; its key becomes visible."""
@@ -438,47 +461,31 @@ class StaticBackend(Backend):
         state.ids.copy_(tokens.to(state.ids.device).view(-1, 1))
         state.position.copy_(state.next_position[:, None])
 
-    def attention(self, rows: dict, n_keys: int) -> torch.Tensor:
-        layers = sorted(rows)
-        full = relevance.aggregate_heads([rows[layer] for layer in layers], rows[layers[0]].shape[-1],
-                                         offsets=[0] * len(layers), device=self.model.device)
-        return full[:, :n_keys]
-
     @staticmethod
     def _set_bias(state: StaticState, bias: torch.Tensor) -> None:
         state.biased.copy_(state.mask)
         state.biased[..., : bias.shape[-1]] += bias.to(state.biased.device)
 
     @torch.inference_mode()
-    def step(self, state: DecodeState, tokens: torch.Tensor, *, bias: torch.Tensor | None = None,
-             read: bool = False) -> StepOutput:
-        self.check_step(bias, read)
+    def run(self, state: DecodeState, tokens: torch.Tensor, plan: PassPlan) -> StepOutput:
+        plan = self.checked(plan)
         state = self._static(state)
-        if read:
-            self.needs_heads()
+        n_keys, batch, n_layers = state.n_keys + 1, tokens.shape[0], self.model.spec.n_layers
+        stop = plan.last_layer(n_layers) + 1
         self._load(state, tokens)
-        if bias is not None:
-            self._set_bias(state, bias)
-        logits, rows = self._pass(state, "biased" if bias is not None else "read" if read else "plain")
-        state.advance()
-        return StepOutput(logits, self.attention(rows, state.n_keys) if read else None)
-
-    @torch.inference_mode()
-    def partial(self, state: DecodeState, tokens: torch.Tensor) -> StepOutput:
-        self.needs_heads()
-        state = self._static(state)
-        self._load(state, tokens)
-        _, rows = self._pass(state, "head")
-        return StepOutput(attention=self.attention(rows, state.n_keys + 1))
-
-    @torch.inference_mode()
-    def reuse_step(self, state: DecodeState, tokens: torch.Tensor, select_bias: SelectBias) -> StepOutput:
-        self.needs_heads()
-        state = self._static(state)
-        self._load(state, tokens)
-        hidden, rows = self._pass(state, "head")
-        attention = self.attention(rows, state.n_keys + 1)
-        self._set_bias(state, select_bias(attention))
-        logits, _ = self._pass(state, "tail", hidden)
-        state.advance()
-        return StepOutput(logits, attention)
+        given = self.given_bias(plan, batch, n_keys)
+        if given is not None:
+            self._set_bias(state, given)
+        if plan.bias is not None and given is None:  # a rule: the layers before its first biased one, then the rest
+            split = plan.bias.layers[0]
+            hidden, rows = self._pass(state, plan, 0, split)
+            first = read_outs(plan, rows, n_keys, self.model.device, left=True, first_only=True)
+            self._set_bias(state, self.ruled_bias(plan, first[0], batch, n_keys))
+            out, later = self._pass(state, plan, split, stop, hidden)
+            rows = {**rows, **later}
+        else:
+            out, rows = self._pass(state, plan, 0, stop)
+        if plan.write_cache:
+            state.advance()
+        reads = read_outs(plan, rows, n_keys, self.model.device, left=True) if plan.reads else ()
+        return StepOutput(out if stop == n_layers else None, reads)

@@ -1,0 +1,62 @@
+"""What a pass's reads give back: pure tensor math over the per-layer rows a backend collected."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from dysco_interp.decoding import relevance
+from dysco_interp.decoding.plan import PassPlan, Read
+
+
+@dataclass
+class ReadOut:
+    """One read of one pass.
+
+    Attributes:
+        read: what was asked.
+        attention: float32 `[B, n_keys]`, the mean row over the read's heads on absolute key
+            positions (each row sums to 1).
+        rows: float32 `[B, len(read.heads)]` + `[n_keys]`, each head's row (returns "rows"), else None.
+        span_mass: float32 `[B, len(read.heads), len(read.spans)]` (returns "span_mass"), else None.
+    """
+
+    read: Read
+    attention: torch.Tensor
+    rows: torch.Tensor | None = None
+    span_mass: torch.Tensor | None = None
+
+
+def _placed(row: torch.Tensor, n_keys: int, left: bool) -> torch.Tensor:
+    """`[B, h, k]` rows on absolute positions `[B, h, n_keys]`: a buffer's rows start at key 0
+    (`left`) and are cut; a cache's rows end at the last key (sliding layers see only the tail)."""
+    if left:
+        return row[..., :n_keys]
+    return torch.nn.functional.pad(row, (n_keys - row.shape[-1], 0))
+
+
+def read_outs(plan: PassPlan, rows: dict[int, torch.Tensor], n_keys: int, device: torch.device,
+              left: bool = False, first_only: bool = False) -> tuple[ReadOut, ...]:
+    """Each read of `plan` (or its first only) from `rows`: layer -> float32 `[B, h_l, k_l]`, the
+    rows of `plan.read_heads()[layer]` in that order. `left`: rows start at key 0 (fixed buffers);
+    otherwise they end at key `n_keys - 1`."""
+    union = plan.read_heads()
+    out = []
+    for read in plan.reads[:1] if first_only else plan.reads:
+        per_layer = []
+        for layer, heads in read.by_layer().items():
+            index = [union[layer].index(h) for h in heads]
+            per_layer.append(rows[layer][:, index] if index != list(range(len(union[layer]))) else rows[layer])
+        offsets = [0] * len(per_layer) if left else None
+        attention = relevance.aggregate_heads(per_layer, n_keys if not left else max(r.shape[-1] for r in per_layer),
+                                              offsets=offsets, device=device)[:, :n_keys]
+        result = ReadOut(read, attention)
+        if read.returns != "mean":
+            every = torch.cat([_placed(r.to(device), n_keys, left) for r in per_layer], dim=1)
+            if read.returns == "rows":
+                result.rows = every
+            else:
+                result.span_mass = torch.stack([every[..., s:min(e, n_keys)].sum(-1) for s, e in read.spans], dim=-1)
+        out.append(result)
+    return tuple(out)

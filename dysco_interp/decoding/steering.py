@@ -1,0 +1,143 @@
+"""Your own steering method in a few lines: a selection rule, a bias rule, the layers and heads.
+
+`SteeringMethod` is a `methods.Method` whose step is one of three shapes (`passes`):
+- "two": a pass that reads the heads and stops after the deepest one (nothing cached), then
+  the whole model with the bias (DySCO's shape);
+- "one": one pass that reads the heads and, from the first layer after them, applies the bias
+  its read gives (dysco-reuse's shape; every biased layer must come after the read);
+- "none": no read; the bias comes from the prompt alone (PASTA's shape).
+
+Override what differs from DySCO: `select(relevance, n_keys)` (relevance -> selected keys),
+`bias(selected)` (keys -> the additive bias), `bias_layers()` and `bias_heads()` (where it
+applies); `start(model, batch)` prepares per-prompt data. Register the class under its name
+(`register_method`) and it runs in `generate`, `generate_batch`, `evaluate` and the replay, on
+every backend, in batches, with CUDA graphs on the static backend; its `options` are recorded
+with its results like any other setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, ClassVar, Literal
+
+import torch
+
+from dysco_interp.decoding import relevance
+from dysco_interp.decoding.methods import SELECTION_FIELDS, HeadReads, Method, checked_heads
+from dysco_interp.decoding.plan import Bias, PassPlan
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet
+from dysco_interp.models import LoadedModel, ModelSpec
+
+if TYPE_CHECKING:
+    from dysco_interp.decoding.config import DecodingConfig
+    from dysco_interp.decoding.methods import Run, Selector
+    from dysco_interp.decoding.readout import ReadOut
+
+Passes = Literal["two", "one", "none"]
+
+
+def selection_of(mask: torch.Tensor, scores: torch.Tensor | None = None) -> relevance.Selection:
+    """A `Selection` (what the trace records) of a bool `[B, n_keys]` mask; its mass is the
+    relevance `scores` hold there (0 without scores)."""
+    mass = (scores.float() * mask).sum(-1) if scores is not None else torch.zeros(mask.shape[0], device=mask.device)
+    return relevance.Selection(mask, mask.sum(-1), mass)
+
+
+class SteeringMethod(Method):
+    """A steering method built from a selection rule and a bias rule (see the module docstring).
+
+    The defaults are DySCO's: the QRHeads' running relevance, nucleus-then-K selection, log(beta)
+    on the selected keys in every head of every layer, in two passes.
+    """
+
+    passes: ClassVar[Passes] = "two"
+    uses_heads = True
+    fields = SELECTION_FIELDS
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "uses_heads" not in cls.__dict__:  # a method that reads nothing needs no heads
+            cls.uses_heads = cls.passes != "none"
+
+    def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
+        super().__init__(config, heads, spec)
+        if self.passes not in ("two", "one", "none"):
+            raise ConfigError(f"method {self.name!r}: passes is 'two', 'one' or 'none', not {self.passes!r}")
+        layers = list(self.bias_layers())
+        chosen = self.bias_heads()
+        bias_heads = None if chosen is None else tuple(chosen)
+        if bias_heads is not None:  # chosen heads name their own layers
+            layers = sorted({layer for layer, _ in bias_heads})
+        for layer in layers:
+            if not 0 <= layer < spec.n_layers:
+                raise ConfigError(f"method {self.name!r} biases layer {layer}, outside the model's {spec.n_layers}")
+        self.reads = None if heads is None or self.passes == "none" else HeadReads(heads)
+        source: Literal["tensor", "rule"] = "rule" if self.passes == "one" else "tensor"
+        self.steered = PassPlan(reads=(self.reads.read,) if self.reads is not None and self.passes == "one" else (),
+                                bias=Bias(layers, bias_heads, source=source)).check(spec.n_layers, spec.n_heads)
+        self.current: relevance.Selection | None = None
+
+    @classmethod
+    def heads_for(cls, config: DecodingConfig, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
+        return None if cls.passes == "none" else checked_heads(cls.name, model, heads)
+
+    @property
+    def warmup_plan(self) -> PassPlan:
+        return self.plain if self.reads is None else self.reads.reading
+
+    # ---------------------------------------------------------------- what a researcher overrides
+
+    def select(self, relevance_: torch.Tensor | None, n_keys: int) -> torch.Tensor | relevance.Selection:
+        """The keys to bias, bool `[B, n_keys]` (or a `Selection`), from the running relevance
+        (None for passes "none"). Default: DySCO's nucleus-then-K selection."""
+        assert self.selector is not None
+        return self.selector.select(n_keys)
+
+    def bias(self, selected: torch.Tensor) -> torch.Tensor:
+        """The additive bias `[B, 1, 1, n_keys]` from the selected keys. Default: log(beta) on them."""
+        return relevance.scaling_bias(selected, self.config.beta)
+
+    def bias_layers(self) -> Iterable[int]:
+        """The layers the bias applies to. Default: every layer."""
+        return range(self.spec.n_layers)
+
+    def bias_heads(self) -> Iterable[tuple[int, int]] | None:
+        """Only these `(layer, head)` pairs, in their own layers (None: every head of `bias_layers`)."""
+        return None
+
+    # ---------------------------------------------------------------- the step
+
+    selector: Selector | None = None
+
+    def _selected(self, n_keys: int) -> relevance.Selection:
+        chosen = self.select(None if self.selector is None else self.selector.relevance, n_keys)
+        if isinstance(chosen, relevance.Selection):
+            return chosen
+        if not (isinstance(chosen, torch.Tensor) and chosen.dtype == torch.bool and chosen.ndim == 2
+                and chosen.shape[-1] == n_keys):
+            raise ConfigError(f"method {self.name!r}: select() must return a bool [batch, {n_keys}] mask")
+        scores = None if self.selector is None else self.selector.relevance
+        return selection_of(chosen, scores if scores is not None and scores.shape[-1] == n_keys else None)
+
+    def step(self, run: Run, n_keys: int, selector: Selector | None):
+        self.selector = selector
+        if self.passes == "one":
+            def rule(read: ReadOut) -> torch.Tensor:
+                assert selector is not None
+                selector.update(read.attention)
+                self.current = self._selected(n_keys)
+                return self.bias(self.current.mask)
+
+            assert self.steered.bias is not None
+            out = run(PassPlan(reads=self.steered.reads, bias=self.steered.bias.ruled_by(rule)))
+        else:
+            if self.passes == "two":
+                assert selector is not None and self.reads is not None
+                attention = run(self.reads.partial).attention
+                assert attention is not None
+                selector.update(attention)
+            self.current = self._selected(n_keys)
+            out = run(self.steered.with_bias(self.bias(self.current.mask)))
+        assert out.logits is not None
+        return out.logits, self.current

@@ -1,0 +1,145 @@
+"""The `Stepper`: one method fed one token per row on a backend, each step recorded.
+
+The decode loop (`loop.py`) drives it through the schedule; a benchmark or a custom schedule
+drives it directly, one step at a time, from a state the backend prefilled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from dysco_interp.decoding.backends import Backend, DecodeState, StepOutput
+from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.methods import Method, Selector, method_for
+from dysco_interp.decoding.passes import scheduled
+from dysco_interp.decoding.plan import PassPlan, Read
+from dysco_interp.decoding.prompts import PromptBatch
+from dysco_interp.decoding.readout import ReadOut
+from dysco_interp.decoding.relevance import Selection, row_caps
+from dysco_interp.decoding.results import CONTEXT_WARMUP, DECODE, Phase, StepRecord
+from dysco_interp.decoding.span_mass import SpanMass
+from dysco_interp.decoding.template import extend_mask, warn_fallback
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet
+
+OnRead = Callable[[int, ReadOut], None]  # (trace step, what the read-out gave)
+
+
+class Stepper:
+    """Feeds one token per row under one method and records what each step selected.
+
+    Drive it one step at a time from a prefilled state (`Backend.prefill`):
+    `context_warmup(state, tokens)` for the warm-up tokens (relevance only), then
+    `step(state, tokens, phase)` for the rest. Both return the float32 logits `[B, vocab]`
+    and one `StepRecord` per row. Each call is one trace step: `passes.current_pass()` gives
+    its index (`n_steps` before the call) and phase to the hooks that its passes run.
+
+    Args:
+        backend: where the passes run (built with the method's temperature).
+        config: the method and its parameters.
+        batch: the prompts' rows (pads and template tokens are never selected).
+        span_mass: per row, named spans whose relevance mass each record reports (or None).
+        heads: the QRHeads (H*) for the methods that read heads.
+        read_out: a read (`plan.Read`: any heads, their rows or span mass) added to every pass
+            that writes the cache, whatever the method; `last_read` holds the latest one's result,
+            a span-mass read lands in each record's `read_mass`.
+        on_read: called with (trace step, `ReadOut`) after each such pass.
+    """
+
+    def __init__(self, backend: Backend, config: DecodingConfig, batch: PromptBatch,
+                 span_mass: Sequence[SpanMass | None] | None = None, heads: HeadSet | None = None,
+                 read_out: Read | None = None, on_read: OnRead | None = None):
+        self.backend, self.config, self.batch = backend, config, batch
+        self.read_out, self.on_read = read_out, on_read
+        self.last_read: ReadOut | None = None
+        model = backend.model
+        self.heads = config.strategy.heads_for(config, model, heads)
+        self.method: Method = method_for(config, self.heads, model.spec)
+        self.method.start(model, batch)
+        self.selector: Selector | None = None
+        if self.method.uses_heads:
+            if config.template_masking == "reference" and any(p.reference_fallback for p in batch.prepared or ()):
+                warn_fallback(backend.model.tokenizer)
+            # on the device once, with room for every generated key (never excluded): each step slices it
+            never = batch.never_selected(config.template_masking)
+            excluded = extend_mask(never, batch.width + config.max_new_tokens + 1).to(backend.model.device)
+            caps = None
+            if config.top_k_fraction is not None:
+                caps = row_caps(batch.lengths, config.top_k, config.top_k_fraction)
+            self.selector = Selector(config, excluded, caps)
+        self.span_mass = span_mass
+        self.n_steps = 0  # steps fed so far: the trace index of the next one
+
+    @property
+    def relevance(self) -> torch.Tensor | None:
+        """Each row's running relevance, float32 `[B, n_keys]` (None before the first read)."""
+        return None if self.selector is None else self.selector.relevance
+
+    @relevance.setter
+    def relevance(self, value: torch.Tensor) -> None:
+        if self.selector is None:
+            raise ConfigError(f"method {self.config.method!r} keeps no relevance")
+        self.selector.relevance = value
+
+    def select(self, n_keys: int) -> Selection:
+        """The selection the current relevance gives over the first `n_keys` keys."""
+        if self.selector is None:
+            raise ConfigError(f"method {self.config.method!r} selects nothing")
+        return self.selector.select(n_keys)
+
+    def context_warmup(self, state: DecodeState, tokens: torch.Tensor) -> tuple[torch.Tensor, list[StepRecord]]:
+        """One warm-up token per row: no bias; the QRHeads' read updates relevance."""
+        n_cached = state.n_keys
+        with scheduled(phase=CONTEXT_WARMUP, step=self.n_steps, keep_method=True):
+            out = self._runner(state, tokens)(self.method.warmup_plan)
+        self.n_steps += 1
+        if self.selector is not None and out.attention is not None:
+            self.selector.update(out.attention)
+        assert out.logits is not None
+        return out.logits, self._records(CONTEXT_WARMUP, n_cached, tokens, None)
+
+    def step(self, state: DecodeState, tokens: torch.Tensor,
+             phase: Phase = DECODE) -> tuple[torch.Tensor, list[StepRecord]]:
+        """One token per row with the method's full step."""
+        n_cached = state.n_keys
+        with scheduled(phase=phase, step=self.n_steps, keep_method=True):
+            logits, selection = self.method.step(self._runner(state, tokens), n_cached + 1, self.selector)
+        self.n_steps += 1
+        return logits, self._records(phase, n_cached, tokens, selection)
+
+    def _runner(self, state: DecodeState, tokens: torch.Tensor) -> Callable[[PassPlan], StepOutput]:
+        """One pass of this step's tokens; the pass that keeps the token also makes `read_out`."""
+        def run(plan: PassPlan) -> StepOutput:
+            if self.read_out is None or not plan.write_cache:
+                return self.backend.run(state, tokens, plan)
+            out = self.backend.run(state, tokens, plan.with_read(self.read_out))
+            self.last_read = out.reads[-1]
+            if self.on_read is not None:
+                self.on_read(self.n_steps, self.last_read)
+            return out
+
+        return run
+
+    def _records(self, phase: Phase, n_cached: int, tokens: torch.Tensor,
+                 selection: Selection | None) -> list[StepRecord]:
+        self.backend.check_faults()  # the records below wait for the device anyway
+        pads = self.batch.pads
+        records = [StepRecord(phase, n_cached - pad, tok) for pad, tok in zip(pads, tokens.tolist())]
+        if self.last_read is not None and self.last_read.span_mass is not None:
+            for rec, mass in zip(records, self.last_read.span_mass.tolist()):
+                rec.read_mass = [[round(m, 6) for m in head] for head in mass]
+        if selection is not None:
+            counts, masses = selection.count.tolist(), selection.mass.tolist()
+            for i, rec in enumerate(records):
+                rec.n_selected, rec.nucleus_mass = int(counts[i]), round(float(masses[i]), 6)
+                if self.config.record_positions:
+                    rec.selected = (selection.mask[i].nonzero().flatten() - pads[i]).tolist()
+        if self.span_mass is not None and self.relevance is not None:
+            r = self.relevance.cpu()
+            for i, rec in enumerate(records):
+                span_mass = self.span_mass[i]
+                if span_mass is not None:
+                    rec.top_spans = span_mass.top_spans(r[i, pads[i]:])
+        return records
