@@ -293,3 +293,24 @@ def test_a_qrhead_in_the_last_layer_leaves_the_one_pass_variant_only_the_final_n
     for name in configs:
         assert out["static"][name][0].tokens == out["sdpa"][name][0].tokens, name
         assert selections(out["static"][name][0]) == selections(out["sdpa"][name][0]), name
+
+
+def test_a_backend_spec_carries_the_backend_and_its_options_as_one_value(tiny_llama):
+    spec = backends.BackendSpec("static", decode_attention="float32")
+    assert backends.BackendSpec.of(spec) is spec
+    assert backends.BackendSpec.of("static", decode_attention="float32") == spec
+    assert spec.store_settings() == {"backend": "static", "decode_attention": "float32"}
+    assert backends.BackendSpec("static", decode_attention="sdpa").store_settings() == {"backend": "static"}
+    assert backends.BackendSpec("sdpa").max_batch is None and backends.BackendSpec().runs_hooks
+    by_spec = generate_batch(tiny_llama, [PROMPT], METHODS, heads_for(tiny_llama), backend=spec)
+    by_name = generate_batch(tiny_llama, [PROMPT], METHODS, heads_for(tiny_llama), backend="static",
+                             decode_attention="float32")
+    for name in METHODS:
+        assert by_spec[name][0].tokens == by_name[name][0].tokens
+    for bad, message in [(lambda: backends.BackendSpec("flash"), "unknown backend"),
+                         (lambda: backends.BackendSpec("sdpa", decode_attention="float32"), "decode_attention"),
+                         (lambda: backends.BackendSpec("sdpa", compile_kernels=True), "compile_kernels"),
+                         (lambda: backends.BackendSpec("bridge", graphs=True), "CUDA graphs"),
+                         (lambda: backends.BackendSpec.of(spec, decode_attention="sdpa"), "inside the BackendSpec")]:
+        with pytest.raises(ConfigError, match=message):
+            bad()

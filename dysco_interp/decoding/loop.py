@@ -24,10 +24,8 @@ import torch
 from dysco_interp.checks import check_bool
 from dysco_interp.decoding.arguments import as_heads, check_config, check_configs, check_hooks, forced_ids, with_fields
 from dysco_interp.decoding.backends import (
-    BackendName,
+    BackendSpec,
     DecodeState,
-    check_backend,
-    make_backend,
 )
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.passes import scheduled
@@ -73,12 +71,12 @@ class Prefix:
 
 
 def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
-                   backend: BackendName | str = "bridge", chunk_size: int | None = None,
-                   graphs: bool | None = None, hooks: Sequence[Hook] = (), name: str | None = None) -> Prefix:
+                   backend: BackendSpec | str = "bridge", chunk_size: int | None = None,
+                   hooks: Sequence[Hook] = (), name: str | None = None) -> Prefix:
     """Prefill everything but the warm-up and generation-prompt tokens (`name`: the method it
     serves, for `current_pass`; None when several share it)."""
     n_prefix = batch.n_prefix(config.warmup)
-    runner = make_backend(model, backend, tau=config.temperature, graphs=graphs, hooks=hooks)
+    runner = BackendSpec.of(backend).make(model, tau=config.temperature, hooks=hooks)
     valid = batch.valid
     t0 = time.perf_counter()
     reserve = batch.width - n_prefix + config.max_new_tokens
@@ -89,29 +87,28 @@ def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfi
 
 
 def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig, heads: HeadSet | None,
-                 prefix: Prefix, backend: BackendName | str = "bridge", spans: Sequence[Spans | None] | None = None,
-                 graphs: bool | None = None, forced: Sequence[Sequence[int]] | None = None,
+                 prefix: Prefix, backend: BackendSpec | str = "bridge", spans: Sequence[Spans | None] | None = None,
+                 forced: Sequence[Sequence[int]] | None = None,
                  hooks: Sequence[Hook] = (), name: str | None = None,
-                 decode_attention: str | None = None, read_out: Read | None = None,
+                 read_out: Read | None = None,
                  on_read: OnRead | None = None) -> list[GenerationResult]:
     """One method on every row, from a copy of the prefix; with `forced`, each row is fed its
     gold tokens instead of its own (teacher forcing through the method's steps). `hooks` run in
     every pass (bridge only); `name` is the method's name for `current_pass` (config.method if None);
-    `decode_attention` is the static backend's (`make_backend`); `read_out` and `on_read` are
+    `backend` is a name or a `BackendSpec` with its options; `read_out` and `on_read` are
     `Stepper`'s."""
     with scheduled(method=config.method if name is None else name):
-        return _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks,
-                             decode_attention, read_out, on_read)
+        return _decode_batch(model, batch, config, heads, prefix, BackendSpec.of(backend), spans, forced, hooks,
+                             read_out, on_read)
 
 
-def _decode_batch(model, batch, config, heads, prefix, backend, spans, graphs, forced, hooks,
-                  decode_attention, read_out, on_read) -> list[GenerationResult]:
+def _decode_batch(model, batch, config, heads, prefix, backend: BackendSpec, spans, forced, hooks,
+                  read_out, on_read) -> list[GenerationResult]:
     assert batch.prepared is not None
     n_rows, width = len(batch.lengths), batch.width
-    runner = make_backend(model, backend, tau=config.temperature, graphs=graphs, hooks=hooks,
-                          decode_attention=decode_attention)
+    runner = backend.make(model, tau=config.temperature, hooks=hooks)
     if runner.max_batch is not None and n_rows > runner.max_batch:
-        raise ConfigError(f"the {backend} backend decodes at most {runner.max_batch} prompt(s) at a time")
+        raise ConfigError(f"the {backend.name} backend decodes at most {runner.max_batch} prompt(s) at a time")
     span_mass = None
     if spans is not None:
         span_mass = [None if s is None else SpanMass(s, n) for s, n in zip(spans, batch.lengths)]
@@ -233,7 +230,7 @@ def iter_methods(
     *,
     spans: Sequence[Spans | None] | None = None,
     prepared: Sequence[PreparedPrompt] | None = None,
-    backend: BackendName | str = "bridge",
+    backend: BackendSpec | str = "bridge",
     graphs: bool | None = None,
     decode_attention: str | None = None,
     forced: Sequence[str | Sequence[int]] | None = None,
@@ -244,11 +241,11 @@ def iter_methods(
     on_read: OnRead | None = None,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
-    check_backend(backend, decode_attention)
+    spec = BackendSpec.of(backend, graphs, decode_attention)
     check_configs(configs)
     check_bool("chat", chat)
     check_bool("progress", progress)
-    user_hooks = check_hooks(model, hooks, backend)
+    user_hooks = check_hooks(model, hooks, spec.name)
     heads = as_heads(model, heads)
     if read_out is not None:
         if not isinstance(read_out, Read):
@@ -282,11 +279,10 @@ def iter_methods(
             batch = batches[config.enable_thinking]
             if key(name) not in shared:
                 users = sharing[key(name)]
-                shared[key(name)] = prefill_prefix(model, batch, config, backend, graphs=graphs, hooks=user_hooks,
+                shared[key(name)] = prefill_prefix(model, batch, config, spec, hooks=user_hooks,
                                                    name=users[0] if len(users) == 1 else None)
-            results = decode_batch(model, batch, config, heads, shared[key(name)], backend, spans, graphs, gold,
-                                   hooks=user_hooks, name=name, decode_attention=decode_attention,
-                                   read_out=read_out, on_read=on_read)
+            results = decode_batch(model, batch, config, heads, shared[key(name)], spec, spans, gold,
+                                   hooks=user_hooks, name=name, read_out=read_out, on_read=on_read)
             bar.update()
             yield name, results
             if len(sharing[key(name)]) == 1:
@@ -301,7 +297,7 @@ def generate_batch(
     *,
     spans: Sequence[Spans | None] | None = None,
     prepared: Sequence[PreparedPrompt] | None = None,
-    backend: BackendName | str = "bridge",
+    backend: BackendSpec | str = "bridge",
     graphs: bool | None = None,
     decode_attention: str | None = None,
     forced: Sequence[str | Sequence[int]] | None = None,
@@ -330,12 +326,13 @@ def generate_batch(
         heads: the QRHeads (H*) for the DySCO methods.
         spans: per prompt, named token spans whose relevance mass the traces report.
         prepared: the prompts already encoded (`prepare_prompt`) with the configs' one `enable_thinking`.
-        backend: "bridge" (TL hooks, one prompt), "sdpa" (fast; prompts of any lengths together,
-            left-padded) or "static" (as sdpa, with fixed KV buffers and CUDA-graph steps on a GPU).
-        graphs: CUDA graphs for the static backend (None: on CUDA devices).
-        decode_attention: the static backend's decoding attention: "sdpa" (fused; its default,
-            fastest) or "float32" (bitwise repeatable on a GPU, slower at long contexts); None
-            for the other backends.
+        backend: a `BackendSpec` (a backend and its options), or its name: "bridge" (TL hooks,
+            one prompt), "sdpa" (fast; prompts of any lengths together, left-padded) or "static"
+            (as sdpa, with fixed KV buffers and CUDA-graph steps on a GPU).
+        graphs: with a backend's name, CUDA graphs for the static backend (None: on CUDA devices).
+        decode_attention: with a backend's name, the static backend's decoding attention: "sdpa"
+            (fused; its default, fastest) or "float32" (bitwise repeatable on a GPU, slower at long
+            contexts); None for the other backends.
         forced: per prompt, the gold continuation (text, encoded on its own after the prompt, or
             token ids) to teacher-force; None decodes freely.
         hooks: TransformerLens forward hooks `[(name or filter, fn(tensor, hook)), ...]` run in
@@ -367,7 +364,7 @@ def compare_methods(
     *,
     spans: Spans | None = None,
     prepared: PreparedPrompt | None = None,
-    backend: BackendName | str = "bridge",
+    backend: BackendSpec | str = "bridge",
     graphs: bool | None = None,
     decode_attention: str | None = None,
     hooks: Sequence[Hook] | None = None,
@@ -413,7 +410,7 @@ def generate(
     heads: HeadSet | None = None,
     spans: Spans | None = None,
     prepared: PreparedPrompt | None = None,
-    backend: BackendName | str = "bridge",
+    backend: BackendSpec | str = "bridge",
     graphs: bool | None = None,
     decode_attention: str | None = None,
     hooks: Sequence[Hook] | None = None,

@@ -25,7 +25,7 @@ import torch
 from dysco_interp.analysis.bootstrap import MIN_CI_N, NO_CI
 from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.checks import check_bool, is_int, typed
-from dysco_interp.decoding.backends import DEFAULT_DECODE_ATTENTION, BackendName, check_backend
+from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
@@ -61,18 +61,16 @@ def method_settings(config: DecodingConfig, heads: HeadSet | None) -> dict:
     return json.loads(canonical_json(settings))
 
 
-def store_settings(model_name: str, task: str, backend: str, dtype: torch.dtype, device: torch.device,
-                   weights: str | None = None, teacher_forced: bool = False,
+def store_settings(model_name: str, task: str, backend: BackendSpec | str, dtype: torch.dtype,
+                   device: torch.device, weights: str | None = None, teacher_forced: bool = False,
                    decode_attention: str | None = None) -> dict:
     """What every record of an evaluation store shares: the model and its weights, the numeric
-    format, the device type, the task, the backend (and the static backend's decoding attention),
-    and whether decoding was teacher-forced. Without `weights` (before the model is loaded) the
-    rest, for `precheck`."""
+    format, the device type, the task, the backend (`BackendSpec.store_settings`), and whether
+    decoding was teacher-forced. Without `weights` (before the model is loaded) the rest, for
+    `precheck`. `decode_attention` goes with a backend's name."""
     settings = {"model": model_name, "dtype": dtype_name(dtype), "device": device.type, "task": task,
-                "backend": backend}
-    # each only when it is not the default, so stores made before the option existed stay resumable
-    if decode_attention not in (None, DEFAULT_DECODE_ATTENTION):
-        settings["decode_attention"] = decode_attention
+                **BackendSpec.of(backend, decode_attention=decode_attention).store_settings()}
+    # only when set, so stores made before the option existed stay resumable
     if teacher_forced:
         settings["teacher_forced"] = True
     return settings if weights is None else {**settings, "weights": weights}
@@ -221,8 +219,8 @@ def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str
 
 
 def decode_instances(model: LoadedModel, evaluation: Evaluation, batch: Sequence,
-                     methods: Mapping[str, DecodingConfig], heads: HeadSet | None, keep_trace: bool, backend: str,
-                     teacher_forced: bool = False, decode_attention: str | None = None):
+                     methods: Mapping[str, DecodingConfig], heads: HeadSet | None, keep_trace: bool,
+                     backend: BackendSpec, teacher_forced: bool = False):
     """Decode instances together under each method (teacher-forced on their gold answers, or
     freely): yields (name, config as run, results) as each method finishes."""
     thinking = {inst.enable_thinking for inst in batch}
@@ -238,7 +236,7 @@ def decode_instances(model: LoadedModel, evaluation: Evaluation, batch: Sequence
     spans = [evaluation.spans(inst) for inst in batch] if keep_trace else None
     forced = [evaluation.gold(inst) for inst in batch] if teacher_forced else None
     for method, rows in iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
-                                     decode_attention=decode_attention, forced=forced):
+                                     forced=forced):
         yield method, configs[method], rows
 
 
@@ -270,19 +268,17 @@ def open_results(
     model_name: str,
     task: str,
     methods: Mapping[str, dict],
-    backend: str = "bridge",
+    backend: BackendSpec | str = "bridge",
     if_differs: str = "error",
     teacher_forced: bool = False,
     order: Callable[[Mapping], Any] | None = None,
-    decode_attention: str | None = None,
     traces_for: Iterable[str] | None = None,
 ) -> ResultStore:
     """The evaluation store at `path` (or a sibling with if_differs="new") for these settings;
     `methods` maps each method name to its `method_settings`. Shards a killed data-parallel run
     left beside the store are folded into it first (sorted by `order`), then checked with it.
     With `traces_for` (instance hashes), a store holding their records without traces differs."""
-    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced,
-                              decode_attention)
+    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced)
     instances = None if traces_for is None else list(traces_for)
     check_store_files(path, task, if_differs)
 
@@ -306,7 +302,7 @@ def evaluate(
     *,
     keep_trace: bool = False,
     progress: bool = True,
-    backend: BackendName | str = "bridge",
+    backend: BackendSpec | str = "bridge",
     batch_size: int = 1,
     if_differs: Literal["error", "new"] = "error",
     teacher_forced: bool = False,
@@ -331,16 +327,16 @@ def evaluate(
         out: the JSONL result store.
         keep_trace: store each record's per-step trace.
         progress: show a progress bar (rank 0 only, for its share, under torchrun).
-        backend: "bridge", "sdpa" or "static".
+        backend: a `BackendSpec`, or its name: "bridge", "sdpa" or "static".
         batch_size: instances decoded together (sdpa and static only).
         if_differs: "error" refuses a store with other settings; "new" writes to the first sibling
             store that is new or holds these settings.
         teacher_forced: feed each instance's gold answer through the method's steps and score
             the model's predictions of it (at most `max_new_tokens` gold tokens); a store holds
             either teacher-forced or free results, never both.
-        decode_attention: the static backend's decoding attention, "sdpa" (fused, the default)
-            or "float32" (bitwise repeatable on a GPU, so reruns and data-parallel shards give
-            identical records); a store holds one of them.
+        decode_attention: with a backend's name, the static backend's decoding attention, "sdpa"
+            (fused, the default) or "float32" (bitwise repeatable on a GPU, so reruns and
+            data-parallel shards give identical records); a store holds one of them.
 
     Returns:
         An `EvaluationRun`: the records of the requested instances x methods, the new ones (made by
@@ -357,7 +353,7 @@ def evaluate(
     ids = [instance_id(inst) for inst in instances]
     wanted = {m: method_settings(c, heads) for m, c in methods.items()}
     check_bool("teacher_forced", teacher_forced)
-    check_backend(backend, decode_attention)
+    spec = BackendSpec.of(backend, decode_attention=decode_attention)
     world = current_world()
     order = grid_order(ids, methods)
 
@@ -365,8 +361,8 @@ def evaluate(
         return {"method": method, "instance": instance_hash}
 
     def open_main() -> ResultStore:
-        return open_results(out, model, model_name, task, wanted, backend, if_differs, teacher_forced, order,
-                            decode_attention, traces_for=ids if keep_trace else None)
+        return open_results(out, model, model_name, task, wanted, spec, if_differs, teacher_forced, order,
+                            traces_for=ids if keep_trace else None)
 
     def decode_missing(todo: list[tuple[Any, str]], done: ResultStore | Shard, sink: ResultStore) -> list[dict]:
         """Decode the (instance, hash) pairs in `todo` under each method not `done` yet into `sink`."""
@@ -384,8 +380,7 @@ def evaluate(
                     bar.set_postfix_str(f"{names[0]}, {where}")
                 # each method's records are stored as soon as it finishes, so a kill loses at most one
                 for method, config, rows in decode_instances(model, evaluation, [inst for inst, _ in batch], pending,
-                                                             heads, keep_trace, backend, teacher_forced,
-                                                             decode_attention):
+                                                             heads, keep_trace, spec, teacher_forced):
                     for (inst, h), res in zip(batch, rows):
                         if key(h, method) in done:
                             continue
@@ -402,7 +397,7 @@ def evaluate(
                             "timings": res.timings.as_dict(),
                             # `config` is what the tables group by; `settings` is everything that made the record
                             "config": config.record_fields(),
-                            "backend": backend,
+                            "backend": spec.name,
                             "settings": {**shared, "method": wanted[method]},
                         }
                         if keep_trace and res.trace is not None:
@@ -424,8 +419,7 @@ def evaluate(
             records = [store.get(key(h, m)) for h in dict.fromkeys(ids) for m in methods]
             return EvaluationRun(records, new, store.path)
     # data-parallel (see experiments.distributed): this rank's share of what the store lacks, into its shard
-    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced,
-                              decode_attention)
+    settings = store_settings(model_name, task, spec, model.dtype, model.device, model.weights_id, teacher_forced)
     with sharded_store(world, open_main, lambda p: ResultStore(p, KEY, settings, purpose="evaluate"), order) as shard:
         by_hash = dict(zip(ids, instances))  # an instance listed twice is decoded once
         todo = [(by_hash[h], h) for h in dict.fromkeys(ids) if any(key(h, m) not in shard for m in methods)]

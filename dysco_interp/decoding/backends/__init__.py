@@ -12,6 +12,7 @@ how a pass reads attention and applies the bias.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from dysco_interp.decoding.backends.base import (
     Backend,
@@ -45,6 +46,69 @@ def check_backend(name: str, decode_attention: str | None = None) -> str:
     return name
 
 
+@dataclass(frozen=True)
+class BackendSpec:
+    """A backend and its options, as one value: what the decode loop, `evaluate` and a result
+    store carry instead of loose keyword arguments.
+
+    Args:
+        name: "bridge", "sdpa" or "static".
+        graphs: CUDA graphs for the static backend (None: on CUDA devices).
+        decode_attention: the static backend's decoding attention, "sdpa" (fused, its default) or
+            "float32" (the reference); None for the other backends.
+        compile_kernels: whether the static backend compiles its fused decoder's small operations
+            (None: on CUDA devices); None for the other backends.
+    """
+
+    name: str = "bridge"
+    graphs: bool | None = None
+    decode_attention: str | None = None
+    compile_kernels: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_backend(self.name, self.decode_attention)
+        if self.compile_kernels is not None and self.name != "static":
+            raise ConfigError(f"compile_kernels sets the static backend's decoding; the {self.name} backend has none")
+        if self.graphs and not REGISTRY[self.name].supports_graphs:
+            raise ConfigError(f"the {self.name} backend does not capture CUDA graphs; use backend='static'")
+
+    @classmethod
+    def of(cls, backend: "BackendSpec | str", graphs: bool | None = None,
+           decode_attention: str | None = None) -> "BackendSpec":
+        """`backend` as a spec; a name takes the options given beside it (the public functions'
+        `graphs=` and `decode_attention=`), which a spec must not be given again."""
+        if isinstance(backend, BackendSpec):
+            if graphs is not None or decode_attention is not None:
+                raise ConfigError("give graphs and decode_attention inside the BackendSpec, not beside it")
+            return backend
+        if not isinstance(backend, str):
+            raise ConfigError(f"backend is a name ({', '.join(REGISTRY)}) or a BackendSpec, "
+                              f"got {type(backend).__name__}")
+        return cls(backend, graphs, decode_attention)
+
+    @property
+    def runs_hooks(self) -> bool:
+        return REGISTRY[self.name].runs_hooks
+
+    @property
+    def max_batch(self) -> int | None:
+        return REGISTRY[self.name].max_batch
+
+    def make(self, model: LoadedModel, *, tau: float = 1.0, hooks: Sequence[Hook] = ()) -> Backend:
+        """The backend for `model` (UniAttnS's `tau`, the user's `hooks` for the bridge)."""
+        return make_backend(model, self.name, tau=tau, graphs=self.graphs, hooks=hooks,
+                            decode_attention=self.decode_attention, compile_kernels=self.compile_kernels)
+
+    def store_settings(self) -> dict:
+        """What a result store records of it: the name, and the decoding attention when it is not
+        the default (stores made before the option existed stay resumable). CUDA graphs and
+        compiled kernels give the eager tokens, so they are not settings."""
+        out: dict = {"backend": self.name}
+        if self.decode_attention not in (None, DEFAULT_DECODE_ATTENTION):
+            out["decode_attention"] = self.decode_attention
+        return out
+
+
 def make_backend(model: LoadedModel, name: BackendName | str, *, tau: float = 1.0,
                  graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  decode_attention: str | None = None, compile_kernels: bool | None = None) -> Backend:
@@ -74,7 +138,8 @@ def make_backend(model: LoadedModel, name: BackendName | str, *, tau: float = 1.
 
 
 __all__ = [
-    "BACKENDS", "DECODE_ATTENTION", "DEFAULT_DECODE_ATTENTION", "REGISTRY", "Backend", "BackendName", "BridgeBackend",
+    "BACKENDS", "DECODE_ATTENTION", "DEFAULT_DECODE_ATTENTION", "REGISTRY", "Backend", "BackendName", "BackendSpec",
+    "BridgeBackend",
     "DecodeState", "SdpaBackend", "StaticBackend", "StepOutput", "StopForward", "check_backend", "make_backend",
     "no_hooks_message", "stop_after",
 ]
