@@ -134,15 +134,16 @@ def test_pasta_as_a_plan_equals_pasta_written_as_bridge_hooks(tiny_llama):
     assert ours.tokens != plain.tokens  # alpha 0.05 changes the output, so equality means something
 
 
+class Broken(SteeringMethod):
+    name = "test-broken"
+    description = "a bias rule that returns NaN"
+
+    def bias(self, selected):
+        return torch.full((selected.shape[0], 1, 1, selected.shape[1]), float("nan"))
+
+
 def test_a_user_method_is_refused_in_one_line_when_it_cannot_run(tiny_llama):
     heads = heads_for(tiny_llama)
-
-    class Broken(SteeringMethod):
-        name = "test-broken"
-        description = "a bias rule that returns NaN"
-
-        def bias(self, selected):
-            return torch.full((selected.shape[0], 1, 1, selected.shape[1]), float("nan"))
 
     class Outside(Pasta):
         name = "test-outside"
@@ -184,3 +185,18 @@ def test_user_methods_replay_as_cuda_graphs_with_the_eager_tokens(style):
             assert ours.tokens == ref.tokens, name
     for ours, ref in zip(replayed["above"], replayed["reuse"]):
         assert ours.tokens == ref.tokens
+
+
+def test_a_method_that_cannot_run_writes_nothing_to_the_store(tiny_llama, tmp_path):
+    from dysco_interp import evaluate, make_dataset
+    from dysco_interp.experiments.store import ResultStore
+
+    register_method(Broken)
+    instances = make_dataset("path_traversal", tiny_llama.tokenizer, 1950, n=2, seed=0)
+    configs = {"broken": DecodingConfig(method=Broken.name, max_new_tokens=2)}
+    for backend in ("bridge", "sdpa", "static"):
+        out = tmp_path / f"{backend}.jsonl"
+        with pytest.raises(ConfigError, match="NaN"):
+            evaluate(tiny_llama, "tiny-llama", "path_traversal", instances, configs, heads_for(tiny_llama), out,
+                     backend=backend, batch_size=1 if backend == "bridge" else 2, progress=False)
+        assert not out.exists() or not list(ResultStore(out, ("method", "instance"), readonly=True).records())

@@ -35,6 +35,23 @@ REGISTRY: dict[str, type[Backend]] = {cls.name: cls for cls in (BridgeBackend, S
 assert BACKENDS == tuple(REGISTRY)
 
 
+def register_backend(cls: type[Backend]) -> type[Backend]:
+    """Register a `Backend` subclass under `cls.name` (usable as a class decorator): it then runs
+    every method, by name or in a `BackendSpec`. A new backend is its `prefill`, its `run` and
+    this line; the command line offers the built-in ones (`choices.BACKENDS`)."""
+    if not (isinstance(cls, type) and issubclass(cls, Backend)):
+        raise ConfigError(f"register_backend takes a Backend subclass, got {cls!r}")
+    name = cls.__dict__.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"a backend needs a name of its own (got {name!r})")
+    taken = REGISTRY.get(name)
+    if taken is not None and taken is not cls and (taken.__module__, taken.__qualname__) != (
+            cls.__module__, cls.__qualname__):
+        raise ConfigError(f"backend {name!r} is already registered ({taken.__module__}.{taken.__qualname__})")
+    REGISTRY[name] = cls
+    return cls
+
+
 def check_backend(name: str, decode_attention: str | None = None) -> str:
     """`name` if it is a backend, and `decode_attention` (if given) one the static backend has."""
     if name not in REGISTRY:
@@ -141,5 +158,6 @@ __all__ = [
     "BACKENDS", "DECODE_ATTENTION", "DEFAULT_DECODE_ATTENTION", "REGISTRY", "Backend", "BackendName", "BackendSpec",
     "BridgeBackend",
     "DecodeState", "SdpaBackend", "StaticBackend", "StepOutput", "StopForward", "check_backend", "make_backend",
+    "register_backend",
     "no_hooks_message", "stop_after",
 ]
