@@ -54,8 +54,9 @@ def display_types(cell) -> list[str]:
             for t in sorted(o.data) if not t.startswith("text/")]
 
 
-def test_the_three_notebooks_are_committed_with_outputs_that_read_anywhere():
-    names = ["01_quickstart.ipynb", "02_retrieval_heads.ipynb", "03_attention_replay.ipynb"]
+def test_the_notebooks_are_committed_with_outputs_that_read_anywhere():
+    names = ["01_quickstart.ipynb", "02_retrieval_heads.ipynb", "03_attention_replay.ipynb",
+             "04_your_own_methods.ipynb"]
     assert [p.name for p in NOTEBOOKS] == names
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
