@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from dysco_interp.analysis.report import command_line, write_report
-from dysco_interp.analysis.table_reports import ablation_result, ci_options, render_ablation_table, table_arguments
 from dysco_interp.errors import DyscoError
+from dysco_interp.studies.table_reports import ablation_result, ci_options, render_ablation_table, table_arguments
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = "analyses/ablation_table.py"

@@ -20,7 +20,7 @@ import torch
 from dysco_interp.analysis import bench, bench_peer
 from dysco_interp.analysis.report import write_json
 from dysco_interp.cli import args as cli_args
-from dysco_interp.decoding.backends import BACKENDS, DECODE_ATTENTION
+from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import load_model, resolve_device, resolve_dtype

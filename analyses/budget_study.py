@@ -1,5 +1,5 @@
 """The selection-budget study: sweep K / share of the prompt, p and beta on a dev split, choose
-one configuration there, report it on the test split (dysco_interp/analysis/budget_study.py).
+one configuration there, report it on the test split (dysco_interp/studies/budget_study.py).
 
 Data (--data-dir): dev/ (made with seed 1, never reported) and test/ (seed 0), e.g.
 
@@ -17,7 +17,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis.budget_study import (
+from dysco_interp.cli import args as cli_args
+from dysco_interp.decoding.choices import BACKENDS
+from dysco_interp.errors import ConfigError
+from dysco_interp.studies.budget_study import (
     BETAS,
     FRACTIONS,
     K_VALUES,
@@ -29,8 +32,6 @@ from dysco_interp.analysis.budget_study import (
     check_parts,
     run_study,
 )
-from dysco_interp.cli import args as cli_args
-from dysco_interp.errors import ConfigError
 
 
 def numbers(kind):
@@ -45,7 +46,7 @@ def main(argv=None) -> int:
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
-    p.add_argument("--backend", default="sdpa", choices=["bridge", "sdpa", "static"])
+    p.add_argument("--backend", default="sdpa", choices=list(BACKENDS))
     p.add_argument("--batch-size", type=int, default=50)
     p.add_argument("--n", type=int, default=None, help="instances per file (default: all)")
     p.add_argument("--k", type=numbers(int), default=K_VALUES)
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     p.add_argument("--figures-only", action="store_true", help="tables and figures from the stores under --out-dir")
     args = p.parse_args(argv)
     if args.figures_only:
-        from dysco_interp.analysis.budget_report import write_reports
+        from dysco_interp.studies.budget_report import write_reports
 
         try:
             lines = write_reports(Path(args.out_dir) / "budget")

@@ -1,7 +1,7 @@
 """Are the QRHeads causal? Mean-ablate a head set's attention outputs and measure what a task loses.
 
 Each listed head's output z (`blocks.L.attn.hook_z`, before W_O) is replaced at every position by
-its mean over all prompt tokens of the (task, length) instances: dysco_interp/analysis/head_ablation.py.
+its mean over all prompt tokens of the (task, length) instances: dysco_interp/studies/head_ablation.py.
 Head sets: the QRHeads (--heads), --draws seeded random sets of the same size, the copy-paste top 16.
 Teacher forced, one pass per (instance, head set) plus one unablated: Path Traversal step accuracy,
 needle-QA answer accuracy and mean log-prob. Drops with paired 95% bootstrap CIs, random draws pooled.
@@ -24,9 +24,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis.ablation_summary import KEY, store_path, summarise, summary_lines, write_outputs
-from dysco_interp.analysis.study_arguments import add_head_study_arguments, apply_preset
 from dysco_interp.cli import args as cli_args
+from dysco_interp.studies.ablation_summary import KEY, store_path, summarise, summary_lines, write_outputs
+from dysco_interp.studies.study_arguments import add_head_study_arguments, apply_preset
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"model": "smollm2-135m", "lengths": "1k", "n": 2, "out_dir": "results/ablations_causal_small"}
@@ -60,11 +60,11 @@ def main(argv=None) -> int:
 
     import torch
 
-    from dysco_interp.analysis import head_ablation as ha
     from dysco_interp.detection import random_head_sets
     from dysco_interp.experiments.store import ResultStore
     from dysco_interp.heads import resolve_heads
     from dysco_interp.models import load_model, load_tokenizer
+    from dysco_interp.studies import head_ablation as ha
     from dysco_interp.tasks import get_task
     from dysco_interp.tasks.lengths import parse_lengths
 

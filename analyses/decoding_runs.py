@@ -2,7 +2,7 @@
 
 Parts: tau (UniAttnS temperatures on MRCR), pt (vanilla / UniAttnS / DySCO on Path
 Traversal), ablation, robustness and reuse; each writes resumable stores under --out-dir
-(layout and methods: dysco_interp/analysis/decoding_runs.py).
+(layout and methods: dysco_interp/studies/decoding_runs.py).
 
 Data: the task files `path_traversal_<len>.jsonl` and `mrcr_<len>.jsonl` in --data-dir
 (made with `dysco-interp make-data ... --model MODEL`).
@@ -17,7 +17,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis.decoding_runs import (
+from dysco_interp.cli import args as cli_args
+from dysco_interp.decoding.choices import BACKENDS
+from dysco_interp.errors import ConfigError
+from dysco_interp.studies.decoding_runs import (
     GRID,
     PARTS,
     SMALL_GRID,
@@ -27,8 +30,6 @@ from dysco_interp.analysis.decoding_runs import (
     check_parts,
     run_parts,
 )
-from dysco_interp.cli import args as cli_args
-from dysco_interp.errors import ConfigError
 
 
 def main(argv=None) -> int:
@@ -39,7 +40,7 @@ def main(argv=None) -> int:
     p.add_argument("--parts", default=",".join(PARTS))
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
-    p.add_argument("--backend", default="sdpa", choices=["bridge", "sdpa", "static"])
+    p.add_argument("--backend", default="sdpa", choices=list(BACKENDS))
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--n", type=int, default=None, help="instances per file (default: all)")
     p.add_argument("--pt-lengths", default="1k,2k,4k,8k")

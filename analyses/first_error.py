@@ -14,7 +14,7 @@ regenerated from its seed and length, or read with --data-dir / --data):
         --model qwen2.5-coder-0.5b --out-dir figures/first_error
     python analyses/first_error.py --figures-only --out-dir figures/first_error
 
-How the query position is found: dysco_interp/analysis/first_error.py. Results go to
+How the query position is found: dysco_interp/studies/first_error.py. Results go to
 OUT_DIR/first_error.jsonl (one record per instance, resumable); the figure and tables to
 OUT_DIR/<model>_<length>_<index>*.
 """
@@ -24,9 +24,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis.first_error import SMALL, STORE_NAME, featured, stored_records
-from dysco_interp.analysis.first_error_figures import describe, draw
 from dysco_interp.cli import args as cli_args
+from dysco_interp.studies.first_error import SMALL, STORE_NAME, featured, stored_records
+from dysco_interp.studies.first_error_figures import describe, draw
 
 
 def parse_args(argv):
@@ -76,9 +76,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from dysco_interp.analysis.first_error import analyse_failures, generate_small, write_overview
     from dysco_interp.heads import resolve_heads
     from dysco_interp.models import load_model
+    from dysco_interp.studies.first_error import analyse_failures, generate_small, write_overview
     from dysco_interp.tasks.lengths import parse_length
 
     if args.threads:

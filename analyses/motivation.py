@@ -14,7 +14,7 @@ only for drawing):
         --data-dir DATA --device cuda --dtype bfloat16 --out-dir figures/motivation
     python analyses/motivation.py --figures-only --out-dir figures/motivation
 
-What one teacher-forced pass per instance measures: dysco_interp/analysis/motivation.py.
+What one teacher-forced pass per instance measures: dysco_interp/studies/motivation.py.
 Records go to OUT_DIR/motivation.jsonl, one per finished instance, so a killed run resumes.
 The figure (OUT_DIR/<model>.png, .html and the numbers in <model>_summary.json) shows
 step 2 (`--step`) against length, with 95% bootstrap intervals over instances.
@@ -25,7 +25,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis.motivation_summary import (
+from dysco_interp.analysis.store_archives import stored
+from dysco_interp.cli import args as cli_args
+from dysco_interp.studies.motivation_summary import (
     KEY,
     STORE_NAME,
     draw,
@@ -34,9 +36,7 @@ from dysco_interp.analysis.motivation_summary import (
     store_header,
     summarise,
 )
-from dysco_interp.analysis.store_archives import stored
-from dysco_interp.analysis.study_arguments import add_head_study_arguments, apply_preset
-from dysco_interp.cli import args as cli_args
+from dysco_interp.studies.study_arguments import add_head_study_arguments, apply_preset
 
 SMALL = {"model": "smollm2-135m", "lengths": "1k,2k", "n": 2, "out_dir": "results/motivation_small"}
 FULL = {"model": "qwen2.5-coder-0.5b", "lengths": "1k,2k,4k,8k", "n": 50, "out_dir": "figures/motivation"}
@@ -67,9 +67,9 @@ def main(argv=None) -> int:
 
     import torch
 
-    from dysco_interp.analysis.motivation import compute, dataset_getter, load_head_sets
     from dysco_interp.experiments.store import ResultStore
     from dysco_interp.models import load_model
+    from dysco_interp.studies.motivation import compute, dataset_getter, load_head_sets
     from dysco_interp.tasks.lengths import parse_lengths
 
     lengths = parse_lengths(args.lengths)

@@ -1,7 +1,7 @@
 """DySCO's overhead: an analytic FLOPs estimate (the paper's Qwen3-8B setting and ours) and
 measured decode tokens/s and peak memory, vanilla vs DySCO on the same backend.
 
-What is counted and read: dysco_interp/analysis/overhead.py. Missing inputs are reported in
+What is counted and read: dysco_interp/studies/overhead.py. Missing inputs are reported in
 the outputs, not guessed. Writes STEM.{png,html,json,md}.
 
     python analyses/overhead.py --models qwen2.5-coder-0.5b --bench 'figures/bench_decode*.json' \
@@ -13,10 +13,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis.overhead import measured, overhead_result, overhead_settings, panels, render
 from dysco_interp.analysis.report import command_line, write_report
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import DyscoError
+from dysco_interp.studies.overhead import measured, overhead_result, overhead_settings, panels, render
 from dysco_interp.tasks.lengths import parse_lengths
 from dysco_interp.viz.figures import save_panels
 

@@ -15,14 +15,14 @@ import sys
 from pathlib import Path
 
 from dysco_interp.analysis.report import command_line, write_report
-from dysco_interp.analysis.table_reports import (
+from dysco_interp.errors import DyscoError
+from dysco_interp.studies.table_reports import (
     ci_options,
     render_robustness,
     robustness_panels,
     robustness_result,
     table_arguments,
 )
-from dysco_interp.errors import DyscoError
 from dysco_interp.viz.figures import save_panels
 
 REPO = Path(__file__).resolve().parents[1]

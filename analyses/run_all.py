@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dysco_interp.analysis.pipeline import SMALL_MODEL, Runner, regenerate_steps, run_steps, small_steps
 from dysco_interp.cli import args as cli_args
+from dysco_interp.studies.pipeline import SMALL_MODEL, Runner, regenerate_steps, run_steps, small_steps
 
 REPO = Path(__file__).resolve().parents[1]
 ANALYSES = Path(__file__).resolve().parent

@@ -45,10 +45,10 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from dysco_interp import detection as D
-    from dysco_interp.analysis.pipeline import draw_head_heatmap
     from dysco_interp.detection.shipping import detect_and_check
     from dysco_interp.heads import HeadSet
     from dysco_interp.models import load_model
+    from dysco_interp.studies.pipeline import draw_head_heatmap
     from dysco_interp.tasks.lengths import parse_length
 
     # the model name becomes a file name: one path component, never a way out of the folder

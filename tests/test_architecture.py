@@ -1,5 +1,6 @@
-"""The package's shape: no import cycles, no private names across modules, modules of a
-readable size, and tests that import the package, never other tests or the analysis scripts."""
+"""The package's shape: no import cycles, no private names across modules, the paper's studies on
+top of the library (nothing in the package imports them), modules of a readable size, and tests
+that import the package, never other tests or the analysis scripts."""
 
 import ast
 from pathlib import Path
@@ -9,6 +10,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "dysco_interp"
 MAX_LINES = 600
+# the paper's studies: only the analyses/ scripts and the tests import them, so the library
+# (`analysis`), `viz`, `experiments` and the rest of the package never depend on one study
+STUDIES = "dysco_interp.studies"
+LIBRARY = "dysco_interp.analysis"
 
 
 def module_name(path: Path) -> str:
@@ -103,6 +108,20 @@ def test_the_checker_sees_a_cycle_and_a_function_level_import():
 
 def test_no_import_cycles_in_the_package():
     assert cycles(import_graph()) == []
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_nothing_in_the_package_imports_a_study():
+    graph = import_graph()
+    studies = [m for m in graph if within(m, STUDIES)]
+    # the rule guards something: the studies are there, and the checker sees them stand on the library
+    assert len(studies) > 1 and any(within(t, LIBRARY) for m in studies for t in graph[m])
+    upward = sorted(f"{m} imports {t}" for m, targets in graph.items() if not within(m, STUDIES)
+                    for t in targets if within(t, STUDIES))
+    assert upward == [], "the library, viz/, experiments/ and the rest never import a study"
 
 
 def test_no_private_names_cross_a_module_boundary():

@@ -8,10 +8,10 @@ import random
 
 import pytest
 
-from dysco_interp.analysis import budget_report as B
 from dysco_interp.analysis.method_key import method_key
 from dysco_interp.analysis.result_tables import CIOptions
 from dysco_interp.errors import ConfigError
+from dysco_interp.studies import budget_report as B
 from dysco_interp.viz.budget_figure import budget_figure, budget_panels
 from dysco_interp.viz.render_html import opens_offline
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from dysco_interp.analysis.budget_choice import choose_config, paired_gains, ranking, shortlist
-from dysco_interp.analysis.budget_study import TAUS, Grid, dev_methods, heldout_methods, label
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
+from dysco_interp.studies.budget_choice import choose_config, paired_gains, ranking, shortlist
+from dysco_interp.studies.budget_study import TAUS, Grid, dev_methods, heldout_methods, label
 
 PAPER = {"beta": 2.0, "top_p": 0.975, "top_k": 4096, "top_k_fraction": None}
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dysco_interp.analysis.overhead import is_batched, panels, short_label
-from dysco_interp.analysis.table_reports import robustness_panels, zero_note
+from dysco_interp.studies.overhead import is_batched, panels, short_label
+from dysco_interp.studies.table_reports import robustness_panels, zero_note
 from dysco_interp.viz import heatmap, render_html, render_png
 from dysco_interp.viz.figures import save_ci_lines, save_panels
 from dysco_interp.viz.panels import Panel, Series
@@ -26,7 +26,7 @@ def _meas(label, context, batch, source="figures/bench.json", **extra):
 
 
 def _speed_panels():
-    from dysco_interp.analysis.overhead import overhead_settings
+    from dysco_interp.studies.overhead import overhead_settings
 
     meas = [_meas("a", 32768, 1), _meas("b", 2048, 16), _meas("c", 102400, None)]
     return panels(overhead_settings([], [1024], [100]), meas)

@@ -10,8 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from dysco_interp.analysis import ablation_summary as summary_mod
-from dysco_interp.analysis import head_ablation as ha
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.teacher_forced import path_traversal_step_accuracy
 from dysco_interp.detection import random_head_sets
@@ -19,6 +17,8 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
+from dysco_interp.studies import ablation_summary as summary_mod
+from dysco_interp.studies import head_ablation as ha
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.viz.ablation_figure import ablation_panels
 from dysco_interp.viz.render_html import opens_offline

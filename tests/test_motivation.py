@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from dysco_interp.analysis import edge_attention, motivation, motivation_summary
+from dysco_interp.analysis import edge_attention
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.teacher_forced import answer_argmax, path_traversal_step_accuracy
 from dysco_interp.detection import random_head_sets
@@ -19,6 +19,7 @@ from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
 from dysco_interp.paths import safe_component
+from dysco_interp.studies import motivation, motivation_summary
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs
 from dysco_interp.viz.render_html import opens_offline

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from dysco_interp.analysis import overhead
-from dysco_interp.analysis.decoding_runs import SMALL_TAUS
-from dysco_interp.analysis.pipeline import SMALL_N
 from dysco_interp.analysis.store_archives import stores_in
+from dysco_interp.studies import overhead
+from dysco_interp.studies.decoding_runs import SMALL_TAUS
+from dysco_interp.studies.pipeline import SMALL_N
 from dysco_interp.viz.render_html import opens_offline
 
 REPO = Path(__file__).resolve().parents[1]

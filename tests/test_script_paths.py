@@ -36,7 +36,7 @@ def test_plain_names_are_kept_and_others_become_one_component():
 
 
 def test_first_error_figures_only_writes_inside_out_dir(tmp_path):
-    from dysco_interp.analysis.first_error_figures import draw
+    from dysco_interp.studies.first_error_figures import draw
 
     out = tmp_path / "a" / "out"
     record = {"model": "../../pwn", "length": 1024, "index": "../x"}
@@ -47,7 +47,7 @@ def test_first_error_figures_only_writes_inside_out_dir(tmp_path):
 
 
 def test_causal_ablation_summaries_stay_inside_out_dir_and_apart(tmp_path, monkeypatch):
-    from dysco_interp.analysis import ablation_summary
+    from dysco_interp.studies import ablation_summary
 
     out = tmp_path / "a" / "out"
     out.mkdir(parents=True)

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dysco_interp.analysis.budget_report import write_reports
-from dysco_interp.analysis.overhead import measured
 from dysco_interp.analysis.stores import load_pooled
 from dysco_interp.errors import ConfigError
+from dysco_interp.studies.budget_report import write_reports
+from dysco_interp.studies.overhead import measured
 
 REPO = Path(__file__).resolve().parents[1]
 HEADER = {"kind": "dysco-interp-store", "format": 2, "purpose": "evaluate", "created_by": "dysco-interp test"}

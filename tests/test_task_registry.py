@@ -207,8 +207,8 @@ def test_each_task_package_names_itself_as_registered():
 # detect-heads, whose one task (needle QA, its --data default) is what detection runs on
 READERS = (
     "tasks/__init__.py", "experiments/evaluate.py", "cli/make_data.py", "cli/evaluate.py",
-    "analysis/result_tables.py", "analysis/table_reports.py", "analysis/budget_choice.py",
-    "analysis/budget_report.py", "viz/budget_figure.py",
+    "analysis/result_tables.py", "studies/table_reports.py", "studies/budget_choice.py",
+    "studies/budget_report.py", "viz/budget_figure.py",
 )
 
 

@@ -1,9 +1,17 @@
-"""Analyses of decoding runs, each a library module that an `analyses/` script drives.
+"""The analysis library: tools a researcher calls on their own runs, models and result stores.
 
-- measurements on a model: `teacher_forced`, `edge_attention`, `replay`, `first_error`,
-  `motivation`, `bench`, `bench_prefill`, `decoding_runs`;
-- results read back and summarised: `stores`, `result_tables`, `method_key`, `bootstrap`,
-  `table_reports`, `motivation_summary`, `first_error_figures`, `bench_results`, `overhead`,
-  `flops`, `route_lines`, `report`;
-- `pipeline`: the steps `analyses/run_all.py` runs to regenerate every figure and table.
+The rule: a module belongs here when it takes what it works on (a model, an instance, records,
+a store, benchmark documents) as arguments and fixes no design of its own: no grid of
+parameters, no head sets, splits or lengths, no folder of committed results. What fixes such a
+design to answer one question of the paper is a study (`dysco_interp.studies`), built from these
+pieces. Nothing here imports a study.
+
+- measurements on a model: `teacher_forced`, `edge_attention`, `replay`, `decode_exactness`,
+  and the benchmarks' timing machinery `bench`, `bench_peer`, `bench_prefill`, `bench_threads`,
+  `bench_data_parallel`;
+- reading a run: `route_lines` (a route line by line, where it first goes wrong),
+  `step_mechanism` (an instance step by step, from a replay);
+- results read back and summarised: `stores` and `store_archives` (reading and pooling stores),
+  `method_key`, `result_tables`, `bootstrap`, `bench_results`, `flops`;
+- `report`: the Markdown and JSON outputs of tables with intervals.
 """

@@ -9,6 +9,8 @@ instances; comparisons against a reference method are paired by instance (seed, 
 - `pt_table`: vanilla / UniAttnS at the chosen tau / DySCO per model and length.
 - `ablation_table`: DySCO vs random heads vs static selection at equal DySCO parameters.
 - `robustness_points`: DySCO with one of p, K, beta moved off the default.
+- `by_cell`: records per (model, task, length) and `MethodKey`, each instance once, for summaries
+  that pair methods within a cell whatever its setting (the selection-budget study's).
 """
 
 from __future__ import annotations
@@ -83,6 +85,31 @@ def group(records: Iterable[Mapping]) -> dict[Cell, dict[MethodKey, list[Mapping
     for r in records:
         out[cell_of(r)][method_key(r)].append(r)
     return {c: dict(m) for c, m in sorted(out.items())}
+
+
+VANILLA = MethodKey("vanilla")
+# the paper preset's selection (`decoding.config.PRESETS["paper"]`): beta, p, K and no share of the prompt
+PAPER_PRESET: dict[str, Any] = {"beta": 2.0, "top_p": 0.975, "top_k": 4096, "top_k_fraction": None}
+
+CellKey = tuple[str, str, int]  # (model, task, length): where records pair by instance
+ByKey = dict[MethodKey, list[Mapping]]
+
+
+def by_cell(records: Iterable[Mapping]) -> tuple[dict[CellKey, ByKey], int]:
+    """Records per (model, task, length) and MethodKey, a repeated instance counted once (the
+    first kept: a run stored twice must not weigh double); and how many repeats were dropped."""
+    out: dict[CellKey, ByKey] = defaultdict(lambda: defaultdict(list))
+    seen: set[tuple] = set()
+    dropped = 0
+    for r in records:
+        cell = (str(r["model"]), str(r["task"]), int(r.get("length") or 0))
+        key = method_key(r)
+        if (cell, key, instance_of(r)) in seen:
+            dropped += 1
+            continue
+        seen.add((cell, key, instance_of(r)))
+        out[cell][key].append(r)
+    return {c: dict(k) for c, k in sorted(out.items())}, dropped
 
 
 def metric_estimates(records: Sequence[Mapping], metrics: Sequence[str], ci: CIOptions = CIOptions()) -> dict:

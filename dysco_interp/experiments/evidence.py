@@ -69,7 +69,7 @@ def curve_rows(curves: Mapping, chosen_beta: Mapping[str, float]) -> list[dict]:
     """The Path Traversal rows of the dev sweep that the demo's figure draws, with only the fields
     `budget_panels` reads: QRHeads at each model's chosen beta and at the paper preset's beta,
     random heads at the paper preset's beta, p fixed at the paper's, the cap as K."""
-    from dysco_interp.analysis.budget_report import PAPER_PRESET
+    from dysco_interp.analysis.result_tables import PAPER_PRESET
 
     keep = []
     for r in curves["rows"]:
@@ -89,8 +89,7 @@ def curve_rows(curves: Mapping, chosen_beta: Mapping[str, float]) -> list[dict]:
 def small_run(path: Path) -> dict:
     """A teacher-forced vanilla vs DySCO store of one model, split and length: means and paired
     differences of step accuracy and the gold city's log-probability."""
-    from dysco_interp.analysis.budget_report import VANILLA, by_cell
-    from dysco_interp.analysis.result_tables import metric_estimates, paired_deltas
+    from dysco_interp.analysis.result_tables import VANILLA, by_cell, metric_estimates, paired_deltas
     from dysco_interp.analysis.stores import read_records
     from dysco_interp.errors import ConfigError
 

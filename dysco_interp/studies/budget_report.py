@@ -21,18 +21,18 @@ within (model, task, length).
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dysco_interp.analysis.budget_choice import choose_config
-from dysco_interp.analysis.budget_study import TAUS
-from dysco_interp.analysis.method_key import MethodKey, method_key
+from dysco_interp.analysis.method_key import MethodKey
 from dysco_interp.analysis.report import fmt_ci, fmt_delta, write_json, write_text
 from dysco_interp.analysis.result_tables import (
+    PAPER_PRESET,
+    VANILLA,
+    ByKey,
     CIOptions,
-    instance_of,
+    by_cell,
     metric_estimates,
     paired_deltas,
 )
@@ -40,6 +40,8 @@ from dysco_interp.analysis.store_archives import stores_in
 from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, read_sourced
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
+from dysco_interp.studies.budget_choice import choose_config
+from dysco_interp.studies.budget_study import TAUS
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
 from dysco_interp.tasks.registry import TASKS
 from dysco_interp.viz.budget_figure import budget_figure
@@ -49,7 +51,6 @@ FALLBACK_METRIC = "tf_logprob"  # every teacher-forced store has it
 # the answer-level scores every teacher-forced record carries (`ForcedScores.summary`)
 FORCED_SUMMARY = ("tf_logprob", "tf_token_accuracy", "tf_exact")
 HEAD_KINDS = {"dysco": "qrheads", "dysco-random": "random"}
-PAPER_PRESET: dict[str, Any] = {"beta": 2.0, "top_p": 0.975, "top_k": 4096, "top_k_fraction": None}
 PT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 # (metric, which records hold it, column title) of the test table
 TEST_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -61,31 +62,10 @@ TEST_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 ROLES = ("vanilla", "uniattns", "paper", "chosen", "random", "static")
 NOT_RUN = "not run"
-VANILLA = MethodKey("vanilla")
-
-CellKey = tuple[str, str, int]  # (model, task, length): where records pair by instance
-ByKey = dict[MethodKey, list[Mapping]]
 
 
 def is_teacher_forced(record: Mapping) -> bool:
     return bool((record.get("settings") or {}).get("teacher_forced"))
-
-
-def by_cell(records: Iterable[Mapping]) -> tuple[dict[CellKey, ByKey], int]:
-    """Records per (model, task, length) and MethodKey, a repeated instance counted once (the
-    first kept: a run stored twice must not weigh double); and how many repeats were dropped."""
-    out: dict[CellKey, ByKey] = defaultdict(lambda: defaultdict(list))
-    seen: set[tuple] = set()
-    dropped = 0
-    for r in records:
-        cell = (str(r["model"]), str(r["task"]), int(r.get("length") or 0))
-        key = method_key(r)
-        if (cell, key, instance_of(r)) in seen:
-            dropped += 1
-            continue
-        seen.add((cell, key, instance_of(r)))
-        out[cell][key].append(r)
-    return {c: dict(k) for c, k in sorted(out.items())}, dropped
 
 
 def budget_of(key: MethodKey) -> tuple[str, float]:

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from dysco_interp.analysis.edge_attention import EdgeAttention, teacher_forced_edge_attention
-from dysco_interp.analysis.motivation_summary import HOPS, TASK
 from dysco_interp.detection import random_head_sets
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.store import ResultStore
@@ -22,6 +21,7 @@ from dysco_interp.hooks import Head
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.progress import tqdm
 from dysco_interp.ranking import gold_rank
+from dysco_interp.studies.motivation_summary import HOPS, TASK
 from dysco_interp.tasks import load_dataset, make_dataset
 from dysco_interp.tasks.lengths import length_label
 from dysco_interp.tasks.path_traversal import PathTraversalInstance

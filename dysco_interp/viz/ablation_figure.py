@@ -3,7 +3,7 @@
 One panel per (task, metric); in each, grouped bars over the context lengths, one bar per
 head-set group (QRHeads, random heads pooled over their draws, copy-paste heads), its height
 the mean drop against no ablation and its error bar the paired 95% bootstrap interval. Drawn
-from a summary (`analysis.ablation_summary.summarise`), as <stem>.png and <stem>.html.
+from a summary (`studies.ablation_summary.summarise`), as <stem>.png and <stem>.html.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The selection-budget figure: DySCO's teacher-forced gain over vanilla against the selection size.
 
-Drawn from `analysis.budget_report.budget_curves` rows. One row of panels per model, one panel
+Drawn from `studies.budget_report.budget_curves` rows. One row of panels per model, one panel
 per (task, length); x is the cap K on a log2 axis (a second figure, <stem>-fraction, puts the
 cap as a share of the prompt on x); y is the paired gain over vanilla with its 95% bootstrap
 interval as error bars; one line per beta for QRHeads (settings run at one budget only are
