@@ -2,13 +2,16 @@
 
 Labels in result stores are free text ("dysco p=0.9", "uniattns-tau0.85"), so tables
 group records by what actually ran: the record's `config`. A `MethodKey` holds the
-config method and the parameters that define it; a record's *setting* (token budget,
-thinking flag) says which experiment it belongs to without changing the method.
+config method and the parameters that define it: the config fields its method uses and,
+for a registered method of one's own, each of its `options` (as "options.NAME"); a
+record's *setting* (token budget, thinking flag) says which experiment it belongs to
+without changing the method.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -42,6 +45,9 @@ ALWAYS_SHOWN = ("tau", "head_seed")
 SYMBOLS = {"beta": "beta", "top_p": "p", "top_k": "K", "top_k_fraction": "K/n", "decay": "decay", "warmup": "T_w",
            "schedule": "schedule", "template_masking": "template masking", "tau": "tau", "head_seed": "head seed"}
 _FIELD_ORDER = tuple(dict.fromkeys([*SYMBOLS, *(f.name for f in dataclasses.fields(DecodingConfig))]))
+# a key's entry for a method's own option NAME is "options.NAME": no config field's name, whatever NAME is
+OPTION_PREFIX = "options."
+_NO_DEFAULT = object()  # an option the method no longer declares: every value of it is shown
 NAMES = {"vanilla": "vanilla", "uniattns": "UniAttnS", "dysco": "DySCO", "dysco-static": "DySCO static",
          "dysco-random": "DySCO random heads", "dysco-reuse": "DySCO reuse"}
 
@@ -89,8 +95,42 @@ def _normalise(name: str, value: Any) -> Any:
         raise ConfigError(f"config field {name!r} has an invalid value {value!r}") from None
 
 
+def _thawed(value: Any) -> Any:
+    return [_thawed(v) for v in value] if isinstance(value, tuple) else value
+
+
 def format_value(name: str, value: Any) -> str:
+    if isinstance(value, tuple):  # an option's list, as it was given: JSON
+        return json.dumps(_thawed(value), separators=(",", ":"))
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _option_value(value: Any, default: Any = None) -> Any:
+    # hashable (a key is a dict key: lists become tuples), and 1 and 1.0 one value where the default is a float
+    if isinstance(value, (list, tuple)):
+        return tuple(_option_value(v) for v in value)
+    if isinstance(value, Mapping):
+        return tuple(sorted((str(k), _option_value(v)) for k, v in value.items()))
+    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def option_defaults(method: str) -> dict[str, Any]:
+    """A registered method's own options and their defaults, as key entries ("options.NAME")."""
+    declared = methods.REGISTRY[method].options
+    return {OPTION_PREFIX + name: _option_value(value, value) for name, value in declared.items()}
+
+
+def _option_params(method: str, config: Mapping) -> tuple[tuple[str, Any], ...]:
+    stored = config.get("options") or {}
+    if not isinstance(stored, Mapping):
+        raise ConfigError(f"config field 'options' has an invalid value {stored!r}")
+    declared = methods.REGISTRY[method].options
+    # an option the record has and the method no longer declares still tells its runs apart
+    names = sorted(set(declared) | {str(name) for name in stored})
+    return tuple((OPTION_PREFIX + name, _option_value(stored[name] if name in stored else declared[name],
+                                                      declared.get(name))) for name in names)
 
 
 def _stored(config: Mapping, name: str) -> Any:
@@ -110,9 +150,10 @@ class MethodKey:
             raise ConfigError("the record has no config with a 'method'; tables need what ran, not only its label")
         method = config["method"]
         if not isinstance(method, str) or method not in methods.REGISTRY:
-            raise ConfigError(f"unknown config method {method!r}; expected one of {', '.join(methods.REGISTRY)}")
+            raise ConfigError(f"unknown config method {method!r}; expected one of {', '.join(methods.REGISTRY)} "
+                              "(a method of your own: import the file that registers it before reading its records)")
         params = tuple((name, _normalise(name, _stored(config, name))) for name in key_fields(method))
-        return cls(method, params)
+        return cls(method, params + _option_params(method, config))
 
     def value(self, name: str) -> Any:
         return dict(self.params)[name]
@@ -121,7 +162,13 @@ class MethodKey:
         """Parameters that differ from the defaults (head seeds and tau are not defaults); the
         schedule and template masking too unless `protocol` is False."""
         skip = ALWAYS_SHOWN if protocol else (*ALWAYS_SHOWN, *PROTOCOL_FIELDS)
-        return {k: v for k, v in self.params if k not in skip and v != _normalise(k, default_value(k))}
+        return {k: v for k, v in self.params if k not in skip and v != self._default(k)}
+
+    def _default(self, name: str) -> Any:
+        if name.startswith(OPTION_PREFIX):
+            defaults = option_defaults(self.method) if self.method in methods.REGISTRY else {}
+            return defaults.get(name, _NO_DEFAULT)
+        return _normalise(name, default_value(name))
 
     @property
     def is_default(self) -> bool:
@@ -137,13 +184,18 @@ class MethodKey:
         name = NAMES.get(self.method, self.method)
         if self.method == "uniattns":
             return f"{name} (tau={format_value('tau', self.value('tau'))})"
-        extra = [f"{SYMBOLS.get(k, k)}={format_value(k, v)}" for k, v in self.deviations().items()]
+        extra = [f"{symbol(k)}={format_value(k, v)}" for k, v in self.deviations().items()]
         if self.method == "dysco-random":
             extra.append(f"seed {self.value('head_seed')}")
         return f"{name} ({', '.join(extra)})" if extra else name
 
     def params_dict(self) -> dict[str, Any]:
         return dict(self.params)
+
+
+def symbol(name: str) -> str:
+    """How a label writes a key entry: a field's symbol, an option's own name."""
+    return name.removeprefix(OPTION_PREFIX) if name.startswith(OPTION_PREFIX) else SYMBOLS.get(name, name)
 
 
 def method_key(record: Mapping) -> MethodKey:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 from dysco_interp.argtypes import (
     nonnegative_float,
@@ -35,6 +36,27 @@ class ArgumentParser(argparse.ArgumentParser):
     Stock argparse prints the whole usage before the message; for `generate` that is a
     dozen lines that bury the one that matters. `--help` still shows the usage.
     """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.checks: list[Callable[[argparse.Namespace], None]] = []
+
+    def add_check(self, check: Callable[[argparse.Namespace], None]) -> None:
+        """`check(args)` runs once the whole command line is read, for what one flag's type cannot
+        tell alone (a --method name that a --methods-from file registers); it raises
+        ArgumentTypeError, which becomes this parser's one-line error."""
+        self.checks.append(check)
+
+    def parse_known_args(self, args=None, namespace=None):
+        # a subcommand's parser is run through this too (argparse's subparsers action calls it)
+        parsed, extras = super().parse_known_args(args, namespace)
+        if not extras:  # else the top parser reports what it does not know first
+            for check in self.checks:
+                try:
+                    check(parsed)
+                except argparse.ArgumentTypeError as e:
+                    self.error(str(e))
+        return parsed, extras
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")

@@ -10,6 +10,7 @@ import argparse
 import sys
 
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import user_methods
 
 # the choices only, never their implementations: building the parser must not import torch
 from dysco_interp.decoding.choices import (
@@ -112,15 +113,29 @@ def add_dysco_flags(parser: argparse.ArgumentParser) -> None:
                              "default), every token outside the messages (skeleton), or none (off)")
 
 
-def add_method_flags(parser: argparse.ArgumentParser, *, multi: bool) -> None:
-    """--method (or --methods when `multi`), the heads, DySCO's and UniAttnS' parameters, the backend."""
+def add_method_flags(parser: cli_args.ArgumentParser, *, multi: bool) -> None:
+    """--method (or --methods when `multi`), the files of one's own methods and their options, the
+    heads, DySCO's and UniAttnS' parameters, the backend."""
+    built_in = ", ".join(METHOD_NAMES)
     if multi:
         # uniattns is not a default: it needs a tau chosen for the model (see --tau)
-        parser.add_argument("--methods", type=method_list, default="vanilla,dysco",
-                            help=f"comma-separated, from {', '.join(METHOD_NAMES)} (default: vanilla,dysco)")
+        parser.add_argument("--methods", type=user_methods.method_list, default="vanilla,dysco", metavar="NAME,...",
+                            help=f"comma-separated, from {built_in} and the methods --methods-from registers "
+                                 "(default: vanilla,dysco)")
     else:
-        parser.add_argument("--method", default="vanilla", choices=list(METHOD_NAMES),
-                            help="decoding method (default vanilla)")
+        parser.add_argument("--method", type=user_methods.method_name, default="vanilla", metavar="NAME",
+                            help=f"decoding method: {built_in}, or one --methods-from registers (default vanilla)")
+    parser.add_argument(user_methods.FILES_FLAG, dest="methods_from", action="append", default=None, metavar="FILE.py",
+                        help="a Python file of your own methods, imported before the method names are checked: "
+                             "the SteeringMethod subclasses it registers with register_method can then be named "
+                             "by --method/--methods (repeat the flag for several files)")
+    parser.add_argument(user_methods.OPTIONS_FLAG, dest="method_options", action="append", default=None,
+                        type=user_methods.method_option, metavar="NAME=JSON",
+                        help="options of a method of your own, a JSON object checked against the options it "
+                             "declares and recorded with its results, e.g. 'pasta={\"alpha\": 0.05}' (repeat "
+                             "the flag for several methods; unset options keep their defaults; built-in "
+                             "methods have none)")
+    parser.add_check(user_methods.check_method_flags)
     add_heads_flag(parser)
     add_dysco_flags(parser)
     parser.add_argument("--tau", type=cli_args.positive_float, default=None,
@@ -134,17 +149,3 @@ def add_method_flags(parser: argparse.ArgumentParser, *, multi: bool) -> None:
                         help="the static backend's decoding attention: sdpa (fused, the default; on a GPU, reruns "
                              "can differ in rare tokens) or float32 (bitwise repeatable on a GPU, so reruns and "
                              "torchrun shards give identical records; slower at long contexts)")
-
-
-def method_list(text: str) -> str:
-    """argparse type of --methods: every name known, none twice; the comma-separated text back."""
-    names = [m.strip() for m in str(text).split(",") if m.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"no method named; choose from {', '.join(METHOD_NAMES)}")
-    unknown = [m for m in names if m not in METHOD_NAMES]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHOD_NAMES)}")
-    if len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"a method is named twice in {text!r}")
-    return ",".join(names)

@@ -15,6 +15,7 @@ from dysco_interp.cli.prepare import (
     load_model_from_flags,
     preset_words,
 )
+from dysco_interp.decoding.choices import METHOD_NAMES
 from dysco_interp.errors import ConfigError, DataError
 
 
@@ -82,18 +83,23 @@ def generate_and_print(args, prompt: str) -> int:
                             decode_attention=args.decode_attention)
     if args.json:
         print(json.dumps({"model": args.model, "method": args.method,
-                          "preset": args.preset if config.uses_heads else None, "text": result.text,
-                          "tokens": result.tokens, "prompt_text": result.prompt_text,
+                          "preset": args.preset if config.uses_heads else None, "options": dict(config.options),
+                          "text": result.text, "tokens": result.tokens, "prompt_text": result.prompt_text,
                           "threads": torch.get_num_threads(), **result.timings.as_dict()}))
         return 0
     t = result.timings
     print(f"\nprompt> {prompt if len(prompt) < 400 else prompt[:200] + ' ... ' + prompt[-150:]}")
     tag = f"{args.method}, {preset_words(args)}" if config.uses_heads else args.method
+    if config.options:
+        tag += f", options {json.dumps(dict(config.options))}"
     print(f"{args.model} [{tag}]> {result.text}\n")
     assert result.trace is not None  # dysco_generate always records one
     selected = [s.n_selected for s in result.trace.decode_steps() if s.n_selected is not None]
     if selected:
-        print(f"{selection_text(selected)}, {preset_words(args)}")
+        words = selection_text(selected)
+        if args.method not in METHOD_NAMES:  # a method of one's own selects keys in its own name
+            words = args.method + words.removeprefix("DySCO")
+        print(words + (f", {preset_words(args)}" if config.uses_heads else ""))
     print(
         f"prompt {t.n_prompt} tokens, prefill {t.prefill_s:.2f}s; generated {t.n_new} tokens "
         f"({'end of sequence' if result.finished else 'token budget'}), decode {t.decode_tok_per_s:.1f} tok/s "

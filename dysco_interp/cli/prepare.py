@@ -13,7 +13,8 @@ from dysco_interp.errors import ConfigError
 
 
 def decoding_config(args, method: str):
-    """The DecodingConfig of `method` from --preset, its overrides, --tau and the sampling flags."""
+    """The DecodingConfig of `method` from --preset, its overrides, --tau, its --method-options and
+    the sampling flags."""
     from dysco_interp.decoding.config import preset
     from dysco_interp.decoding.methods import REGISTRY
     from dysco_interp.decoding.sampling import SamplingConfig
@@ -34,6 +35,8 @@ def decoding_config(args, method: str):
     changes.update(dysco_overrides(args))
     if args.tau is not None:
         changes["tau"] = args.tau
+    if method in args.method_options:  # --method-options, checked when the command line was read
+        changes["options"] = args.method_options[method]
     return preset(args.preset, **changes)
 
 

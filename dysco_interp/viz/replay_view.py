@@ -20,12 +20,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dysco_interp.analysis.replay import AttentionReplay
+from dysco_interp.decoding.choices import METHOD_NAMES
 from dysco_interp.errors import ConfigError
 from dysco_interp.viz.render_html import write_plotly
 
 ROW_COLORS = {"qr_heads": "#4c78a8", "all_heads": "#72b7b2", "selected": "#b279a2"}
+# "{who}": the method that selected, DySCO unless a run of one's own method is shown (`selector_name`)
 ROW_TITLES = {
-    "qr_heads": "QRHeads<br>attention", "all_heads": "all heads<br>attention", "selected": "DySCO<br>selected",
+    "qr_heads": "QRHeads<br>attention", "all_heads": "all heads<br>attention", "selected": "{who}<br>selected",
 }
 GOLD_COLOR = "#f58518"
 SELECTED_OUTLINE = "#d62728"
@@ -82,6 +84,15 @@ def _row_values(rep: AttentionReplay, row: str, j: int) -> list[float | None]:
     return [None if math.isnan(v) else round(v, 5) for v in table[j].tolist()]
 
 
+def selector_name(runs: AttentionReplay | Mapping[str, AttentionReplay]) -> str:
+    """Who selected the keys the "selected" row shows: DySCO for the built-in methods, a method of
+    one's own by its name (PASTA's "selection" is its emphasised spans' complement, not DySCO's)."""
+    reps = [runs] if isinstance(runs, AttentionReplay) else list(runs.values())
+    names = dict.fromkeys("DySCO" if not r.method or r.method in METHOD_NAMES else r.method
+                          for r in reps if r.selected is not None)
+    return " / ".join(names) or "DySCO"
+
+
 def _rows(runs: Mapping[str, AttentionReplay]) -> list[str]:
     """The figure's rows: attention of the QRHeads and of all heads, and DySCO's selection if any run has one."""
     return ["qr_heads", "all_heads"] + (["selected"] if any(r.selected is not None for r in runs.values()) else [])
@@ -106,7 +117,7 @@ def _bar(rep: AttentionReplay, row: str, j: int) -> dict:
     hover = [
         f"{_visible(rep.names[i])}<br>{_visible(details[i])}<br>"
         + ("no value" if values[i] is None else f"value {values[i]:.4f}")
-        + ("" if chosen[i] is None else f"<br>DySCO selected {chosen[i]:.0%} of its tokens")
+        + ("" if chosen[i] is None else f"<br>{_visible(selector_name(rep))} selected {chosen[i]:.0%} of its tokens")
         + ("<br><b>gold edge of this step</b>" if i == gold else "")
         for i in range(len(values))
     ]
@@ -160,15 +171,15 @@ def outside_share(rep: AttentionReplay, row: str, j: int) -> float | None:
     return rep.outside_spans(row, j)
 
 
-def _legend_traces(with_selection: bool) -> list[dict]:
+def _legend_traces(with_selection: bool, who: str = "DySCO") -> list[dict]:
     # legend-only entries: the bars' colours vary per bar, which a plotly legend cannot show
     items: list[tuple[str, str, str, int | None]] = [
         ("QRHeads' attention", "square", ROW_COLORS["qr_heads"], None),
         ("all heads' attention", "square", ROW_COLORS["all_heads"], None),
         ("gold edge of the token's route step ★", "square", GOLD_COLOR, None)]
     if with_selection:
-        items += [("DySCO selected that share of the span", "square", ROW_COLORS["selected"], None),
-                  (f"red outline: DySCO selected ≥{SELECTED_AT:.0%} of the span", "square-open", SELECTED_OUTLINE, 3)]
+        items += [(f"{who} selected that share of the span", "square", ROW_COLORS["selected"], None),
+                  (f"red outline: {who} selected ≥{SELECTED_AT:.0%} of the span", "square-open", SELECTED_OUTLINE, 3)]
     return [{"x": [None], "y": [None], "mode": "markers", "name": name, "hoverinfo": "skip", "showlegend": True,
              "marker": {"symbol": symbol, "size": 14, "color": color,
                         **({"line": {"width": width, "color": color}} if width else {})}}
@@ -187,6 +198,7 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
 
     runs = _as_runs(replays)
     rows = _rows(runs)
+    who = _visible(selector_name(runs))
     n_frames = max(len(r) for r in runs.values())
     first = start_token(runs) if start is None else start
     if not 0 <= first < n_frames:
@@ -211,8 +223,8 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
                    **_bar(rep, row, first)),
             row=r, col=c,
         )
-        fig.update_yaxes(title_text=ROW_TITLES[row] if c == 1 else None, row=r, col=c)
-    for trace in _legend_traces("selected" in rows):
+        fig.update_yaxes(title_text=ROW_TITLES[row].format(who=who) if c == 1 else None, row=r, col=c)
+    for trace in _legend_traces("selected" in rows, who):
         fig.add_trace(go.Scatter(**trace), row=1, col=1)
     for c, rep in enumerate(runs.values(), 1):
         fig.update_xaxes(
@@ -301,6 +313,7 @@ def replay_snapshot(replays: AttentionReplay | Mapping[str, AttentionReplay], to
 
     runs = _as_runs(replays)
     rows = _rows(runs)
+    who = selector_name(runs)
     j = start_token(runs) if token is None else token
     fig, axes = plt.subplots(len(rows), len(runs), figsize=(6.5 * len(runs), 2.3 * len(rows) + 2.2),
                              squeeze=False, sharex="col", sharey="row")
@@ -320,12 +333,12 @@ def replay_snapshot(replays: AttentionReplay | Mapping[str, AttentionReplay], to
                 ax.text(1, 1, f"outside every edge: {share:.0%}", transform=ax.transAxes, ha="right", va="top",
                         fontsize=8, color="#555")
             if c == 0:
-                ax.set_ylabel(ROW_TITLES[row].replace("<br>", "\n"))
+                ax.set_ylabel(ROW_TITLES[row].format(who=who).replace("<br>", "\n"))
             if r == 0:
                 ax.set_title(f"{name}: token {j} {rep.pieces[j].replace(chr(10), '⏎')!r}" if j < len(rep)
                              else f"{name}: ended after {len(rep)} tokens", fontsize=10)
         axes[-1][c].set_xticks(range(len(rep.names)), rep.names, rotation=45, ha="right", fontsize=7)
-    fig.suptitle(title.split("\n")[0] + "\norange: gold edge of the step · red outline: DySCO selected "
+    fig.suptitle(title.split("\n")[0] + f"\norange: gold edge of the step · red outline: {who} selected "
                  f"≥{SELECTED_AT:.0%} of the span", fontsize=10)
     fig.tight_layout()
     return fig
@@ -339,5 +352,5 @@ def write_replay_html(
     return write_plotly(replay_figure(replays, title), path, auto_play=False)
 
 
-__all__ = ["destination_token", "outside_share", "replay_figure", "replay_snapshot", "start_token", "tick_drop_px",
-           "tick_label", "token_caption", "write_replay_html"]
+__all__ = ["destination_token", "outside_share", "replay_figure", "replay_snapshot", "selector_name", "start_token",
+           "tick_drop_px", "tick_label", "token_caption", "write_replay_html"]
