@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from dysco_interp.analysis.edge_attention import EdgeAttention, span_sums, teacher_forced_edge_attention
+from dysco_interp.analysis.edge_attention import EdgeAttention, teacher_forced_edge_attention
+from dysco_interp.decoding.readout import span_sums
 from dysco_interp.models.tiny import tiny_model
 from dysco_interp.ranking import in_top_fraction
 from dysco_interp.tasks import make_dataset

@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from dysco_interp.decoding import runtime
+from dysco_interp.decoding.readout import span_sums
 from dysco_interp.hooks import layer_of, pattern_name
 from dysco_interp.models import LoadedModel
 from dysco_interp.ranking import in_top_fraction
@@ -22,17 +23,6 @@ from dysco_interp.tasks.path_traversal import (
     teacher_forced_inputs,
     teacher_forced_step_accuracy,
 )
-
-
-def span_sums(rows: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.Tensor:
-    """Sum of `rows[..., start:end]` for every half-open span: `[..., n_spans]`, float32."""
-    if not spans:
-        raise ValueError("no spans to sum over")
-    bounds = torch.tensor(spans, dtype=torch.long, device=rows.device)
-    if bounds.min() < 0 or bounds[:, 1].max() > rows.shape[-1] or (bounds[:, 1] <= bounds[:, 0]).any():
-        raise ValueError(f"spans must be non-empty and inside the {rows.shape[-1]} keys")
-    cum = torch.nn.functional.pad(rows.float().cumsum(-1), (1, 0))
-    return cum[..., bounds[:, 1]] - cum[..., bounds[:, 0]]
 
 
 @dataclass(frozen=True)

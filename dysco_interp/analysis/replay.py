@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dysco_interp.analysis.edge_attention import span_attention_by_layer, span_sums
+from dysco_interp.analysis.edge_attention import span_attention_by_layer
+from dysco_interp.decoding.readout import span_sums
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import LoadedModel
 from dysco_interp.tasks.path_traversal import ROUTE_CLOSE, PathTraversalInstance

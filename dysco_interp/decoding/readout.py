@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,17 @@ class ReadOut:
     attention: torch.Tensor
     rows: torch.Tensor | None = None
     span_mass: torch.Tensor | None = None
+
+
+def span_sums(rows: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.Tensor:
+    """Sum of `rows[..., start:end]` for every half-open span: `[..., n_spans]`, float32."""
+    if not spans:
+        raise ValueError("no spans to sum over")
+    bounds = torch.tensor(spans, dtype=torch.long, device=rows.device)
+    if bounds.min() < 0 or bounds[:, 1].max() > rows.shape[-1] or (bounds[:, 1] <= bounds[:, 0]).any():
+        raise ValueError(f"spans must be non-empty and inside the {rows.shape[-1]} keys")
+    cum = torch.nn.functional.pad(rows.float().cumsum(-1), (1, 0))
+    return cum[..., bounds[:, 1]] - cum[..., bounds[:, 0]]
 
 
 def _placed(row: torch.Tensor, n_keys: int, left: bool) -> torch.Tensor:
@@ -56,7 +68,8 @@ def read_outs(plan: PassPlan, rows: dict[int, torch.Tensor], n_keys: int, device
             every = torch.cat([_placed(r.to(device), n_keys, left) for r in per_layer], dim=1)
             if read.returns == "rows":
                 result.rows = every
-            else:
-                result.span_mass = torch.stack([every[..., s:min(e, n_keys)].sum(-1) for s, e in read.spans], dim=-1)
+            else:  # a span past the keys seen so far holds nothing yet
+                reach = max(n_keys, max(e for _, e in read.spans))
+                result.span_mass = span_sums(torch.nn.functional.pad(every, (0, reach - n_keys)), read.spans)
         out.append(result)
     return tuple(out)
