@@ -56,3 +56,19 @@ def test_matches_an_uncached_forward_on_a_tiny_model():
     assert att.gold.tolist() == inst.gold_edge_indices
     # every row sums to at most 1 over the edges
     assert (att.masses.sum(-1) <= 1 + 1e-5).all()
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "static"])
+def test_read_outs_give_the_bridge_s_edge_attention_for_the_heads_read(backend):
+    from dysco_interp.analysis.edge_attention import readout_edge_attention
+
+    model = tiny_model("llama", max_position_embeddings=4096)
+    inst = make_dataset("path_traversal", model.tokenizer, 1950, n=1, seed=1, progress=False)[0]
+    heads = [(0, 1), (1, 0), (2, 3), (3, 2)]
+    ref = teacher_forced_edge_attention(model, inst)
+    ours = readout_edge_attention(model, inst, heads, backend)
+    idx = torch.tensor(heads)
+    torch.testing.assert_close(ours.masses[:, idx[:, 0], idx[:, 1]], ref.masses[:, idx[:, 0], idx[:, 1]],
+                               atol=2e-5, rtol=1e-4)
+    assert torch.equal(ours.gold_in_top(heads, 0.2), ref.gold_in_top(heads, 0.2))
+    assert torch.isnan(ours.masses[:, 0, 0]).all()  # a head not read holds nothing

@@ -1,5 +1,9 @@
 """Attention per context edge while the gold route is teacher-forced (the paper's Figure 3 inputs).
 
+`teacher_forced_edge_attention` reads every head through the bridge in one pass over the answer;
+`readout_edge_attention` reads chosen heads through any backend's read-outs, for lengths the
+bridge cannot reach.
+
 At each route step, the query is the position that predicts the next city's first token.
 Every head's attention row there is summed over each edge line's token span, giving
 `masses[step, layer, head, edge]`; the metrics then compare head sets (QRHeads vs random
@@ -14,6 +18,8 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from dysco_interp.decoding import runtime
+from dysco_interp.decoding.backends import BackendSpec
+from dysco_interp.decoding.plan import PassPlan, Read
 from dysco_interp.decoding.readout import span_sums
 from dysco_interp.hooks import layer_of, pattern_name
 from dysco_interp.models import LoadedModel
@@ -115,3 +121,33 @@ def teacher_forced_edge_attention(
         predicted = [-1] * n_prompt + logits[0].argmax(-1).tolist()
         correct = teacher_forced_step_accuracy(predicted, inputs, "name").correct
     return EdgeAttention(masses, torch.tensor(instance.gold_edge_indices, dtype=torch.long), correct)
+
+
+@torch.inference_mode()
+def readout_edge_attention(model: LoadedModel, instance: PathTraversalInstance, heads: Iterable[tuple[int, int]],
+                           backend: BackendSpec | str = "static") -> EdgeAttention:
+    """`teacher_forced_edge_attention` for the chosen heads only, through any backend: the gold
+    answer is fed one token at a time as plain (vanilla) passes whose read-out sums those heads'
+    rows over the edges, so no pattern is ever built and the static backend reaches 32K-128K
+    tokens, where the bridge cannot. Heads not read hold NaN in `masses`."""
+    spec = model.spec
+    inputs = teacher_forced_inputs(instance, model.tokenizer)
+    rows_at = list(inputs.first_token_positions)
+    if min(rows_at) < inputs.prompt_len - 1:
+        raise ValueError("a route step is predicted from inside the prompt; the answer format is unexpected")
+    read = Read(heads, returns="span_mass", spans=[tuple(s) for s in instance.edge_token_spans])
+    plan = PassPlan(reads=(read,))
+    runner = BackendSpec.of(backend).make(model)
+    ids = torch.tensor([inputs.input_ids], dtype=torch.long, device=model.device)
+    state = runner.prefill(ids[:, :rows_at[0]], None, reserve=rows_at[-1] - rows_at[0] + 1)
+    masses = torch.full((len(rows_at), spec.n_layers, spec.n_heads, len(read.spans)), float("nan"))
+    index = torch.tensor(read.heads, dtype=torch.long)
+    wanted = {position: step for step, position in enumerate(rows_at)}
+    for position in range(rows_at[0], rows_at[-1] + 1):
+        out = runner.run(state, ids[:, position], plan)
+        if position in wanted:
+            span_mass = out.reads[0].span_mass
+            assert span_mass is not None
+            masses[wanted[position], index[:, 0], index[:, 1]] = span_mass[0].float().cpu()
+    runner.check_faults()
+    return EdgeAttention(masses, torch.tensor(instance.gold_edge_indices, dtype=torch.long))
