@@ -135,7 +135,7 @@ def readout_edge_attention(model: LoadedModel, instance: PathTraversalInstance, 
     rows_at = list(inputs.first_token_positions)
     if min(rows_at) < inputs.prompt_len - 1:
         raise ValueError("a route step is predicted from inside the prompt; the answer format is unexpected")
-    read = Read(heads, returns="span_mass", spans=[tuple(s) for s in instance.edge_token_spans])
+    read = Read(heads, returns="span_mass", spans=[(int(s), int(e)) for s, e in instance.edge_token_spans])
     plan = PassPlan(reads=(read,))
     runner = BackendSpec.of(backend).make(model)
     ids = torch.tensor([inputs.input_ids], dtype=torch.long, device=model.device)

@@ -69,7 +69,7 @@ class DecodingConfig:
 
     @property
     def strategy(self) -> type[Method]:
-        """The method's strategy class (`decoding.methods`)."""
+        """The method's class in the registry (`decoding.methods`)."""
         return REGISTRY[self.method]
 
     @property

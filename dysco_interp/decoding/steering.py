@@ -77,6 +77,7 @@ class SteeringMethod(Method):
         self.steered = PassPlan(reads=(self.reads.read,) if self.reads is not None and self.passes == "one" else (),
                                 bias=Bias(layers, bias_heads, source=source)).check(spec.n_layers, spec.n_heads)
         self.current: relevance.Selection | None = None
+        self.selector: Selector | None = None  # the run's relevance, once its first step is fed
 
     @classmethod
     def heads_for(cls, config: DecodingConfig, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
@@ -107,8 +108,6 @@ class SteeringMethod(Method):
         return None
 
     # ---------------------------------------------------------------- the step
-
-    selector: Selector | None = None
 
     def _selected(self, n_keys: int) -> relevance.Selection:
         chosen = self.select(None if self.selector is None else self.selector.relevance, n_keys)
