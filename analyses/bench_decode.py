@@ -20,6 +20,7 @@ import torch
 from dysco_interp.analysis import bench, bench_peer
 from dysco_interp.analysis.report import write_json
 from dysco_interp.cli import args as cli_args
+from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
@@ -81,16 +82,17 @@ def main(argv=None) -> int:
     except ConfigError as e:
         raise SystemExit(str(e)) from None
     config = DecodingConfig(method=args.method)
-    options = bench.StaticOptions(args.decode_attention, False if args.no_compile else None)
     if args.backend != "static" and (args.decode_attention or args.no_compile):
         raise SystemExit("--decode-attention and --no-compile set the static backend's decoding: add --backend static")
+    backend = BackendSpec(args.backend, decode_attention=args.decode_attention,
+                          compile_kernels=False if args.no_compile else None)
     floor = bench.layer_floor(model, heads, args.method)
     bandwidth = bench.copy_bandwidth(bench.model_devices(model))
     rows = []
     contexts = args.contexts
     extra = bench.extra_steps(config, model, args.user_method, args.read_heads)
-    for row in bench.bench_rows(model, heads, config, args.backend, contexts,
-                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size, options, extra):
+    for row in bench.bench_rows(model, heads, config, backend, contexts,
+                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size, extra):
         rows.append(row)
         print(
             f"context {row['context']:>7}: "
@@ -115,9 +117,8 @@ def main(argv=None) -> int:
             print(f"context {n:>7}: peer {row['peer_step_ms']:9.2f} ms ({row['peer_tok_per_s']:.1f} tok/s)", flush=True)
         peer = {"method": bench_peer.PEER + ("" if compiled else " (eager: no CUDA device)"), "rows": peer_rows}
     command = "python analyses/bench_decode.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_json(args.out, bench.bench_result(model, name, heads, args.heads, config, args.backend,
-                                            bool(args.random_geometry), bandwidth, command, rows,
-                                            options, peer))
+    write_json(args.out, bench.bench_result(model, name, heads, args.heads, config, backend,
+                                            bool(args.random_geometry), bandwidth, command, rows, peer))
     print(f"wrote {args.out}")
     return 0
 

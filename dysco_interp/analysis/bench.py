@@ -20,7 +20,6 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ import transformers
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForCausalLM
 
-from dysco_interp.decoding.backends import Backend, DecodeState, StaticBackend, make_backend
+from dysco_interp.decoding.backends import BackendSpec, DecodeState, StaticBackend
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import Stepper
 from dysco_interp.decoding.methods import register_method
@@ -207,23 +206,14 @@ def profile_step(fn: Step, token: torch.Tensor, path: str) -> None:
 # ---------------------------------------------------------------------------- driving the decoder
 
 
-@dataclass(frozen=True)
-class StaticOptions:
-    """How the static backend decodes in a benchmark (None: its defaults); other backends take none."""
-
-    decode_attention: str | None = None
-    compile_kernels: bool | None = None
-
-    def make(self, model: LoadedModel, backend: str) -> Backend:
-        return make_backend(model, backend, decode_attention=self.decode_attention,
-                            compile_kernels=self.compile_kernels)
-
-    def described(self, model: LoadedModel) -> dict:
-        static = self.make(model, "static")
-        assert isinstance(static, StaticBackend)
-        decoder = static.decoder
-        return {"decode_attention": static.decode_attention, "written_out_decoder": decoder is not None,
-                "compiled_kernels": decoder is not None and decoder.compiled}
+def static_described(spec: BackendSpec, model: LoadedModel) -> dict:
+    """How a static backend decodes: its attention, and whether its passes run through the
+    written-out decoder with compiled kernels."""
+    static = spec.make(model)
+    assert isinstance(static, StaticBackend)
+    decoder = static.decoder
+    return {"decode_attention": static.decode_attention, "written_out_decoder": decoder is not None,
+            "compiled_kernels": decoder is not None and decoder.compiled}
 
 
 class UserDysco(SteeringMethod):
@@ -255,12 +245,11 @@ class BenchDecoder:
     their own copy of the prefilled context; the only code of the benchmark that drives decoding,
     through the public backend, `PromptBatch.from_ids` and `Stepper` API."""
 
-    def __init__(self, model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str,
-                 options: StaticOptions | None = None,
+    def __init__(self, model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: BackendSpec | str,
                  extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None):
-        self.model, self.heads, self.config, self.backend = model, heads, config, backend
-        self.options = options or StaticOptions()
-        self.plain = self.options.make(model, backend)
+        self.model, self.heads, self.config = model, heads, config
+        self.backend = BackendSpec.of(backend)
+        self.plain = self.backend.make(model)
         # name -> (config, read-out): more steps timed in the same run, on DySCO's context
         self.extra = extra or {}
 
@@ -275,7 +264,7 @@ class BenchDecoder:
         batch, n_context = context.shape
 
         def stepper(config: DecodingConfig, read_out: Read | None = None) -> Stepper:
-            made = Stepper(self.options.make(self.model, self.backend), config, PromptBatch.from_ids(context),
+            made = Stepper(self.backend.make(self.model), config, PromptBatch.from_ids(context),
                            heads=self.heads, read_out=read_out)
             made.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
             return made
@@ -301,9 +290,8 @@ def bench_ids(model: LoadedModel, n_context: int, n_steps: int, n_warmup: int, b
                          generator=gen)
 
 
-def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, n_context: int,
-                  n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1,
-                  options: StaticOptions | None = None,
+def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: BackendSpec | str,
+                  n_context: int, n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1,
                   extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None) -> dict:
     """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory:
     for a model split over GPUs, each GPU's in `per_device`, the fullest GPU's at the top."""
@@ -311,7 +299,7 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
     devices = model_devices(model)
     cuda = device.type == "cuda"
     ids = bench_ids(model, n_context, n_steps, n_warmup, batch)
-    decoder = BenchDecoder(model, heads, config, backend, options, extra)
+    decoder = BenchDecoder(model, heads, config, backend, extra)
     if cuda:
         for d in devices:
             torch.cuda.reset_peak_memory_stats(d)
@@ -388,16 +376,16 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
 # ---------------------------------------------------------------------------- every context length
 
 
-def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: str, contexts: list[int],
-               n_steps: int, n_warmup: int, bandwidth: float | None, profile_dir: str | None = None,
-               batch: int = 1, options: StaticOptions | None = None,
+def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: BackendSpec | str,
+               contexts: list[int], n_steps: int, n_warmup: int, bandwidth: float | None,
+               profile_dir: str | None = None, batch: int = 1,
                extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None) -> Iterator[dict]:
     """`bench_context` for each context length, with the layer floor and, given the device's
     copy bandwidth (`copy_bandwidth`), the bandwidth floor."""
     floor = layer_floor(model, heads, config.method)
     n_weight_bytes = weight_bytes(model)
     for n in contexts:
-        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, options, extra)
+        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, extra)
         row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
         if bandwidth:
             step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30
@@ -418,8 +406,8 @@ def provenance(device: torch.device) -> dict:
 
 
 def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: str, config: DecodingConfig,
-                 backend: str, random_weights: bool, bandwidth: float | None, command: str, rows: list[dict],
-                 options: StaticOptions | None = None, peer: dict | None = None) -> dict:
+                 backend: BackendSpec | str, random_weights: bool, bandwidth: float | None, command: str,
+                 rows: list[dict], peer: dict | None = None) -> dict:
     """The benchmark's JSON document: the setting, the machine, the versions and the rows; with
     `peer` (`{"method", "rows"}` from `bench_peer`), each row also gets our vanilla tokens/s over
     the peer's at its context."""
@@ -430,12 +418,11 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
             if other is not None:
                 row["vanilla_over_peer"] = round(row["vanilla_tok_per_s"] / other["peer_tok_per_s"], 3)
                 row["dysco_over_peer"] = round(row["dysco_tok_per_s"] / other["peer_tok_per_s"], 3)
-    # how the static backend decoded: its attention, and whether its passes ran through the
-    # written-out decoder with compiled kernels
-    static = (options or StaticOptions()).described(model) if backend == "static" else None
+    spec = BackendSpec.of(backend)
+    static = static_described(spec, model) if spec.name == "static" else None
     return {
         "benchmark": "decode-step",
-        "backend": backend,
+        "backend": spec.name,
         "decode_attention": static["decode_attention"] if static else None,  # None: the backend's only one
         "static": static,
         "model": name,
