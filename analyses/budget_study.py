@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli.flags import add_renamed_flag
 from dysco_interp.decoding.choices import BACKENDS
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.budget_study import (
@@ -49,8 +50,11 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="sdpa", choices=list(BACKENDS))
     p.add_argument("--batch-size", type=int, default=50)
     p.add_argument("--n", type=int, default=None, help="instances per file (default: all)")
-    p.add_argument("--k", type=numbers(int), default=K_VALUES)
-    p.add_argument("--p", type=numbers(float), default=P_VALUES)
+    # DySCO's selection, named as on the command line (--select-k/--select-p); sampling is not swept
+    add_renamed_flag(p, "--select-ks", "--k", dest="select_ks", type=numbers(int), default=K_VALUES,
+                     help="the K values swept")
+    add_renamed_flag(p, "--select-ps", "--p", dest="select_ps", type=numbers(float), default=P_VALUES,
+                     help="the nucleus p values swept")
     p.add_argument("--betas", type=numbers(float), default=BETAS)
     p.add_argument("--fractions", type=numbers(float), default=FRACTIONS)
     p.add_argument("--random-betas", type=numbers(float), default=RANDOM_BETAS)
@@ -89,7 +93,7 @@ def main(argv=None) -> int:
     settings = StudySettings(
         args.model, Path(args.data_dir), Path(args.out_dir), parts, args.backend, args.batch_size, args.n,
         [(t, n) for t, n in dev_tasks], [x for x in args.test_lengths.split(",") if x],
-        Grid(args.k, args.p, args.betas, args.fractions, args.random_betas))
+        Grid(args.select_ks, args.select_ps, args.betas, args.fractions, args.random_betas))
     try:
         run_study(model, heads, settings, log=lambda line: print(line, flush=True))
     except ConfigError as e:

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli.flags import add_renamed_flag
 from dysco_interp.paths import safe_component
 
 REPO = Path(__file__).resolve().parents[1]
@@ -29,7 +30,7 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=24, help="detection examples")
     p.add_argument("--length", default="2k")
     p.add_argument("--heldout", type=int, default=10, help="held-out examples (another seed)")
-    p.add_argument("--top-k", type=int, default=16)
+    add_renamed_flag(p, "--n-heads", "--top-k", dest="n_heads", type=int, default=16, help="heads to keep")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--work", type=cli_args.output_folder, default="results/heads", help="resumable per-example records")
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
     else:
         data = D.make_detection_data(model, args.n, length, seed=args.seed)
         heldout = D.make_detection_data(model, args.heldout, length, seed=args.seed + 1000)
-    heads, checks = detect_and_check(model, data, heldout, top_k=args.top_k, seed=args.seed,
+    heads, checks = detect_and_check(model, data, heldout, top_k=args.n_heads, seed=args.seed,
                                      store=Path(args.work) / args.model / "detect", command=command, length=length)
     out_file.parent.mkdir(parents=True, exist_ok=True)
     heads.to_json(out_file)

@@ -98,3 +98,25 @@ def test_evaluate_names_the_preset_in_its_result_line(capsys, tmp_path, head_fil
     captured = capsys.readouterr()
     assert captured.err.splitlines()[0].startswith("heads: 2 manual heads from ")
     assert f"2 new records; DySCO methods: preset {DEFAULT_PRESET})" in captured.out
+
+
+@pytest.mark.parametrize("script, old, new, value", [
+    ("budget_study", "--k", "--select-ks", "8,16"), ("budget_study", "--p", "--select-ps", "0.9"),
+    ("ship_heads", "--top-k", "--n-heads", "8"),
+])
+def test_the_analysis_scripts_use_the_same_names_and_keep_the_old_ones(script, old, new, value, capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "analyses" / f"{script}.py"
+    spec = importlib.util.spec_from_file_location(f"script_{script}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with pytest.raises(SystemExit):
+        module.main(["--help"])
+    shown = capsys.readouterr().out
+    assert new in shown and f"{old} " not in shown
+    # the old spelling is read and says its new name once (--help after it ends the run there)
+    with pytest.raises(SystemExit):
+        module.main([old, value, "--help"])
+    assert capsys.readouterr().err.count(f"{old} is now {new}") == 1
