@@ -13,7 +13,7 @@ from pathlib import Path
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import flags
 from dysco_interp.cli.prepare import (
-    check_backend_flags,
+    backend_from_flags,
     check_head_file,
     context_window,
     decoding_config,
@@ -88,7 +88,7 @@ def run_evaluate(args) -> int:
         raise ConfigError("--devices splits one process's model: not with --device, nor under torchrun "
                           "(where each rank takes one GPU)")
     args.device = distributed.rank_device(launch, args.device)
-    check_backend_flags(args)
+    backend = backend_from_flags(args)
     task = get_task(args.task).name
     files = sorted(Path(args.data).glob(f"{task}_*.jsonl")) if Path(args.data).is_dir() else [Path(args.data)]
     if not files or not all(f.is_file() for f in files):
@@ -104,8 +104,8 @@ def run_evaluate(args) -> int:
     traces_for = [instance_id(inst) for inst in instances] if args.keep_trace else None
     if args.if_settings_differ == "error":
         device = args.devices[0] if args.devices else resolve_device(args.device)
-        known = store_settings(args.model, task, args.backend, resolve_dtype(args.dtype, device), device,
-                               teacher_forced=args.teacher_forced, decode_attention=args.decode_attention)
+        known = store_settings(args.model, task, backend, resolve_dtype(args.dtype, device), device,
+                               teacher_forced=args.teacher_forced)
         precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()}, traces_for)
     else:
         check_store_files(args.out, task, args.if_settings_differ)
@@ -113,8 +113,8 @@ def run_evaluate(args) -> int:
         model = load_model_from_flags(args, heads_line)
         heads = heads_from_flags(model, args, heads_line is not None) if needs_heads else None
         run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
-                       backend=args.backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
-                       teacher_forced=args.teacher_forced, decode_attention=args.decode_attention)
+                       backend=backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
+                       teacher_forced=args.teacher_forced)
     if not world.is_main:
         return 0  # rank 0 reports the whole run
     scores = get_task(task).metrics

@@ -7,7 +7,7 @@ import json
 
 from dysco_interp.cli import flags
 from dysco_interp.cli.prepare import (
-    check_backend_flags,
+    backend_from_flags,
     check_head_file,
     check_prompt_fits,
     decoding_config,
@@ -73,14 +73,13 @@ def generate_and_print(args, prompt: str) -> int:
     from dysco_interp.decoding.loop import dysco_generate
     from dysco_interp.experiments.demo import selection_text
 
-    check_backend_flags(args)
+    backend = backend_from_flags(args)
     config = decoding_config(args, args.method)
     heads_line = check_head_file(args.heads, args.model, args.allow_other_model) if config.uses_heads else None
     check_prompt_fits(args, prompt)
     model = load_model_from_flags(args, heads_line)
     heads = heads_from_flags(model, args, heads_line is not None) if config.uses_heads else None
-    result = dysco_generate(model, prompt, heads, config, backend=args.backend, chat=args.chat,
-                            decode_attention=args.decode_attention)
+    result = dysco_generate(model, prompt, heads, config, backend=backend, chat=args.chat)
     if args.json:
         print(json.dumps({"model": args.model, "method": args.method,
                           "preset": args.preset if config.uses_heads else None, "options": dict(config.options),

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from typing import TYPE_CHECKING
 
 from dysco_interp.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dysco_interp.decoding.backends import BackendSpec
 
 
 def decoding_config(args, method: str):
@@ -55,11 +59,15 @@ def preset_words(args) -> str:
     return f"preset {args.preset}" + (f" ({changed})" if changed else "")
 
 
-def check_backend_flags(args) -> None:
-    """--decode-attention only with the backend it belongs to."""
+def backend_from_flags(args) -> BackendSpec:
+    """--backend and --decode-attention as one `BackendSpec` (--decode-attention only with the
+    backend it belongs to, refused before torch is imported)."""
     if args.decode_attention is not None and args.backend != "static":
         raise ConfigError(f"--decode-attention sets the static backend's decoding attention; add --backend static "
                           f"(the {args.backend} backend has none)")
+    from dysco_interp.decoding.backends import BackendSpec
+
+    return BackendSpec(args.backend, decode_attention=args.decode_attention)
 
 
 def check_head_file(arg: str, model: str, allow_other_model: bool = False) -> str | None:
