@@ -113,6 +113,12 @@ def test_replay_matches_an_uncached_forward(tiny_llama):
         torch.testing.assert_close(rep.selected[j], torch.tensor(want))
     d = rep.to_dict()
     assert len(d["qr_heads"]) == n_gen and d["heads"] == [[1, 0], [2, 3], [3, 1]]
+    # through read-outs (the long-context path), on any backend, the same replay
+    for backend in ("sdpa", "static"):
+        ours = replay_attention(model, res.prompt_ids, res.tokens, spans, heads, trace=res.trace, backend=backend)
+        torch.testing.assert_close(ours.qr_heads, rep.qr_heads, atol=2e-5, rtol=1e-4)
+        torch.testing.assert_close(ours.all_heads, rep.all_heads, atol=2e-5, rtol=1e-4)
+        assert torch.equal(ours.selected, rep.selected)
 
 
 def test_replay_validates_its_inputs(tiny_llama):

@@ -124,30 +124,44 @@ def teacher_forced_edge_attention(
 
 
 @torch.inference_mode()
+def span_attention_by_readout(model: LoadedModel, input_ids: Sequence[int], rows_at: Sequence[int],
+                              spans: Sequence[tuple[int, int]], heads: Iterable[tuple[int, int]],
+                              backend: BackendSpec | str = "static") -> tuple[Read, torch.Tensor]:
+    """The read-out twin of `span_attention_by_layer`: the attention rows of `heads` at the
+    positions `rows_at` (ascending, absolute) summed over `spans`, through any backend. The ids
+    up to the first row are prefilled, the rest fed one at a time as plain passes whose read-out
+    keeps only those heads' last-query rows: no pattern is ever built, so the static backend
+    reaches 32K-128K tokens. Returns the read (its heads in order) and float32
+    `[len(rows_at), len(read.heads), len(spans)]`."""
+    read = Read(heads, returns="span_mass", spans=spans)
+    plan = PassPlan(reads=(read,))
+    runner = BackendSpec.of(backend).make(model)
+    ids = torch.tensor([list(input_ids)], dtype=torch.long, device=model.device)
+    first, last = rows_at[0], rows_at[-1]
+    state = runner.prefill(ids[:, :first], None, reserve=last - first + 1)
+    out = torch.empty(len(rows_at), len(read.heads), len(read.spans))
+    wanted = {position: row for row, position in enumerate(rows_at)}
+    for position in range(first, last + 1):
+        mass = runner.run(state, ids[:, position], plan).reads[0].span_mass
+        if position in wanted:
+            assert mass is not None
+            out[wanted[position]] = mass[0].float().cpu()
+    runner.check_faults()
+    return read, out
+
+
 def readout_edge_attention(model: LoadedModel, instance: PathTraversalInstance, heads: Iterable[tuple[int, int]],
                            backend: BackendSpec | str = "static") -> EdgeAttention:
-    """`teacher_forced_edge_attention` for the chosen heads only, through any backend: the gold
-    answer is fed one token at a time as plain (vanilla) passes whose read-out sums those heads'
-    rows over the edges, so no pattern is ever built and the static backend reaches 32K-128K
-    tokens, where the bridge cannot. Heads not read hold NaN in `masses`."""
+    """`teacher_forced_edge_attention` for the chosen heads only, through any backend's read-outs
+    (`span_attention_by_readout`). Heads not read hold NaN in `masses`."""
     spec = model.spec
     inputs = teacher_forced_inputs(instance, model.tokenizer)
     rows_at = list(inputs.first_token_positions)
     if min(rows_at) < inputs.prompt_len - 1:
         raise ValueError("a route step is predicted from inside the prompt; the answer format is unexpected")
-    read = Read(heads, returns="span_mass", spans=[(int(s), int(e)) for s, e in instance.edge_token_spans])
-    plan = PassPlan(reads=(read,))
-    runner = BackendSpec.of(backend).make(model)
-    ids = torch.tensor([inputs.input_ids], dtype=torch.long, device=model.device)
-    state = runner.prefill(ids[:, :rows_at[0]], None, reserve=rows_at[-1] - rows_at[0] + 1)
-    masses = torch.full((len(rows_at), spec.n_layers, spec.n_heads, len(read.spans)), float("nan"))
+    spans = [(int(s), int(e)) for s, e in instance.edge_token_spans]
+    read, sums = span_attention_by_readout(model, inputs.input_ids, rows_at, spans, heads, backend)
+    masses = torch.full((len(rows_at), spec.n_layers, spec.n_heads, len(spans)), float("nan"))
     index = torch.tensor(read.heads, dtype=torch.long)
-    wanted = {position: step for step, position in enumerate(rows_at)}
-    for position in range(rows_at[0], rows_at[-1] + 1):
-        out = runner.run(state, ids[:, position], plan)
-        if position in wanted:
-            span_mass = out.reads[0].span_mass
-            assert span_mass is not None
-            masses[wanted[position], index[:, 0], index[:, 1]] = span_mass[0].float().cpu()
-    runner.check_faults()
+    masses[:, index[:, 0], index[:, 1]] = sums
     return EdgeAttention(masses, torch.tensor(instance.gold_edge_indices, dtype=torch.long))

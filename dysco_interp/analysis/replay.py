@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import torch
 
-from dysco_interp.analysis.edge_attention import span_attention_by_layer
+from dysco_interp.analysis.edge_attention import span_attention_by_layer, span_attention_by_readout
+from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.readout import span_sums
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import LoadedModel
@@ -195,14 +196,19 @@ def replay_attention(
     method: str = "",
     gold: Sequence[int | None] | None = None,
     details: Sequence[str] | None = None,
+    backend: BackendSpec | str | None = None,
 ) -> AttentionReplay:
     """Span attention of every generated token's query row, from one teacher-forced pass.
 
     `spans`: token spans of the prompt. `heads`: the QRHeads (a HeadSet or (layer, head)
     pairs). `trace`: a DySCO trace recorded with `record_positions=True`, for the selection.
+    `backend`: None reads every head through the bridge in one pass; a backend (e.g. "static")
+    feeds the tokens one at a time and reads every head's row through its read-outs, which
+    reaches the lengths the static backend does (`edge_attention.span_attention_by_readout`).
     """
-    if model.spec.sliding_window is not None:
-        raise ConfigError("the replay needs full-attention layers; sliding-window models are not supported")
+    if backend is None and model.spec.sliding_window is not None:
+        raise ConfigError("the replay through the bridge needs full-attention layers; "
+                          "pass a backend (read-outs) for sliding-window models")
     prompt_ids, tokens = [int(t) for t in prompt_ids], [int(t) for t in tokens]
     if len(prompt_ids) < 2 or not tokens:
         raise ConfigError("the replay needs a prompt of at least 2 tokens and at least one generated token")
@@ -229,7 +235,14 @@ def replay_attention(
 
     # the last generated token is never fed: its row is the one before it
     ids = prompt_ids + tokens[:-1]
-    span_attention_by_layer(model, ids, n_prompt - 1, torch.arange(n_gen), span_list, accumulate)
+    if backend is None:
+        span_attention_by_layer(model, ids, n_prompt - 1, torch.arange(n_gen), span_list, accumulate)
+    else:
+        every = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
+        read, sums = span_attention_by_readout(model, ids, list(query_positions(n_prompt, n_gen)), span_list,
+                                               every, backend)
+        for layer in range(spec.n_layers):  # read.heads is in (layer, head) order
+            accumulate(layer, sums[:, layer * spec.n_heads:(layer + 1) * spec.n_heads].transpose(0, 1))
     return AttentionReplay(
         method=method or (trace.method if trace is not None else ""),
         names=names,
@@ -246,11 +259,12 @@ def replay_attention(
     )
 
 
-def replay_path_traversal(model: LoadedModel, instance: PathTraversalInstance, result, heads) -> AttentionReplay:
+def replay_path_traversal(model: LoadedModel, instance: PathTraversalInstance, result, heads,
+                          backend: BackendSpec | str | None = None) -> AttentionReplay:
     """The replay of one generation (a `GenerationResult`) on a Path Traversal instance.
 
     Spans are the edge lines; each token's gold edge is the gold route's edge of the answer
-    line it belongs to (see `route_steps`).
+    line it belongs to (see `route_steps`). `backend` as `replay_attention`.
     """
     if len(result.prompt_ids) != instance.n_tokens:
         raise ConfigError(
@@ -270,5 +284,6 @@ def replay_path_traversal(model: LoadedModel, instance: PathTraversalInstance, r
         method=result.method,
         gold=gold,
         details=instance.edge_lines,
+        backend=backend,
     )
 
