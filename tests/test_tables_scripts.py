@@ -108,3 +108,16 @@ def test_run_all_regenerates_what_has_stores(figures):
     for name in ("path_traversal/table.md", "ablations/table.json", "overhead/overhead.png",
                  "overhead/overhead.html"):
         assert (figures / name).stat().st_size > 0, name
+
+
+def test_the_preset_table_redraws_the_committed_one_from_its_stores(tmp_path):
+    committed = json.loads((REPO / "figures/paper_regime/tf_table.json").read_text())
+    assert ok(run_script("preset_table", "--stores", str(REPO / "figures/paper_regime/*.jsonl"),
+                         "--out", str(tmp_path / "tf_table")))
+    ours = json.loads((tmp_path / "tf_table.json").read_text())
+    assert ours["rows"] == committed["rows"] and ours["rows"]
+    vanilla = [r for r in ours["rows"] if r["method"] == "vanilla"]
+    assert vanilla and all(r["delta"] is None for r in vanilla)
+    assert all(r["delta"] is not None for r in ours["rows"] if r["method"] != "vanilla")
+    bad = run_script("preset_table", "--stores", str(tmp_path / "none*.jsonl"), "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
