@@ -271,3 +271,15 @@ def test_the_converted_folder_of_an_alias_finds_its_shipped_heads(real_model):
     assert model.spec.name != "smollm2-135m"
     assert model.weights_fingerprint == real_model.weights_fingerprint
     assert resolve_heads(model, "shipped").heads == resolve_heads(real_model, "shipped").heads
+
+
+def test_converting_without_the_gguf_package_is_one_line(monkeypatch, tmp_path):
+    import importlib.util
+
+    from dysco_interp.errors import ConfigError
+    from dysco_interp.models.packaged import conversion
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "gguf" else real(name, *a))
+    with pytest.raises(ConfigError, match="needs the 'gguf' package"):
+        conversion.convert_gguf(tmp_path / "model.gguf", tmp_path / "out")

@@ -92,6 +92,9 @@ def assemble_gguf(sources: list[Path], expected_sha256: str, workdir: Path, name
 
 def convert_gguf(gguf_path: Path, out_dir: Path) -> None:
     """Dequantise a GGUF into a dense fp32 safetensors folder with its tokenizer."""
+    if importlib.util.find_spec("gguf") is None:  # transformers would say so in a traceback
+        raise ConfigError("converting a GGUF needs the 'gguf' package, a dependency of dysco-interp: "
+                          "pip install 'gguf>=0.17'")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
