@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from dysco_interp.analysis.report import command_line, fmt_ci, fmt_delta, store_notes, with_footer, write_report
 from dysco_interp.analysis.result_tables import VANILLA, CIOptions, by_cell, metric_estimates, paired_deltas
@@ -37,7 +38,7 @@ def main(argv=None) -> int:
     except DyscoError as e:
         p.error(str(e))
     cells, dropped = by_cell(pooled.records)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (model, task, length), by_key in cells.items():
         reference = by_key.get(VANILLA)
         for key, records in sorted(by_key.items(), key=lambda kv: (kv[0] != VANILLA, kv[0].label)):
