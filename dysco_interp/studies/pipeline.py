@@ -148,6 +148,10 @@ def regenerate_steps(script: ScriptRunner, root: Path) -> list[Step]:
                       needs=[str(budget / "*" / "*.jsonl")],
                       outputs=[str(budget / f"{name}.*") for name in ("curves", "effect", "effect-fraction",
                                                                       "dev_free", "test_table")]))
+    regime = root / "paper_regime"
+    steps.append(Step("paper regime: teacher-forced presets against vanilla",
+                      script("preset_table", ["--stores", str(regime / "*.jsonl"), "--out", str(regime / "tf_table")]),
+                      needs=[str(regime / "*.jsonl")], outputs=[str(regime / "tf_table.*")]))
     for alias in available_shipped_heads():
         steps.append(Step(f"QRScore heatmap {alias}",
                           heatmap_runner(alias, root / "heads"),
