@@ -66,9 +66,12 @@ def timed_run(n_processes: int, evaluate_args: Sequence[str], out: Path,
     contents = read_store(out)
     if contents is None:
         raise ConfigError(f"the run with {n_processes} process(es) wrote no store at {out}")
+    recorded = f"{seconds:.3f}"
     with atomic_open(seconds_path(out)) as f:
-        f.write(f"{seconds:.3f}\n")
-    return seconds, contents.records
+        f.write(recorded + "\n")
+    # the value as recorded: a run read back later must report the very same seconds (rounding
+    # the unrounded time again can land on the other side of a half)
+    return float(recorded), contents.records
 
 
 BUSY_TIMINGS = ("prefill_s", "warmup_s", "decode_s")
