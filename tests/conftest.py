@@ -129,3 +129,14 @@ def run_analysis_script(name: str, argv: list[str], cwd: Path, *, blocked: list[
 def run_script():
     """`run_analysis_script`: an analysis script run as its command line would run it."""
     return run_analysis_script
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """One Path Traversal instance for tiny-llama, made by `make-data` as a user makes it."""
+    from dysco_interp.cli import main
+
+    out = tmp_path_factory.mktemp("data")
+    assert main(["make-data", "path_traversal", "--model", "tiny-llama", "--lengths", "1950", "--n", "1",
+                 "--out", str(out)]) == 0
+    return out

@@ -84,14 +84,6 @@ def head_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("data")
-    assert main(["make-data", "path_traversal", "--model", "tiny-llama", "--lengths", "1950", "--n", "1",
-                 "--out", str(out)]) == 0
-    return out
-
-
 def evaluate_argv(data, out, methods_file, head_file, alpha):
     return ["evaluate", "--model", "tiny-llama", "--data", str(data), "--out", str(out), "--max-new-tokens", "4",
             "--methods", "vanilla,cli-pasta,cli-above-qrheads", "--methods-from", str(methods_file),

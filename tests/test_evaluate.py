@@ -227,14 +227,6 @@ def test_the_task_must_match_the_data(tiny_llama, pt_data, tmp_path):
 
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    out = tmp_path_factory.mktemp("data")
-    assert main(["make-data", "path_traversal", "--model", "tiny-llama", "--lengths", "1950", "--n", "1",
-                 "--out", str(out)]) == 0
-    return out
-
-
 def evaluate_argv(data, out, *extra):
     return ["evaluate", "--model", "tiny-llama", "--data", str(data), "--methods", "vanilla", "--out", str(out),
             "--max-new-tokens", "4", *extra]

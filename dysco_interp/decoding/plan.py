@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from dysco_interp.decoding.passes import PassKind
 from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import head_label
 
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
 
     from dysco_interp.decoding.readout import ReadOut
 
-PassKind = Literal["prefill", "plain", "partial", "biased", "reuse"]
 ReadReturns = Literal["mean", "rows", "span_mass"]
 READ_RETURNS: tuple[ReadReturns, ...] = ("mean", "rows", "span_mass")
 
