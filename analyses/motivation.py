@@ -14,6 +14,10 @@ only for drawing):
         --data-dir DATA --device cuda --dtype bfloat16 --out-dir figures/motivation
     python analyses/motivation.py --figures-only --out-dir figures/motivation
 
+Past 16K the bridge's score matrices no longer fit: `--backend static` reads every head from
+the static backend's read-outs instead, and `--yarn 4` stretches the model past its window
+(figures/paper_regime/motivation, 16K-127K).
+
 What one teacher-forced pass per instance measures: dysco_interp/studies/motivation.py.
 Records go to OUT_DIR/motivation.jsonl, one per finished instance, so a killed run resumes.
 The figure (OUT_DIR/<model>.png, .html and the numbers in <model>_summary.json) shows
@@ -49,6 +53,11 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="data seed")
     p.add_argument("--top-fraction", type=float, default=0.05)
     p.add_argument("--step", type=int, default=2, help="the route step (1-based) the figure shows")
+    p.add_argument("--backend", choices=("static", "sdpa"), default=None,
+                   help="read every head through this backend's read-outs instead of the bridge's patterns "
+                        "(no score matrix: reaches 32K-128K tokens)")
+    p.add_argument("--yarn", type=cli_args.positive_float, default=None, metavar="FACTOR",
+                   help="YaRN-scale the model's rope by FACTOR (lengths past the native window)")
     args = p.parse_args(argv)
     apply_preset(p, args, FULL, SMALL)
     return args
@@ -76,10 +85,11 @@ def main(argv=None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     store = ResultStore(store_path, KEY, store_header(args.draws, args.head_seed, args.top_fraction))
-    model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
+    model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False, yarn_factor=args.yarn)
     qr, randoms = load_head_sets(model, args.heads, args.draws, args.head_seed)
     get_data = dataset_getter(model.tokenizer, args.n, args.seed, args.data_dir)
-    added = compute(model, args.model, get_data, lengths, args.n, args.seed, store, qr, randoms, args.top_fraction)
+    added = compute(model, args.model, get_data, lengths, args.n, args.seed, store, qr, randoms, args.top_fraction,
+                    backend=args.backend)
     print(f"{added} new record(s); {len(store)} in {store_path}")
     store.close()
     _, records = read_store(store_path)

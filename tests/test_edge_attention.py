@@ -72,3 +72,24 @@ def test_read_outs_give_the_bridge_s_edge_attention_for_the_heads_read(backend):
                                atol=2e-5, rtol=1e-4)
     assert torch.equal(ours.gold_in_top(heads, 0.2), ref.gold_in_top(heads, 0.2))
     assert torch.isnan(ours.masses[:, 0, 0]).all()  # a head not read holds nothing
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "static"])
+def test_read_outs_score_the_steps_as_the_bridge_does(backend):
+    from dysco_interp.analysis.edge_attention import readout_edge_attention, span_attention_by_readout
+    from dysco_interp.tasks.path_traversal import teacher_forced_inputs
+
+    model = tiny_model("llama", max_position_embeddings=4096)
+    inst = make_dataset("path_traversal", model.tokenizer, 1950, n=1, seed=3, progress=False)[0]
+    inputs = teacher_forced_inputs(inst, model.tokenizer)
+    ids = list(inputs.input_ids)
+    rows = list(inputs.first_token_positions)
+    end = len(ids) - 2
+    _, _, argmax = span_attention_by_readout(model, ids, rows, [(0, 4)], [(1, 0)], backend, feed_to=end)
+    with torch.inference_mode():
+        logits = model.bridge(torch.tensor([ids], device=model.device))[0]
+    assert argmax.tolist() == logits[rows[0]:end + 1].argmax(-1).tolist()  # the prediction made at each position
+    ref = teacher_forced_edge_attention(model, inst, score_steps=True)
+    ours = readout_edge_attention(model, inst, [(1, 0)], backend, score_steps=True)
+    assert ours.correct == ref.correct and len(ours.correct) == len(inst.gold_edge_indices)
+    assert readout_edge_attention(model, inst, [(1, 0)], backend).correct is None

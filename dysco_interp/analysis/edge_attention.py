@@ -126,42 +126,57 @@ def teacher_forced_edge_attention(
 @torch.inference_mode()
 def span_attention_by_readout(model: LoadedModel, input_ids: Sequence[int], rows_at: Sequence[int],
                               spans: Sequence[tuple[int, int]], heads: Iterable[tuple[int, int]],
-                              backend: BackendSpec | str = "static") -> tuple[Read, torch.Tensor]:
+                              backend: BackendSpec | str = "static",
+                              feed_to: int | None = None) -> tuple[Read, torch.Tensor, torch.Tensor]:
     """The read-out twin of `span_attention_by_layer`: the attention rows of `heads` at the
     positions `rows_at` (ascending, absolute) summed over `spans`, through any backend. The ids
-    up to the first row are prefilled, the rest fed one at a time as plain passes whose read-out
-    keeps only those heads' last-query rows: no pattern is ever built, so the static backend
-    reaches 32K-128K tokens. Returns the read (its heads in order) and float32
-    `[len(rows_at), len(read.heads), len(spans)]`."""
+    up to the first row are prefilled, the rest fed one at a time (through position `feed_to`,
+    default the last row) as plain passes whose read-out keeps only those heads' last-query
+    rows: no pattern is ever built, so the static backend reaches 32K-128K tokens. Returns the
+    read (its heads in order), float32 `[len(rows_at), len(read.heads), len(spans)]`, and the
+    argmax next token at every fed position (long `[feed_to - rows_at[0] + 1]`)."""
     read = Read(heads, returns="span_mass", spans=spans)
     plan = PassPlan(reads=(read,))
     runner = BackendSpec.of(backend).make(model)
     ids = torch.tensor([list(input_ids)], dtype=torch.long, device=model.device)
-    first, last = rows_at[0], rows_at[-1]
+    first, last = rows_at[0], rows_at[-1] if feed_to is None else feed_to
+    if last < rows_at[-1] or last >= ids.shape[1]:
+        raise ValueError(f"feed_to must lie between the last row and the last id, got {feed_to}")
     state = runner.prefill(ids[:, :first], None, reserve=last - first + 1)
     out = torch.empty(len(rows_at), len(read.heads), len(read.spans))
+    argmax = torch.empty(last - first + 1, dtype=torch.long, device=model.device)
     wanted = {position: row for row, position in enumerate(rows_at)}
     for position in range(first, last + 1):
-        mass = runner.run(state, ids[:, position], plan).reads[0].span_mass
+        step = runner.run(state, ids[:, position], plan)
+        assert step.logits is not None
+        argmax[position - first] = step.logits[0].argmax()
+        mass = step.reads[0].span_mass
         if position in wanted:
             assert mass is not None
             out[wanted[position]] = mass[0].float().cpu()
     runner.check_faults()
-    return read, out
+    return read, out, argmax.cpu()
 
 
 def readout_edge_attention(model: LoadedModel, instance: PathTraversalInstance, heads: Iterable[tuple[int, int]],
-                           backend: BackendSpec | str = "static") -> EdgeAttention:
+                           backend: BackendSpec | str = "static", score_steps: bool = False) -> EdgeAttention:
     """`teacher_forced_edge_attention` for the chosen heads only, through any backend's read-outs
-    (`span_attention_by_readout`). Heads not read hold NaN in `masses`."""
+    (`span_attention_by_readout`). Heads not read hold NaN in `masses`. With `score_steps` the
+    feed runs on to the last city name's end, and each step is scored as there."""
     spec = model.spec
     inputs = teacher_forced_inputs(instance, model.tokenizer)
     rows_at = list(inputs.first_token_positions)
     if min(rows_at) < inputs.prompt_len - 1:
         raise ValueError("a route step is predicted from inside the prompt; the answer format is unexpected")
     spans = [(int(s), int(e)) for s, e in instance.edge_token_spans]
-    read, sums = span_attention_by_readout(model, inputs.input_ids, rows_at, spans, heads, backend)
+    feed_to = max(p for step in inputs.step_predict_positions for p in step) if score_steps else None
+    read, sums, argmax = span_attention_by_readout(model, inputs.input_ids, rows_at, spans, heads, backend, feed_to)
     masses = torch.full((len(rows_at), spec.n_layers, spec.n_heads, len(spans)), float("nan"))
     index = torch.tensor(read.heads, dtype=torch.long)
     masses[:, index[:, 0], index[:, 1]] = sums
-    return EdgeAttention(masses, torch.tensor(instance.gold_edge_indices, dtype=torch.long))
+    correct = None
+    if score_steps:  # positions before the first row predict nothing scored
+        predicted = [-1] * rows_at[0] + argmax.tolist()
+        predicted += [-1] * (len(inputs.input_ids) - len(predicted))
+        correct = teacher_forced_step_accuracy(predicted, inputs, "name").correct
+    return EdgeAttention(masses, torch.tensor(instance.gold_edge_indices, dtype=torch.long), correct)

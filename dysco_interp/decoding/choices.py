@@ -13,7 +13,7 @@ MethodName = Literal["vanilla", "uniattns", "dysco", "dysco-static", "dysco-rand
 METHOD_NAMES: tuple[MethodName, ...] = get_args(MethodName)
 
 # the keys of `decoding.config.PRESETS`, which checks it holds exactly these
-PRESET_NAMES = ("paper", "paper-strong", "quick-check", "small-budget")
+PRESET_NAMES = ("paper", "paper-strong", "paper-long", "quick-check", "small-budget")
 # every command's --preset unless given: what our measurements support below 32K tokens (figures/README.md,
 # "Selection budget"); there the paper's nucleus selects hundreds of keys and our study found it at or below vanilla
 DEFAULT_PRESET = "small-budget"

@@ -139,6 +139,8 @@ PRESETS: dict[str, DecodingConfig] = {
     "paper": DecodingConfig(),
     # the paper's other grid point: wider nucleus cap, stronger scaling
     "paper-strong": DecodingConfig(top_p=0.95, top_k=8192, beta=2.5),
+    # the paper's parameter table for 64K-128K with YaRN: the nucleus kept, a larger cap, stronger scaling
+    "paper-long": DecodingConfig(top_k=8192, beta=2.5),
     # the official quick check: top-K only (no nucleus cut), beta 2.5, 128 new tokens
     "quick-check": DecodingConfig(top_p=1.0, top_k=1024, beta=2.5, max_new_tokens=128),
     # chosen on a dev split for Qwen2.5-Coder 0.5B and 1.5B at 2K-8K tokens (figures/budget/): at these
@@ -149,7 +151,7 @@ assert tuple(PRESETS) == PRESET_NAMES
 
 
 def preset(name: str, **changes) -> DecodingConfig:
-    """A named DecodingConfig from `PRESETS` ("paper", "paper-strong", "quick-check", "small-budget"),
+    """A named DecodingConfig from `PRESETS` ("paper", "paper-strong", "paper-long", "quick-check", "small-budget"),
     with `changes` applied to its fields, e.g. `preset("paper", beta=3.0, max_new_tokens=64)`."""
     if not isinstance(name, str) or name not in PRESETS:
         raise ConfigError(f"unknown preset {brief(name)}; choose one of {', '.join(PRESETS)}")

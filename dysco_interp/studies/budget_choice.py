@@ -51,7 +51,7 @@ def paired_gains(records: Iterable[Mapping], primary: Mapping[str, str]) -> dict
     return dict(gains)
 
 
-def _ranks(values: Mapping[MethodKey, float]) -> dict[MethodKey, float]:
+def mean_ranks(values: Mapping[MethodKey, float]) -> dict[MethodKey, float]:
     """1 for the largest value; ties share their mean rank."""
     ordered = sorted(values, key=lambda k: -values[k])
     ranks: dict[MethodKey, float] = {}
@@ -66,15 +66,15 @@ def _ranks(values: Mapping[MethodKey, float]) -> dict[MethodKey, float]:
     return ranks
 
 
-def _fields(key: MethodKey) -> dict:
+def selection_fields(key: MethodKey) -> dict:
     params = key.params_dict()
     fields = {name: params[name] for name in SELECTION}
     fields["top_k_fraction"] = fields["top_k_fraction"] or None  # the key spells "none" as 0
     return fields
 
 
-def _size(key: MethodKey) -> tuple:
-    fields = _fields(key)
+def selection_size(key: MethodKey) -> tuple:
+    fields = selection_fields(key)
     return fields["beta"], fields["top_k_fraction"] or 0.0, fields["top_k"], fields["top_p"]
 
 
@@ -85,11 +85,12 @@ def ranking(tf_records: Iterable[Mapping]) -> list[dict]:
     complete = {k: g for k, g in gains.items() if all(c in g for c in cells)}
     if not complete:
         raise ConfigError("no DySCO configuration was run with vanilla on every dev cell; run the dev sweep first")
-    per_cell = {c: _ranks({k: g[c] for k, g in complete.items()}) for c in cells}
-    rows = [{"config": _fields(k), "label": k.label, "mean_rank": sum(per_cell[c][k] for c in cells) / len(cells),
+    per_cell = {c: mean_ranks({k: g[c] for k, g in complete.items()}) for c in cells}
+    rows = [{"config": selection_fields(k), "label": k.label,
+             "mean_rank": sum(per_cell[c][k] for c in cells) / len(cells),
              "gains": {"/".join(map(str, c)): round(complete[k][c], 5) for c in cells}}
             for k in complete]
-    order = sorted(range(len(rows)), key=lambda i: (rows[i]["mean_rank"], _size(list(complete)[i])))
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["mean_rank"], selection_size(list(complete)[i])))
     return [rows[i] for i in order]
 
 
@@ -113,7 +114,7 @@ def choose_config(tf_records: Sequence[Mapping], free_records: Sequence[Mapping]
         "ranking": rows[:10],
         "best_fixed_k": fixed,
         "best_fraction": fraction,
-        "free_gains": [{"label": k.label, "config": _fields(k) if k.method == "dysco" else None,
+        "free_gains": [{"label": k.label, "config": selection_fields(k) if k.method == "dysco" else None,
                         "gains": {"/".join(map(str, c)): round(g, 5) for c, g in sorted(cells.items())}}
                        for k, cells in sorted(free.items())],
     }

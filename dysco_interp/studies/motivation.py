@@ -5,6 +5,10 @@ head's attention summed over every edge line. From those: is the gold edge among
 5% of edges (ties count against it) for the QRHeads, for random heads of the same size and
 for all heads, and the mass and rank of the gold edge. `motivation_summary` reads, sums up
 and draws the records.
+
+With a backend ("static" or "sdpa"), the same numbers come from read-outs of every head, fed
+one token at a time after a prefill: no score matrix is built, so the figure reaches 128K
+tokens (with a YaRN-scaled model past the native window).
 """
 
 from __future__ import annotations
@@ -12,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from dysco_interp.analysis.edge_attention import EdgeAttention, teacher_forced_edge_attention
+from dysco_interp.analysis.edge_attention import EdgeAttention, readout_edge_attention, teacher_forced_edge_attention
 from dysco_interp.detection import random_head_sets
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet, resolve_heads
 from dysco_interp.hooks import Head
 from dysco_interp.models import LoadedModel, dtype_name
+from dysco_interp.models.yarn import yarn_factor
 from dysco_interp.progress import tqdm
 from dysco_interp.ranking import gold_rank
 from dysco_interp.studies.motivation_summary import HOPS, TASK
@@ -37,18 +42,23 @@ def head_metrics(att: EdgeAttention, heads: Iterable[Head], fraction: float) -> 
 
 
 def instance_record(model: LoadedModel, model_name: str, inst: PathTraversalInstance, qr: HeadSet,
-                    randoms: list[HeadSet], fraction: float) -> dict:
-    """One pass for one instance: step accuracy and gold-edge attention of every head set."""
-    att = teacher_forced_edge_attention(model, inst, score_steps=True)
-    assert att.correct is not None  # score_steps=True scores every step
+                    randoms: list[HeadSet], fraction: float, backend: str | None = None) -> dict:
+    """One pass for one instance: step accuracy and gold-edge attention of every head set
+    (through the bridge, or with `backend` through its read-outs)."""
     spec = model.spec
+    all_heads = [(layer, h) for layer in range(spec.n_layers) for h in range(spec.n_heads)]
+    if backend is None:
+        att = teacher_forced_edge_attention(model, inst, score_steps=True)
+    else:
+        att = readout_edge_attention(model, inst, all_heads, backend, score_steps=True)
+    assert att.correct is not None  # score_steps=True scores every step
     draws = [head_metrics(att, r, fraction) for r in randoms]
     n_steps = len(att.gold)
-    all_heads = [(layer, h) for layer in range(spec.n_layers) for h in range(spec.n_heads)]
     return {
         "model": model_name, "task": TASK, "length": inst.target_tokens, "seed": inst.seed, "index": inst.index,
         "id": inst.id, "n_tokens": inst.n_tokens, "n_edges": inst.n_edges, "hops": inst.n_hops,
-        "dtype": dtype_name(model.dtype), "device": model.device.type,
+        "dtype": dtype_name(model.dtype), "device": model.device.type, "backend": backend or "bridge",
+        "yarn": yarn_factor(model.hf_config),
         "correct": [bool(c) for c in att.correct],
         "qrheads": {**head_metrics(att, qr, fraction), "heads": qr.labels()},
         "random": {
@@ -111,7 +121,7 @@ def check_same_run(store: ResultStore, model_name: str, dtype: str, qr_labels: l
 
 def compute(model: LoadedModel, model_name: str, get_data: Callable[[int], list], lengths: Iterable[int], n: int,
             seed: int, store: ResultStore, qr: HeadSet, randoms: list[HeadSet], fraction: float,
-            progress: bool = True) -> int:
+            progress: bool = True, backend: str | None = None) -> int:
     """Fill the store with every missing (length, index) record; returns how many were added."""
     check_same_run(store, model_name, dtype_name(model.dtype), qr.labels())
     pending = {length: [i for i in range(n)
@@ -126,7 +136,7 @@ def compute(model: LoadedModel, model_name: str, get_data: Callable[[int], list]
             data = get_data(length)
             bar.set_postfix(length=length)
             for i in todo:
-                store.append(instance_record(model, model_name, data[i], qr, randoms, fraction))
+                store.append(instance_record(model, model_name, data[i], qr, randoms, fraction, backend))
                 added += 1
                 bar.update(1)
     return added
