@@ -78,8 +78,9 @@ def ci_lines_png(
     for ax in fig.axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=len(handles), fontsize=9,
-               frameon=False)
+    # at most three a row: one row of many names runs off the figure's edges
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncols=min(len(handles), 3),
+               fontsize=9, frameon=False)
     fig.suptitle(title, fontsize=11)
     return save_png(fig, path, dpi=120)
 
