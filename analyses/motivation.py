@@ -16,7 +16,7 @@ only for drawing):
 
 Past 16K the bridge's score matrices no longer fit: `--backend static` reads every head from
 the static backend's read-outs instead, and `--yarn 4` stretches the model past its window
-(figures/paper_regime/motivation, 16K-127K).
+(figures/motivation_128k, 16K-127K).
 
 What one teacher-forced pass per instance measures: dysco_interp/studies/motivation.py.
 Records go to OUT_DIR/motivation.jsonl, one per finished instance, so a killed run resumes.

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from dysco_interp.analysis.report import command_line, fmt_ci, fmt_delta, store_notes, with_footer, write_report
-from dysco_interp.analysis.result_tables import VANILLA, CIOptions, by_cell, metric_estimates, paired_deltas
+from dysco_interp.analysis.result_tables import CIOptions, by_cell, method_rows
 from dysco_interp.analysis.stores import load_deduplicated
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import DyscoError
@@ -38,14 +37,7 @@ def main(argv=None) -> int:
     except DyscoError as e:
         p.error(str(e))
     cells, dropped = by_cell(pooled.records)
-    rows: list[dict[str, Any]] = []
-    for (model, task, length), by_key in cells.items():
-        reference = by_key.get(VANILLA)
-        for key, records in sorted(by_key.items(), key=lambda kv: (kv[0] != VANILLA, kv[0].label)):
-            rows.append({"model": model, "task": task, "length": length, "method": key.label, "n": len(records),
-                         "params": key.params_dict(), "metrics": metric_estimates(records, METRICS, ci),
-                         "delta": None if reference is None or key == VANILLA
-                         else paired_deltas(records, reference, METRICS, ci)})
+    rows = method_rows(cells, METRICS, ci)
     result = {"table": "teacher-forced presets", "command": command_line(SCRIPT, argv), "ci": ci.description,
               "stores": [str(f.relative_to(REPO)) if f.is_relative_to(REPO) else str(f) for f in files],
               "rows": rows, "notes": pooled.notes(unmatched) + store_notes([], dropped)}

@@ -119,3 +119,28 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path, monkeypatch):
         paper_regime.run_regime(tiny_llama, heads, settings, ["yarn-cost"])
     with pytest.raises(ConfigError, match="unknown part"):
         paper_regime.run_regime(tiny_llama, heads, settings, ["sweep"])
+
+
+def test_the_report_redraws_the_committed_tables_and_figures_from_the_stores(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from dysco_interp.studies.paper_regime_report import MOTIVATION, write_reports
+
+    figures = Path(__file__).resolve().parents[1] / "figures"
+    folder = tmp_path / "paper_regime"
+    shutil.copytree(figures / "paper_regime", folder, ignore=shutil.ignore_patterns("*.md", "*.json", "*.png",
+                                                                                    "*.html"))
+    shutil.copy(figures / "paper_regime" / "chosen_qwen2.5-coder-1.5b.json", folder)
+    (tmp_path / MOTIVATION).mkdir()
+    shutil.copy(figures / MOTIVATION / "motivation.jsonl.xz", tmp_path / MOTIVATION)
+    written = write_reports(folder)
+    for name in ("test_tf.json", "yarn_cost.json", "free.json", "tasks.json", "dev_choice.md"):
+        assert json.loads((folder / name).read_text()) == json.loads((figures / "paper_regime" / name).read_text()) \
+            if name.endswith(".json") else (folder / name).read_text() == (figures / "paper_regime" / name).read_text()
+    assert {Path(w).name for w in written} >= {"effect.png", "effect.html", "gold_rank.png", "gold_rank.html",
+                                              "qwen2.5-coder-1.5b.png"}
+    shutil.rmtree(folder / "test")
+    (folder / "chosen_qwen2.5-coder-1.5b.json").unlink()
+    with pytest.raises(ConfigError, match="choose part"):
+        write_reports(folder)

@@ -133,6 +133,23 @@ def paired_deltas(records: Sequence[Mapping], reference: Sequence[Mapping], metr
     return out
 
 
+def method_rows(cells: Mapping[CellKey, ByKey], metrics: Sequence[str], ci: CIOptions = CIOptions(),
+                label: Any = None) -> list[dict]:
+    """Every method of every cell (from `by_cell`), vanilla first: its means over instances and its
+    paired difference to vanilla on the same instances (None for vanilla, or with no vanilla).
+    `label(key)` names a method (default: `key.label`)."""
+    rows: list[dict[str, Any]] = []
+    for (model, task, length), by_key in cells.items():
+        reference = by_key.get(VANILLA)
+        for key, records in sorted(by_key.items(), key=lambda kv: (kv[0] != VANILLA, kv[0].label)):
+            rows.append({"model": model, "task": task, "length": length,
+                         "method": label(key) if label else key.label, "n": len(records),
+                         "params": key.params_dict(), "metrics": metric_estimates(records, metrics, ci),
+                         "delta": None if reference is None or key == VANILLA
+                         else paired_deltas(records, reference, metrics, ci)})
+    return rows
+
+
 def _row(cell: Cell, key: MethodKey | None, label: str, records: Sequence[Mapping], ci: CIOptions,
          reference: Sequence[Mapping] | None = None, **extra) -> dict:
     metrics = table_metrics(cell.task)

@@ -96,8 +96,8 @@ def add_heads_flag(parser: argparse.ArgumentParser) -> None:
 def add_dysco_flags(parser: argparse.ArgumentParser) -> None:
     """--preset and the overrides of its strength and key selection (--beta, --select-p, --select-k)."""
     parser.add_argument("--preset", default=DEFAULT_PRESET, choices=list(PRESET_NAMES),
-                        help=f"DySCO parameters (default: {DEFAULT_PRESET}, what our measurements support below "
-                             "32K tokens; paper: the paper's)")
+                        help=f"DySCO parameters (default: {DEFAULT_PRESET}, the rule our dev split chose from 2K to "
+                             "128K tokens; paper, paper-long: the paper's)")
     parser.add_argument("--beta", type=cli_args.positive_float, default=None, help="override the preset's strength")
     add_renamed_flag(parser, "--select-p", "--p", dest="select_p", metavar="P",  type=cli_args.probability,
                      help="DySCO: override the preset's nucleus of selected keys (top_p)")

@@ -149,9 +149,14 @@ def regenerate_steps(script: ScriptRunner, root: Path) -> list[Step]:
                       outputs=[str(budget / f"{name}.*") for name in ("curves", "effect", "effect-fraction",
                                                                       "dev_free", "test_table")]))
     regime = root / "paper_regime"
-    steps.append(Step("paper regime: teacher-forced presets against vanilla",
-                      script("preset_table", ["--stores", str(regime / "*.jsonl"), "--out", str(regime / "tf_table")]),
-                      needs=[str(regime / "*.jsonl")], outputs=[str(regime / "tf_table.*")]))
+    # the driver writes under <out-dir>/paper_regime, and the motivation figure to 128K beside it
+    steps.append(Step("paper regime: presets against vanilla at 16K-127K, the dev rule, free generation, "
+                      "Needle/MRCR, YaRN's cost, the gold edge's rank to 128K",
+                      script("paper_regime", ["--figures-only", "--out-dir", str(root)]),
+                      needs=[str(regime / "test" / "*.jsonl"), str(regime / "chosen_*.json")],
+                      outputs=[str(regime / f"{name}.*") for name in ("test_tf", "effect", "yarn_cost", "free",
+                                                                     "tasks", "dev_choice", "gold_rank")]
+                      + [str(root / "motivation_128k" / "*.png"), str(root / "motivation_128k" / "*.html")]))
     for alias in available_shipped_heads():
         steps.append(Step(f"QRScore heatmap {alias}",
                           heatmap_runner(alias, root / "heads"),
