@@ -33,6 +33,7 @@ from dysco_interp.studies.budget_study import (
     check_parts,
     run_study,
 )
+from dysco_interp.studies.study_arguments import print_reports
 
 
 def numbers(kind):
@@ -66,14 +67,7 @@ def main(argv=None) -> int:
     if args.figures_only:
         from dysco_interp.studies.budget_report import write_reports
 
-        try:
-            lines = write_reports(Path(args.out_dir) / "budget")
-        except ConfigError as e:
-            print(f"budget_study: {e}", file=sys.stderr)
-            return 2
-        for line in lines:
-            print(line)
-        return 0
+        return print_reports("budget_study", lambda: write_reports(Path(args.out_dir) / "budget"))
     if args.data_dir is None:
         raise SystemExit("--data-dir is required unless --figures-only")
     parts = [x for x in args.parts.split(",") if x]

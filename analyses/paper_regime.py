@@ -30,6 +30,7 @@ from dysco_interp.cli import args as cli_args
 from dysco_interp.decoding.choices import BACKENDS
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.paper_regime import PARTS, RegimeSettings, check_parts
+from dysco_interp.studies.study_arguments import print_reports
 
 
 def main(argv=None) -> int:
@@ -55,14 +56,7 @@ def main(argv=None) -> int:
     if args.figures_only:
         from dysco_interp.studies.paper_regime_report import write_reports
 
-        try:
-            lines = write_reports(Path(args.out_dir) / "paper_regime")
-        except ConfigError as e:
-            print(f"paper_regime: {e}", file=sys.stderr)
-            return 2
-        for line in lines:
-            print(line)
-        return 0
+        return print_reports("paper_regime", lambda: write_reports(Path(args.out_dir) / "paper_regime"))
     parts = [x for x in args.parts.split(",") if x]
     lengths = [x for x in args.lengths.split(",") if x]
     try:

@@ -144,3 +144,18 @@ def test_the_report_redraws_the_committed_tables_and_figures_from_the_stores(tmp
     (folder / "chosen_qwen2.5-coder-1.5b.json").unlink()
     with pytest.raises(ConfigError, match="choose part"):
         write_reports(folder)
+
+
+def test_the_committed_choice_follows_from_the_committed_dev_stores(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    figures = Path(__file__).resolve().parents[1] / "figures"
+    shutil.copytree(figures / "paper_regime" / "dev", tmp_path / "paper_regime" / "dev")
+    settings = paper_regime.RegimeSettings("qwen2.5-coder-1.5b", tmp_path, tmp_path, [],
+                                           budget_dev=figures / "budget" / "dev")
+    ours = paper_regime.choose(settings)
+    committed = json.loads((figures / "paper_regime" / "chosen_qwen2.5-coder-1.5b.json").read_text())
+    assert ours == committed
+    assert ours["config"] == {"beta": 1.5, "top_p": 0.975, "top_k": 8, "top_k_fraction": None}
+    assert len(ours["cells"]) == 8  # Path Traversal and MRCR-style at 2K, 8K, 31K and 127K

@@ -5,9 +5,11 @@ smoke-run preset; defined once so the two scripts read alike."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 
 from dysco_interp.cli import args as cli_args
+from dysco_interp.errors import ConfigError
 
 
 def add_head_study_arguments(p: argparse.ArgumentParser, full: Mapping, small: Mapping, *, small_help: str,
@@ -31,6 +33,19 @@ def add_head_study_arguments(p: argparse.ArgumentParser, full: Mapping, small: M
     p.add_argument("--small", action="store_true", help=small_help)
     p.add_argument("--figures-only", action="store_true", help="draw from the stored records; loads no model")
     p.add_argument("--no-figures", action="store_true", help="compute only (write the summary JSON, no drawing)")
+
+
+def print_reports(script: str, write: Callable[[], list[str]]) -> int:
+    """A study's --figures-only: each file `write()` wrote on its own line (exit 0), or its
+    ConfigError as one line naming the script (exit 2)."""
+    try:
+        lines = write()
+    except ConfigError as e:
+        print(f"{script}: {e}", file=sys.stderr)
+        return 2
+    for line in lines:
+        print(line)
+    return 0
 
 
 def apply_preset(p: argparse.ArgumentParser, args: argparse.Namespace, full: Mapping, small: Mapping) -> None:
