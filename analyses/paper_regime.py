@@ -26,6 +26,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from dysco_interp.analysis.report import command_line
 from dysco_interp.cli import args as cli_args
 from dysco_interp.decoding.choices import BACKENDS
 from dysco_interp.errors import ConfigError
@@ -67,7 +68,8 @@ def main(argv=None) -> int:
         p.error(str(e))
     settings = RegimeSettings(args.model, Path(args.data_dir or "."), Path(args.out_dir), lengths,
                               Path(args.budget_dev) if args.budget_dev else None, args.backend,
-                              args.tokens_per_batch, args.n)
+                              args.tokens_per_batch, args.n,
+                              command_line("analyses/paper_regime.py", sys.argv[1:] if argv is None else argv))
     try:
         if parts == ["choose"]:
             from dysco_interp.studies.paper_regime import choose

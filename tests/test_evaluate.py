@@ -329,3 +329,21 @@ def test_cli_float32_decoding_attention_is_recorded_and_kept_apart(data_dir, tmp
     capsys.readouterr()
     assert main(evaluate_argv(data_dir, default, *static, "--decode-attention", "sdpa", "--json")) == 0
     assert json.loads(capsys.readouterr().out)["new_records"] == 0
+
+
+def test_each_record_says_where_when_and_by_what_command_it_was_made(tmp_path, tiny_llama):
+    from dysco_interp.decoding.config import DecodingConfig
+    from dysco_interp.experiments.evaluate import evaluate
+    from dysco_interp.tasks import make_dataset
+
+    data = make_dataset("needle_qa", tiny_llama.tokenizer, 500, n=1, seed=0, progress=False)
+    vanilla = {"vanilla": DecodingConfig(method="vanilla", max_new_tokens=2)}
+    first = evaluate(tiny_llama, "tiny-llama", "needle_qa", data, vanilla, None, tmp_path / "r.jsonl",
+                     progress=False, command="dysco-interp evaluate --limit 1")
+    run = first.new[0]["run"]
+    assert run["command"] == "dysco-interp evaluate --limit 1" and run["machine"].startswith("cpu (")
+    assert run["started"].endswith("+00:00")
+    # provenance is no setting: a later run with another command resumes the same store
+    again = evaluate(tiny_llama, "tiny-llama", "needle_qa", data, vanilla, None, tmp_path / "r.jsonl",
+                     progress=False, command="another")
+    assert again.new == [] and again.records[0]["run"] == run

@@ -36,8 +36,10 @@ def torchrun_command(n_processes: int, evaluate_args: Sequence[str]) -> list[str
 
 
 def comparable(records: Sequence[dict]) -> list[dict]:
-    """Records without their wall-clock times, the only fields two runs may differ in."""
-    return [{**r, "timings": {k: v for k, v in (r.get("timings") or {}).items() if not k.endswith("_s")}}
+    """Records without their wall-clock times and their provenance (when, where, by what command:
+    `experiments.provenance`), the only fields two runs may differ in."""
+    return [{**{k: v for k, v in r.items() if k != "run"},
+             "timings": {k: v for k, v in (r.get("timings") or {}).items() if not k.endswith("_s")}}
             for r in records]
 
 

@@ -4,6 +4,7 @@ command and turns what goes wrong on purpose into one line on stderr and an exit
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from dysco_interp.cli import args as cli_args
@@ -52,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as e:  # argparse printed its one line (or the help) already
             sys.stdout.flush()
             return e.code if isinstance(e.code, int) else 0
+        # kept in the records a command writes (`experiments.provenance`)
+        args.command_line = shlex.join(["dysco-interp", *(sys.argv[1:] if argv is None else argv)])
         code = args.func(args)
         sys.stdout.flush()  # a reader that went away (`| head`) shows up here, inside the handler
         return code

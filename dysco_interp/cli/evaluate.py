@@ -114,7 +114,7 @@ def run_evaluate(args) -> int:
         heads = heads_from_flags(model, args, heads_line is not None) if needs_heads else None
         run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
                        backend=backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
-                       teacher_forced=args.teacher_forced)
+                       teacher_forced=args.teacher_forced, command=args.command_line)
     if not world.is_main:
         return 0  # rank 0 reports the whole run
     scores = get_task(task).metrics

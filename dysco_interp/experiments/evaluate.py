@@ -32,6 +32,7 @@ from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.experiments.distributed import Shard, current_world, gather, note_world, sharded_store
+from dysco_interp.experiments.provenance import provenance
 from dysco_interp.experiments.store import (
     ResultStore,
     StoreMismatchError,
@@ -307,6 +308,7 @@ def evaluate(
     if_differs: Literal["error", "new"] = "error",
     teacher_forced: bool = False,
     decode_attention: str | None = None,
+    command: str | None = None,
 ) -> EvaluationRun:
     """Run every method on every instance not yet in the store at `out`.
 
@@ -337,6 +339,8 @@ def evaluate(
         decode_attention: with a backend's name, the static backend's decoding attention, "sdpa"
             (fused, the default) or "float32" (bitwise repeatable on a GPU, so reruns and
             data-parallel shards give identical records); a store holds one of them.
+        command: the command line that ran this, kept with the machine and start time in each
+            new record's `run` (`experiments.provenance`).
 
     Returns:
         An `EvaluationRun`: the records of the requested instances x methods, the new ones (made by
@@ -356,6 +360,7 @@ def evaluate(
     spec = BackendSpec.of(backend, decode_attention=decode_attention)
     world = current_world()
     order = grid_order(ids, methods)
+    run = provenance(model.device, command)
 
     def key(instance_hash, method):
         return {"method": method, "instance": instance_hash}
@@ -399,6 +404,7 @@ def evaluate(
                             "config": config.record_fields(),
                             "backend": spec.name,
                             "settings": {**shared, "method": wanted[method]},
+                            "run": run,
                         }
                         if keep_trace and res.trace is not None:
                             record["trace"] = res.trace.to_dict()

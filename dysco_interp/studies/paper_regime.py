@@ -95,6 +95,7 @@ class RegimeSettings:
     backend: str = "static"
     tokens_per_batch: int = 512 * 1024  # instances decoded together: this many prompt tokens
     n: int | None = None
+    command: str | None = None  # kept in each new record (`experiments.provenance`)
 
     def store(self, split: str, task: str, length: str, kind: str) -> Path:
         return stored(self.out_dir / "paper_regime" / split / f"{self.model_name}_{task}_{length}_{kind}.jsonl")
@@ -150,7 +151,7 @@ def run_regime(model: LoadedModel, heads: HeadSet, s: RegimeSettings, parts: Seq
         instances = data(data_split or split, task, length)
         batch = max(1, min(50, s.tokens_per_batch // max(i.n_tokens for i in instances)))
         done = evaluate(model, s.model_name, task, instances, methods, heads, s.store(split, task, length, kind),
-                        backend=s.backend, batch_size=batch, teacher_forced=forced)
+                        backend=s.backend, batch_size=batch, teacher_forced=forced, command=s.command)
         log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s (batch {batch})")
 
     if "dev" in parts:
