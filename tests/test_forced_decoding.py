@@ -41,6 +41,15 @@ def one_pass(model, prompt, answer):
     return answer_ids, logp.argmax(-1).tolist(), logp.gather(-1, gold[:, None])[:, 0].tolist()
 
 
+def one_pass_top2(model, prompt, answer) -> torch.Tensor:
+    """The two largest log-probabilities at each answer position, from one plain forward pass."""
+    prompt_ids = list(prepare_prompt(model, prompt).ids)
+    answer_ids = model.tokenizer(answer, add_special_tokens=False)["input_ids"]
+    with torch.inference_mode():
+        logits = model.bridge(torch.tensor([prompt_ids + answer_ids]))[0, len(prompt_ids) - 1 : -1].float()
+    return torch.log_softmax(logits, -1).topk(2, dim=-1).values
+
+
 @pytest.mark.parametrize("style", ["llama", "qwen2"])
 @pytest.mark.parametrize("backend", ["bridge", "sdpa"])
 def test_vanilla_forced_equals_one_pass_teacher_forcing(tiny_of, style, backend):
@@ -55,6 +64,11 @@ def test_vanilla_forced_equals_one_pass_teacher_forcing(tiny_of, style, backend)
     summary = out.forced.summary(out.tokens)
     assert summary["n_forced"] == len(gold)
     assert summary["tf_token_accuracy"] == sum(a == g for a, g in zip(argmax, gold)) / len(gold)
+    assert summary["tf_token_correct"] == [a == g for a, g in zip(argmax, gold)]
+    # the margin is the gap between the model's first and second choice at each gold position
+    top = one_pass_top2(model, PROMPTS[0], ANSWERS[0])
+    torch.testing.assert_close(torch.tensor(out.forced.margin), top[:, 0] - top[:, 1], atol=2e-4, rtol=0)
+    assert min(out.forced.margin) >= 0
 
 
 def test_forced_dysco_is_the_same_on_every_backend_and_in_a_batch(tiny_of):

@@ -267,6 +267,28 @@ def test_teacher_forced_step_accuracy(inst):
         pt.teacher_forced_step_accuracy(perfect, tf, mode="all")
 
 
+def test_forced_step_scores_keep_each_step_and_sum_up_to_the_means(inst):
+    tf = pt.teacher_forced_inputs(inst, tok("llama"))
+    start = tf.prompt_len - 1
+    answer = list(tf.input_ids[tf.prompt_len:])
+    argmax = list(answer)
+    spoiled = tf.step_predict_positions[1][0] - start
+    argmax[spoiled] += 1  # step 1's first name token is not the argmax
+    logprob = [-0.1 * (j % 7) for j in range(len(answer))]
+    margin = [0.5 + j for j in range(len(answer))]
+    s = pt.forced_step_scores(argmax, logprob, tf, margin)
+    assert s["tf_step_correct"] == [k != 1 for k in range(inst.n_hops)]
+    assert s["tf_step_accuracy"] == sum(s["tf_step_correct"]) / inst.n_hops
+    assert s["tf_city_logprob"] == pytest.approx(sum(s["tf_step_city_logprob"]) / inst.n_hops)
+    assert s["tf_step_margin"][1] == margin[spoiled]
+    # a decode cut before the last step: that step is wrong, and has neither log p nor margin
+    cut = tf.step_predict_positions[-1][0] - start
+    s = pt.forced_step_scores(argmax[:cut], logprob[:cut], tf, margin[:cut])
+    assert s["tf_step_correct"][-1] is False
+    assert s["tf_step_city_logprob"][-1] is None and s["tf_step_margin"][-1] is None
+    assert pt.forced_step_scores(argmax, logprob, tf)["tf_step_margin"] == [None] * inst.n_hops  # no margins
+
+
 def test_teacher_forced_inputs_refuse_another_tokenizer(inst):
     other = tiny_tokenizer("llama")
     other.add_tokens([" is a lively city"])  # same vocabulary otherwise, different ids for the prompt

@@ -15,6 +15,7 @@ from dysco_interp.cli.generate import add_generate_parser
 from dysco_interp.cli.install_model import add_install_model_parser
 from dysco_interp.cli.make_data import add_make_data_parser
 from dysco_interp.cli.models import add_models_parser
+from dysco_interp.cli.step_classes import add_step_classes_parser
 from dysco_interp.errors import DyscoError
 
 DESCRIPTION = (
@@ -25,7 +26,7 @@ DESCRIPTION = (
 )
 # the order `dysco-interp --help` lists the commands in
 COMMANDS = (add_models_parser, add_install_model_parser, add_generate_parser, add_evaluate_parser,
-            add_make_data_parser, add_detect_parser, add_demo_parser)
+            add_make_data_parser, add_detect_parser, add_step_classes_parser, add_demo_parser)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -187,19 +187,23 @@ def _forced(stepper: Stepper, state: DecodeState, logits: torch.Tensor, golds: l
     """Feed each row its gold tokens; score the logits that predict each one."""
     argmax: list[list[int]] = [[] for _ in golds]
     logprob: list[list[float]] = [[] for _ in golds]
+    margin: list[list[float]] = [[] for _ in golds]
     j = 0
     while True:
         # a row past its own answer is fed its last token again; its records are dropped
         target = torch.tensor([g[min(j, len(g) - 1)] for g in golds], device=logits.device)
         logp = torch.log_softmax(logits.float(), dim=-1)
-        best, gold = logp.argmax(-1).tolist(), logp.gather(-1, target[:, None])[:, 0].tolist()
+        top = logp.topk(2, dim=-1)
+        best, gold = top.indices[:, 0].tolist(), logp.gather(-1, target[:, None])[:, 0].tolist()
+        gap = (top.values[:, 0] - top.values[:, 1]).tolist()
         for i, g in enumerate(golds):
             if j < len(g):
                 argmax[i].append(int(best[i]))
                 logprob[i].append(float(gold[i]))
+                margin[i].append(round(float(gap[i]), 6))
         active = [j + 1 < len(g) for g in golds]
         if not any(active):
-            return [ForcedScores(a, lp) for a, lp in zip(argmax, logprob)]
+            return [ForcedScores(a, lp, m) for a, lp, m in zip(argmax, logprob, margin)]
         logits, records = stepper.step(state, target, DECODE)
         keep(records, active)
         j += 1

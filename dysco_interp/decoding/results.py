@@ -113,22 +113,26 @@ class Timings:
 
 @dataclass
 class ForcedScores:
-    """Teacher forcing: at each gold token, what the model would have written and how likely
-    the gold token was (natural log), from the logits that predict it."""
+    """Teacher forcing: at each gold token, what the model would have written, how likely the
+    gold token was (natural log), and how sure the model was of its own choice (`margin`: the
+    log-probability gap between its first and second choice), from the logits that predict it."""
 
     argmax: list[int]
     logprob: list[float]
+    margin: list[float] = field(default_factory=list)  # empty in results saved before it existed
 
     def to_dict(self) -> dict:
         return asdict(self)
 
-    def summary(self, gold: list[int]) -> dict[str, float]:
+    def summary(self, gold: list[int]) -> dict[str, Any]:
         """Answer-level scores against the gold tokens fed: mean log-probability per token, the
-        share of tokens that are the argmax, whether all are (greedy would write the answer)."""
+        share of tokens that are the argmax, whether all are (greedy would write the answer), and
+        per token whether it is the argmax (`tf_token_correct`, what `analysis.step_classes` pairs)."""
         n = len(self.argmax)
-        hits = sum(int(a == g) for a, g in zip(self.argmax, gold))
+        correct = [a == g for a, g in zip(self.argmax, gold)]
+        hits = sum(correct)
         return {"tf_logprob": sum(self.logprob) / n, "tf_token_accuracy": hits / n, "tf_exact": float(hits == n),
-                "n_forced": n}
+                "n_forced": n, "tf_token_correct": correct}
 
 
 @dataclass
@@ -195,7 +199,8 @@ class GenerationResult:
                 timings=Timings(**{k: v for k, v in d["timings"].items() if k in timing_names}),
                 trace=None if trace is None else Trace.from_dict(trace),
                 method=str(d["method"]),
-                forced=None if forced is None else ForcedScores(list(forced["argmax"]), list(forced["logprob"])),
+                forced=None if forced is None else ForcedScores(list(forced["argmax"]), list(forced["logprob"]),
+                                                                list(forced.get("margin", []))),
                 prompt_text=None if prompt_text is None else str(prompt_text),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:

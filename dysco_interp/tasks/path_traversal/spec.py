@@ -45,7 +45,7 @@ def route_steps(result: GenerationResult, instance: PathTraversalInstance, token
     """Teacher-forced step accuracy and city log-probability of a forced result."""
     assert result.forced is not None
     inputs = teacher_forced_inputs(instance, tokenizer)
-    return forced_step_scores(result.forced.argmax, result.forced.logprob, inputs)
+    return forced_step_scores(result.forced.argmax, result.forced.logprob, inputs, result.forced.margin)
 
 
 PATH_TRAVERSAL = TaskSpec(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -105,15 +106,23 @@ def _as_argmax_list(predicted) -> list[int]:
     return arr.tolist()
 
 
-def forced_step_scores(argmax: list[int], logprob: list[float], inputs: TeacherForcedInputs) -> dict[str, float | None]:
-    """Per-step scores of a teacher-forced decode of the gold route (`argmax[j]` and `logprob[j]`
-    at the j-th completion token): step accuracy as `teacher_forced_step_accuracy` (mode "name"),
-    and the mean over steps of the city name's summed log-probability. Steps past a truncated
-    decode count as wrong and are left out of the log-probability."""
+def forced_step_scores(argmax: list[int], logprob: list[float], inputs: TeacherForcedInputs,
+                       margin: list[float] | None = None) -> dict[str, Any]:
+    """Per-step scores of a teacher-forced decode of the gold route (`argmax[j]`, `logprob[j]`
+    and `margin[j]` at the j-th completion token): step accuracy as `teacher_forced_step_accuracy`
+    (mode "name"), and the mean over steps of the city name's summed log-probability. Steps past
+    a truncated decode count as wrong and are left out of the log-probability. Per step too
+    (what `analysis.step_classes` pairs): whether it is right, the city's log-probability, and
+    the margin of the model's own choice at the city's first token (None past a truncation)."""
     start = inputs.prompt_len - 1  # the position whose logits predict the first completion token
     full = [-1] * start + list(argmax) + [-1] * (len(inputs.input_ids) - start - len(argmax))
     score = teacher_forced_step_accuracy(full[: len(inputs.input_ids)], inputs)
-    city = [sum(logprob[p - start] for p in positions) for positions in inputs.step_predict_positions
-            if positions and positions[-1] - start < len(logprob)]
+    reached = [bool(positions) and positions[-1] - start < len(logprob) for positions in inputs.step_predict_positions]
+    per_step = [round(sum(logprob[p - start] for p in positions), 6) if ok else None
+                for positions, ok in zip(inputs.step_predict_positions, reached)]
+    city = [c for c in per_step if c is not None]
+    margins = margin or []
+    first = [positions[0] - start if positions else None for positions in inputs.step_predict_positions]
     return {"tf_step_accuracy": score.accuracy, "tf_city_logprob": sum(city) / len(city) if city else None,
-            "tf_steps": len(score.correct)}
+            "tf_steps": len(score.correct), "tf_step_correct": list(score.correct), "tf_step_city_logprob": per_step,
+            "tf_step_margin": [margins[j] if j is not None and j < len(margins) else None for j in first]}
