@@ -145,15 +145,21 @@ def choose(s: StudySettings) -> dict:
     return choice
 
 
+def split_instances(data_dir: Path, split: str, task: str, length: str, n: int | None, script: str) -> list:
+    """The first `n` (all for None) instances of `data_dir/split/<task>_<length>.jsonl`, as
+    make-data writes it; a missing file is a ConfigError naming the script that says how to make it."""
+    path = data_dir / split / f"{task}_{length}.jsonl"
+    if not path.is_file():
+        raise ConfigError(f"missing {path}: make the {split} split first (see {script})")
+    instances = load_dataset(path)
+    return instances[:n] if n else instances
+
+
 def run_study(model: LoadedModel, heads: HeadSet, s: StudySettings, log: Callable[[str], None] = print) -> None:
     check_parts(s.parts)
 
     def data(split: str, task: str, length: str) -> list:
-        path = s.data_dir / split / f"{task}_{length}.jsonl"
-        if not path.is_file():
-            raise ConfigError(f"missing {path}: make the {split} split first (see analyses/budget_study.py)")
-        instances = load_dataset(path)
-        return instances[: s.n] if s.n else instances
+        return split_instances(s.data_dir, split, task, length, s.n, "analyses/budget_study.py")
 
     def run(split: str, task: str, length: str, methods: dict[str, DecodingConfig], forced: bool) -> None:
         t0 = time.perf_counter()

@@ -39,9 +39,8 @@ from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
 from dysco_interp.models.yarn import yarn_factor
-from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, chosen_config, named
+from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, chosen_config, named, split_instances
 from dysco_interp.studies.length_rule import best_tau, choose_rule
-from dysco_interp.tasks import load_dataset
 
 PARTS = ("dev", "tau", "choose", "test", "free", "tasks", "yarn-cost")
 # a slice of the budget study's grid (every point of it was swept at 2K and 8K), so that the
@@ -138,17 +137,10 @@ def run_regime(model: LoadedModel, heads: HeadSet, s: RegimeSettings, parts: Seq
     check_parts(parts)
     stretch = yarn_factor(model.hf_config)
 
-    def data(split: str, task: str, length: str) -> list:
-        path = s.data_dir / split / f"{task}_{length}.jsonl"
-        if not path.is_file():
-            raise ConfigError(f"missing {path}: make the {split} split first (see analyses/paper_regime.py)")
-        instances = load_dataset(path)
-        return instances[: s.n] if s.n else instances
-
     def run(split: str, task: str, length: str, kind: str, methods: dict[str, DecodingConfig], forced: bool,
             data_split: str | None = None) -> None:
         t0 = time.perf_counter()
-        instances = data(data_split or split, task, length)
+        instances = split_instances(s.data_dir, data_split or split, task, length, s.n, "analyses/paper_regime.py")
         batch = max(1, min(50, s.tokens_per_batch // max(i.n_tokens for i in instances)))
         done = evaluate(model, s.model_name, task, instances, methods, heads, s.store(split, task, length, kind),
                         backend=s.backend, batch_size=batch, teacher_forced=forced, command=s.command)
