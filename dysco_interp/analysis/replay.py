@@ -240,7 +240,7 @@ def replay_attention(
     else:
         every = [(layer, head) for layer in range(spec.n_layers) for head in range(spec.n_heads)]
         read, sums, _ = span_attention_by_readout(model, ids, list(query_positions(n_prompt, n_gen)), span_list,
-                                               every, backend)
+                                                  every, backend)
         for layer in range(spec.n_layers):  # read.heads is in (layer, head) order
             accumulate(layer, sums[:, layer * spec.n_heads:(layer + 1) * spec.n_heads].transpose(0, 1))
     return AttentionReplay(

@@ -14,8 +14,8 @@ METHOD_NAMES: tuple[MethodName, ...] = get_args(MethodName)
 
 # the keys of `decoding.config.PRESETS`, which checks it holds exactly these
 PRESET_NAMES = ("paper", "paper-strong", "paper-long", "quick-check", "small-budget")
-# every command's --preset unless given: what our measurements support below 32K tokens (figures/README.md,
-# "Selection budget"); there the paper's nucleus selects hundreds of keys and our study found it at or below vanilla
+# every command's --preset unless given: the rule our dev split chose from 2K to 128K tokens (figures/README.md,
+# "Selection budget" and "The paper's regime"); the paper's presets were at or below vanilla there
 DEFAULT_PRESET = "small-budget"
 
 Schedule = Literal["reference", "paper"]
