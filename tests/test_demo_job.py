@@ -1,6 +1,7 @@
 """The main job's pieces without the real model: the per-step mechanism table (pure) and the whole
 demo, report and page on a tiny random model."""
 
+import math
 import re
 
 import pytest
@@ -21,10 +22,10 @@ class Tok:
         return " " + "-".join(str(i) for i in ids)
 
 
-def forced_run(argmax, logprob):
+def forced_run(argmax, logprob, margin=()):
     n = len(argmax)
     return GenerationResult(text="", tokens=list(range(100, 100 + n)), prompt_ids=list(range(10)), finished=True,
-                            forced=ForcedScores(list(argmax), list(logprob)))
+                            forced=ForcedScores(list(argmax), list(logprob), list(margin)))
 
 
 def gold_route_replay(n=6):
@@ -60,6 +61,14 @@ def test_each_step_is_read_where_its_city_is_predicted():
     assert second.edge == "C → D" and second.qr_rank == 1 and second.selected is None  # no selection at that step
     assert second.correct == {"vanilla": True, "dysco": False}
     assert first.to_dict()["logprob"]["dysco"] == pytest.approx(-0.75) and first.to_dict()["qr_rank"] == 1
+    # step 0 is read at answer token 2: QRHead edge masses (0.5, 0.2, 0.1)
+    p = torch.tensor([0.5, 0.2, 0.1]) / 0.8
+    assert first.qr_top_share == pytest.approx(0.625)
+    assert first.qr_entropy == pytest.approx(float(-(p * p.log()).sum() / math.log(3)))
+    assert first.margin == {}  # results without margins
+    with_margins = {name: forced_run(r.forced.argmax, r.forced.logprob, margin=[0.0, 0.0, 1.5, 0.2, 0.0, 0.7])
+                    for name, r in forced.items()}
+    assert [s.margin["dysco"] for s in step_mechanisms(gold_route_replay(), INPUTS, with_margins, Tok())] == [1.5, 0.7]
     assert step_totals(steps) == {"vanilla": {"step_accuracy": 0.5, "city_logprob": pytest.approx(-2.75)},
                                   "dysco": {"step_accuracy": 0.5, "city_logprob": pytest.approx(-0.875)}}
 
@@ -70,6 +79,9 @@ def test_ties_count_against_the_gold_edge_and_a_cut_answer_stops_the_steps():
     rep.qr_heads[2] = torch.tensor([0.3, 0.3, 0.3])
     steps = step_mechanisms(rep, INPUTS, forced, Tok())
     assert len(steps) == 1 and steps[0].qr_rank == 3
+    assert steps[0].qr_top_share == pytest.approx(1 / 3) and steps[0].qr_entropy == pytest.approx(1.0)  # flat
+    rep.qr_heads[2] = 0.0
+    assert step_mechanisms(rep, INPUTS, forced, Tok())[0].qr_entropy is None  # no mass on any edge
 
 
 def test_inputs_that_do_not_belong_together_are_refused():

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -36,9 +36,26 @@ class StepMechanism:
     selected: float | None  # share of the gold edge's tokens DySCO selected (None: no selection there)
     logprob: dict[str, float]  # method -> log-probability of the whole city name (summed over its tokens)
     correct: dict[str, bool]  # method -> every token of the city name is the argmax
+    # how concentrated the QRHeads' attention over the edges is: the most attended edge's share of
+    # the edge mass, and the entropy of that distribution over log(number of edges) (0: one edge, 1: flat)
+    qr_top_share: float | None = None  # None: no QRHead attention on any edge
+    qr_entropy: float | None = None
+    # method -> how sure it was of its own first choice at the city's first token (the gap between its
+    # first and second log-probability; absent for results saved before margins were kept)
+    margin: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def concentration(masses: torch.Tensor) -> tuple[float | None, float | None]:
+    """(top share, normalised entropy) of non-negative masses over n >= 2 items; None for no mass."""
+    total = float(masses.sum())
+    if total <= 0 or masses.numel() < 2:
+        return None, None
+    p = masses.double() / total
+    entropy = -float((p[p > 0] * p[p > 0].log()).sum()) / math.log(masses.numel())
+    return float(p.max()), entropy
 
 
 def _rank(values: torch.Tensor, index: int) -> int:
@@ -77,6 +94,7 @@ def step_mechanisms(
             raise ConfigError(f"route step {k}: the replay has no gold edge at answer token {at[0]}")
         targets = inputs.step_target_ids[k]
         chosen = None if replay.selected is None else float(replay.selected[at[0], gold])
+        top_share, entropy = concentration(replay.qr_heads[at[0]])
         out.append(StepMechanism(
             step=k,
             edge=replay.names[gold],
@@ -89,6 +107,9 @@ def step_mechanisms(
             selected=None if chosen is None or math.isnan(chosen) else chosen,
             logprob={name: sum(f.logprob[i] for i in at) for name, f in scores.items()},
             correct={name: all(f.argmax[i] == t for i, t in zip(at, targets)) for name, f in scores.items()},
+            qr_top_share=top_share,
+            qr_entropy=entropy,
+            margin={name: f.margin[at[0]] for name, f in scores.items() if len(f.margin) > at[0]},
         ))
     return out
 
