@@ -35,7 +35,7 @@ from dysco_interp.analysis.store_archives import glob_stores
 from dysco_interp.analysis.stores import read_records
 from dysco_interp.decoding.config import PRESETS
 from dysco_interp.errors import ConfigError
-from dysco_interp.studies.budget_choice import SELECTION
+from dysco_interp.studies.budget_choice import selection_fields
 from dysco_interp.studies.motivation_summary import STORE_NAME, draw
 from dysco_interp.tasks.lengths import length_label
 from dysco_interp.tasks.registry import TASKS
@@ -53,8 +53,7 @@ def method_name(key: MethodKey, chosen: Mapping | None = None) -> str:
     marked), else its label."""
     if key.method not in ("dysco", "dysco-random", "dysco-static"):
         return key.label
-    params = key.params_dict()
-    fields = {name: params[name] or None if name == "top_k_fraction" else params[name] for name in SELECTION}
+    fields = selection_fields(key)
     names = [n for n, c in PRESETS.items() if all(getattr(c, f) == v for f, v in fields.items())]
     if chosen is not None and fields == dict(chosen):
         names.append("dev rule")
