@@ -193,9 +193,10 @@ def _forced(stepper: Stepper, state: DecodeState, logits: torch.Tensor, golds: l
         # a row past its own answer is fed its last token again; its records are dropped
         target = torch.tensor([g[min(j, len(g) - 1)] for g in golds], device=logits.device)
         logp = torch.log_softmax(logits.float(), dim=-1)
-        top = logp.topk(2, dim=-1)
-        best, gold = top.indices[:, 0].tolist(), logp.gather(-1, target[:, None])[:, 0].tolist()
-        gap = (top.values[:, 0] - top.values[:, 1]).tolist()
+        # argmax keeps the first of tied tokens, as before margins were kept; topk's order on ties is unspecified
+        best, gold = logp.argmax(-1).tolist(), logp.gather(-1, target[:, None])[:, 0].tolist()
+        top = logp.topk(2, dim=-1).values
+        gap = (top[:, 0] - top[:, 1]).tolist()
         for i, g in enumerate(golds):
             if j < len(g):
                 argmax[i].append(int(best[i]))
