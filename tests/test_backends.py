@@ -46,6 +46,8 @@ METHODS = {
     "random": DecodingConfig(method="dysco-random", head_seed=1, beta=4.0, top_p=0.7, max_new_tokens=N_NEW),
     "reuse": DecodingConfig(method="dysco-reuse", beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True),
     "uniattns": DecodingConfig(method="uniattns", tau=0.5, max_new_tokens=N_NEW),
+    "gated": DecodingConfig(method="dysco-gated", beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True,
+                            options={"min_mass": 0.72}),
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
-MethodName = Literal["vanilla", "uniattns", "dysco", "dysco-static", "dysco-random", "dysco-reuse"]
+MethodName = Literal["vanilla", "uniattns", "dysco", "dysco-static", "dysco-random", "dysco-reuse", "dysco-gated"]
 METHOD_NAMES: tuple[MethodName, ...] = get_args(MethodName)
 
 # the keys of `decoding.config.PRESETS`, which checks it holds exactly these

@@ -44,7 +44,7 @@ class DecodingConfig:
     record_positions: bool = False  # keep every step's selected positions in the trace
     enable_thinking: bool | None = None  # forwarded to the chat template (Qwen3-style)
     # a registered method's own parameters (a mapping; kept as sorted (name, value) pairs, its
-    # defaults filled in): e.g. PASTA's alpha. Built-in methods take none.
+    # defaults filled in): e.g. PASTA's alpha, or dysco-gated's min_mass.
     options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
@@ -66,6 +66,7 @@ class DecodingConfig:
         check_bool("record_positions", self.record_positions)
         check_bool("enable_thinking", self.enable_thinking, allow_none=True)
         object.__setattr__(self, "options", method_options(self.method, self.strategy.options, self.options))
+        self.strategy.check_options(dict(self.options))
 
     @property
     def strategy(self) -> type[Method]:

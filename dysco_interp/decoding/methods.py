@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from dysco_interp.checks import check_number
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.backends.base import StepOutput
 from dysco_interp.decoding.choices import METHOD_NAMES
@@ -88,6 +89,10 @@ class Method:
     def temperature_of(cls, config: DecodingConfig) -> float:
         """Attention temperature of every head, prefill included (1.0: none)."""
         return 1.0
+
+    @classmethod
+    def check_options(cls, options: Mapping[str, Any]) -> None:
+        """Refuse bad option values when the config is made (before any model loads)."""
 
     def option(self, name: str) -> Any:
         """The value of one of the method's `options` in this run's config."""
@@ -235,7 +240,32 @@ class DyscoReuse(Dysco):
         return out.logits, selector.last
 
 
-BUILT_IN: tuple[type[Method], ...] = (Method, UniAttnS, Dysco, DyscoStatic, DyscoRandom, DyscoReuse)
+class DyscoGated(Dysco):
+    name = "dysco-gated"
+    description = "DySCO that scales a step only when its selected keys hold min_mass of the QRHeads' relevance"
+    # 0 scales every step (plain DySCO); above 1 none (vanilla's tokens, at DySCO's cost)
+    options = {"min_mass": 0.0}
+
+    @classmethod
+    def check_options(cls, options):
+        check_number("min_mass", options["min_mass"], at_least=0)
+
+    def step(self, run, n_keys, selector):
+        assert selector is not None
+        attention = run(self.partial).attention
+        assert attention is not None
+        selector.update(attention)
+        selection = selector.select(n_keys)
+        # a row whose QRHeads spread their relevance thinly gets no bias at all (its own key included),
+        # and its trace says that nothing was selected
+        on = selection.mass >= float(self.option("min_mass"))
+        mask = selection.mask & on[:, None]
+        out = run(self.biased.with_bias(selector.bias(mask) * on[:, None, None, None].to(torch.float32)))
+        assert out.logits is not None
+        return out.logits, relevance.Selection(mask, mask.sum(dim=-1), selection.mass * on)
+
+
+BUILT_IN: tuple[type[Method], ...] = (Method, UniAttnS, Dysco, DyscoStatic, DyscoRandom, DyscoReuse, DyscoGated)
 assert tuple(cls.name for cls in BUILT_IN) == METHOD_NAMES
 # name -> method: the built-in ones, then those registered at run time
 REGISTRY: dict[str, type[Method]] = {cls.name: cls for cls in BUILT_IN}
