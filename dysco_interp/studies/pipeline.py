@@ -157,6 +157,11 @@ def regenerate_steps(script: ScriptRunner, root: Path) -> list[Step]:
                       outputs=[str(regime / f"{name}.*") for name in ("test_tf", "effect", "yarn_cost", "free",
                                                                      "tasks", "dev_choice", "gold_rank")]
                       + [str(root / "motivation_128k" / "*.png"), str(root / "motivation_128k" / "*.html")]))
+    account = root / "step_account"
+    steps.append(Step("step account: what DySCO fixes and breaks by signal, free against forced, the gate",
+                      script("step_account", ["--figures-only", "--out-dir", str(root)]),
+                      needs=[str(account / "test" / "*_steps.jsonl")],
+                      outputs=[str(account / f"{name}.*") for name in ("step_account", "examples", "signals")]))
     for alias in available_shipped_heads():
         steps.append(Step(f"QRScore heatmap {alias}",
                           heatmap_runner(alias, root / "heads"),

@@ -95,15 +95,15 @@ def methods(max_new_tokens: int, gate: dict | None) -> dict[str, DecodingConfig]
     return out
 
 
-def first_misses(results: dict[str, GenerationResult], gold: Sequence[int], steps: Sequence[int | None],
-                 city_starts: set[int]) -> dict[str, dict | None]:
-    """method -> the first gold token its teacher-forced argmax misses: its index, route step,
-    and whether it starts a city name (None: it misses none)."""
+def first_misses(results: dict[str, GenerationResult], gold: Sequence[int], pieces: Sequence[str],
+                 steps: Sequence[int | None], city_starts: set[int]) -> dict[str, dict | None]:
+    """method -> the first gold token its teacher-forced argmax misses: its index, text, route
+    step, and whether it starts a city name (None: it misses none)."""
     out: dict[str, dict | None] = {}
     for name, res in results.items():
         assert res.forced is not None
         j = next((j for j, (a, g) in enumerate(zip(res.forced.argmax, gold)) if a != g), None)
-        out[name] = None if j is None else {"token": j, "step": steps[j], "city": j in city_starts}
+        out[name] = None if j is None else {"token": j, "text": pieces[j], "step": steps[j], "city": j in city_starts}
     return out
 
 
@@ -114,10 +114,11 @@ def account_instance(model: LoadedModel, heads: HeadSet, inst: PathTraversalInst
     replay = replay_path_traversal(model, inst, results["dysco"], heads, backend=backend)
     steps = step_mechanisms(replay, inputs, results, model.tokenizer, inst, results["dysco"])
     gold = list(inputs.input_ids[inputs.prompt_len:])
+    pieces = token_pieces(model.tokenizer, gold)
     start = inputs.prompt_len - 1
     return {"instance": inst.id, "n_tokens": inst.n_tokens, "n_edges": inst.n_edges, "n_hops": inst.n_hops,
             "steps": [s.to_dict() for s in steps],
-            "first_miss": first_misses(results, gold, route_steps(token_pieces(model.tokenizer, gold), inst.n_hops),
+            "first_miss": first_misses(results, gold, pieces, route_steps(pieces, inst.n_hops),
                                        {p - start for p in inputs.first_token_positions})}
 
 
