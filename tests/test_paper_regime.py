@@ -131,31 +131,37 @@ def test_the_report_redraws_the_committed_tables_and_figures_from_the_stores(tmp
     folder = tmp_path / "paper_regime"
     shutil.copytree(figures / "paper_regime", folder, ignore=shutil.ignore_patterns("*.md", "*.json", "*.png",
                                                                                     "*.html"))
-    shutil.copy(figures / "paper_regime" / "chosen_qwen2.5-coder-1.5b.json", folder)
+    for chosen in (figures / "paper_regime").glob("chosen_*.json"):
+        shutil.copy(chosen, folder)
     (tmp_path / MOTIVATION).mkdir()
     shutil.copy(figures / MOTIVATION / "motivation.jsonl.xz", tmp_path / MOTIVATION)
     written = write_reports(folder)
     for name in ("test_tf.json", "yarn_cost.json", "free.json", "tasks.json", "dev_choice.md"):
         assert json.loads((folder / name).read_text()) == json.loads((figures / "paper_regime" / name).read_text()) \
             if name.endswith(".json") else (folder / name).read_text() == (figures / "paper_regime" / name).read_text()
-    assert {Path(w).name for w in written} >= {"effect.png", "effect.html", "gold_rank.png", "gold_rank.html",
-                                              "qwen2.5-coder-1.5b.png"}
+    # a figure per model; the gold edge's rank only where its read-outs ran (the 1.5B)
+    assert {Path(w).name for w in written} >= {f"effect_qwen2.5-coder-{m}b.{x}" for m in ("0.5", "1.5")
+                                              for x in ("png", "html")} | {"gold_rank_qwen2.5-coder-1.5b.png",
+                                                                          "qwen2.5-coder-1.5b.png"}
+    assert (folder / "tasks.md").read_text() == (figures / "paper_regime" / "tasks.md").read_text()
     shutil.rmtree(folder / "test")
-    (folder / "chosen_qwen2.5-coder-1.5b.json").unlink()
+    for chosen in folder.glob("chosen_*.json"):
+        chosen.unlink()
     with pytest.raises(ConfigError, match="choose part"):
         write_reports(folder)
 
 
-def test_the_committed_choice_follows_from_the_committed_dev_stores(tmp_path):
+@pytest.mark.parametrize("model, n_cells", [("qwen2.5-coder-1.5b", 8), ("qwen2.5-coder-0.5b", 6)])
+def test_the_committed_choice_follows_from_the_committed_dev_stores(tmp_path, model, n_cells):
     import shutil
     from pathlib import Path
 
     figures = Path(__file__).resolve().parents[1] / "figures"
     shutil.copytree(figures / "paper_regime" / "dev", tmp_path / "paper_regime" / "dev")
-    settings = paper_regime.RegimeSettings("qwen2.5-coder-1.5b", tmp_path, tmp_path, [],
-                                           budget_dev=figures / "budget" / "dev")
+    settings = paper_regime.RegimeSettings(model, tmp_path, tmp_path, [], budget_dev=figures / "budget" / "dev")
     ours = paper_regime.choose(settings)
-    committed = json.loads((figures / "paper_regime" / "chosen_qwen2.5-coder-1.5b.json").read_text())
+    committed = json.loads((figures / "paper_regime" / f"chosen_{model}.json").read_text())
     assert ours == committed
     assert ours["config"] == {"beta": 1.5, "top_p": 0.975, "top_k": 8, "top_k_fraction": None}
-    assert len(ours["cells"]) == 8  # Path Traversal and MRCR-style at 2K, 8K, 31K and 127K
+    # Path Traversal and MRCR-style at 2K, 8K and 31K; at 127K (YaRN) only for the 1.5B, the 0.5B kept to its card
+    assert len(ours["cells"]) == n_cells

@@ -82,6 +82,8 @@ def test_a_pick_names_the_edge_into_the_one_city_its_first_token_starts(tiny_lla
 
 @pytest.mark.real_model
 def test_the_parts_and_the_report_run_end_to_end_on_a_tiny_model(tmp_path):
+    from pathlib import Path
+
     from dysco_interp.heads import HeadSet
     from dysco_interp.models.tiny import tiny_model
     from dysco_interp.studies import step_account
@@ -116,7 +118,7 @@ def test_the_parts_and_the_report_run_end_to_end_on_a_tiny_model(tmp_path):
     step_account.run_account(model, heads, settings("test"), ["steps"], log=again.append)
     assert " 0 new records" in again[0]
     written = write_reports(tmp_path / "out" / "step_account")
-    assert {p.name for p in written} == {"step_account.json", "step_account.md", "examples.md", "signals.png",
+    assert {Path(p).name for p in written} == {"step_account.json", "step_account.md", "examples.md", "signals.png",
                                          "signals.html"}
     result = json.loads((tmp_path / "out" / "step_account" / "step_account.json").read_text())
     assert result["classes"][0]["steps"] == sum(len(r["steps"]) for r in records)

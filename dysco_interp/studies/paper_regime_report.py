@@ -108,17 +108,29 @@ def rank_panels(rows: Sequence[Mapping]) -> list[Panel]:
                   [series("QRHeads", "rank_qrheads")])]
 
 
+def model_tables(rows: Sequence[dict], metrics: Sequence[str], with_task: bool = False, level: str = "##") -> str:
+    """The rows' table, one per model under its name when they hold several."""
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    if len(models) == 1:
+        return table(list(rows), metrics, with_task)
+    return "\n\n".join(f"{level} {m}\n\n" + table([r for r in rows if r["model"] == m], metrics, with_task)
+                       for m in models)
+
+
 def section(folder: Path, name: str, title: str, rows: list[dict], metrics: Sequence[str], ci: CIOptions,
             notes: Sequence[str] = (), with_task: bool = False) -> Path:
     text = "\n".join([f"# {title}", "", f"Mean over instances; {ci.description}. Δ: paired difference to "
                       "vanilla on the same instances. YaRN: the model stretched by factor 4 past its "
-                      "32,768-token window.", "", *notes, table(rows, metrics, with_task), "", f"`{COMMAND}`", ""])
+                      "32,768-token window.", "", *notes, model_tables(rows, metrics, with_task), "", f"`{COMMAND}`",
+                      ""])
     write_json(folder / f"{name}.json", {"table": title, "command": COMMAND, "ci": ci.description, "rows": rows})
     return write_text(folder / f"{name}.md", text)
 
 
-def dev_choice_text(choice: Mapping) -> str:
-    lines = ["# The dev split's choice: one rule from 2K to 128K", "", f"Rule: {choice['rule']}.", "",
+def dev_choice_text(choice: Mapping, model: str | None = None) -> str:
+    """The choice in words and tables; `model` names it in the title (a study of several models)."""
+    named = "" if model is None else f" ({model})"
+    lines = [f"# The dev split's choice: one rule from 2K to 128K{named}", "", f"Rule: {choice['rule']}.", "",
              f"Cells: {', '.join(choice['cells'])}.", "",
              f"Chosen: {choice['config']} (of {choice['n_candidates']} candidates run in every cell); "
              f"UniAttnS tau {choice['tau']} (MRCR-style dev).", "", "## Mean rank over every cell (top 10)", ""]
@@ -142,23 +154,37 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
     choices = sorted(folder.glob("chosen_*.json"))
     if not choices:
         raise ConfigError(f"no chosen_<model>.json under {folder}: run the study's choose part first")
-    chosen = json.loads(choices[0].read_text())
-    written: list[Any] = [write_text(folder / "dev_choice.md", dev_choice_text(chosen))]
+    chosen_by_model = {c["model"]: c for c in (json.loads(p.read_text()) for p in choices)}
+    written: list[Any] = [write_text(folder / "dev_choice.md", "\n".join(
+        dev_choice_text(c, model if len(chosen_by_model) > 1 else None) for model, c in chosen_by_model.items()))]
 
-    def name(key: MethodKey) -> str:
-        return method_name(key, chosen["config"])
+    def stem(base: str, model: str) -> Path:
+        # one figure per model, named for it once the study holds several
+        return folder / (base if len(chosen_by_model) == 1 else f"{base}_{model}")
+
+    def rows_of(cells: Mapping, metrics: Sequence[str]) -> list[dict]:
+        """Each model's rows, its methods named by its own dev choice."""
+        out: list[dict] = []
+        for model, chosen in chosen_by_model.items():
+            mine = {key: by_key for key, by_key in cells.items() if key[0] == model}
+            out += method_rows(mine, metrics, ci, lambda key, config=chosen["config"]: method_name(key, config))
+        return out
 
     test = folder / "test"
     forced = TASKS["path_traversal"].metrics.forced[:2]
     cells, _ = by_cell(records_of(test, "*_path_traversal_*_tf.jsonl"))
-    rows = method_rows(cells, forced, ci, name)
+    rows = rows_of(cells, forced)
     if rows:
         written.append(section(folder, "test_tf", "Path Traversal, teacher forced, test split", rows, forced, ci))
-        lengths = sorted({r["length"] for r in rows})
-        written += save_ci_lines(effect_panels(rows, {"tf_step_accuracy": "step accuracy",
+    for model in chosen_by_model:
+        mine = [r for r in rows if r["model"] == model]
+        if not mine:
+            continue
+        lengths = sorted({r["length"] for r in mine})
+        written += save_ci_lines(effect_panels(mine, {"tf_step_accuracy": "step accuracy",
                                                       "tf_city_logprob": "gold city log p"}, lengths),
-                                 [tick(n) for n in lengths], folder / "effect",
-                                 title=f"{chosen['model']}: Path Traversal, teacher forced, paired effect against "
+                                 [tick(n) for n in lengths], stem("effect", model),
+                                 title=f"{model}: Path Traversal, teacher forced, paired effect against "
                                        "vanilla (95% bootstrap CI)", xlabel="prompt length (tokens)")
     yarn_rows = []
     for (model, task, length), by_key in by_cell(records_of(test, "*_path_traversal_*_tf_yarn*.jsonl"))[0].items():
@@ -174,14 +200,14 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
         written.append(section(folder, "yarn_cost", "What YaRN costs where the native window holds the prompt",
                                yarn_rows, forced, ci))
     free = TASKS["path_traversal"].metrics.free[:3]
-    rows = method_rows(by_cell(records_of(test, "*_path_traversal_*_free.jsonl"))[0], free, ci, name)
+    rows = rows_of(by_cell(records_of(test, "*_path_traversal_*_free.jsonl"))[0], free)
     if rows:
         written.append(section(folder, "free", "Path Traversal decoded freely, test split", rows, free, ci))
     task_rows = []
     for task in ("needle_qa", "mrcr"):
         for kind in ("tf", "free"):
             metrics = ("tf_logprob", "tf_token_accuracy") if kind == "tf" else TASKS[task].metrics.free[:1]
-            rows = method_rows(by_cell(records_of(test, f"*_{task}_*_{kind}.jsonl"))[0], metrics, ci, name)
+            rows = rows_of(by_cell(records_of(test, f"*_{task}_*_{kind}.jsonl"))[0], metrics)
             task_rows += [{**r, "task": f"{task} ({'teacher forced' if kind == 'tf' else 'free'})",
                            "shown": list(metrics)} for r in rows]
     if task_rows:
@@ -189,7 +215,7 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
                 f"Mean over instances; {ci.description}. Δ: paired difference to vanilla on the same instances.", ""]
         for task in dict.fromkeys(r["task"] for r in task_rows):
             mine = [r for r in task_rows if r["task"] == task]
-            text += [f"## {task}", "", table(mine, mine[0]["shown"]), ""]
+            text += [f"## {task}", "", model_tables(mine, mine[0]["shown"], level="###"), ""]
         write_json(folder / "tasks.json", {"table": "tasks", "command": COMMAND, "ci": ci.description,
                                            "rows": task_rows})
         written.append(write_text(folder / "tasks.md", "\n".join(text + [f"`{COMMAND}`", ""])))
@@ -197,9 +223,12 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
     if glob_stores(motivation / STORE_NAME):
         written += draw(motivation, Path(glob_stores(motivation / STORE_NAME)[0]), None, 2, ci.n_boot,
                         f"python analyses/motivation.py --figures-only --out-dir figures/{MOTIVATION}")
-        summary = json.loads((motivation / f"{chosen['model']}_summary.json").read_text())
-        rows = summary["rows"]
-        written += save_ci_lines(rank_panels(rows), [tick(r["length"]) for r in rows], folder / "gold_rank",
-                                 title=f"{chosen['model']}: the gold edge in the heads' attention, every step of 30 "
-                                       "test instances (mean, 95% bootstrap CI)", xlabel="prompt length (tokens)")
+        for model in chosen_by_model:
+            summary_path = motivation / f"{model}_summary.json"
+            if not summary_path.is_file():  # no read-outs of this model at these lengths
+                continue
+            rows = json.loads(summary_path.read_text())["rows"]
+            written += save_ci_lines(rank_panels(rows), [tick(r["length"]) for r in rows], stem("gold_rank", model),
+                                     title=f"{model}: the gold edge in the heads' attention, every step of 30 "
+                                           "test instances (mean, 95% bootstrap CI)", xlabel="prompt length (tokens)")
     return [str(w) for w in written]

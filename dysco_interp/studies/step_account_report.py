@@ -313,7 +313,7 @@ def render_examples(chosen: Mapping[str, list[Mapping]]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_reports(folder: Path) -> list[Path]:
+def write_reports(folder: Path) -> list[str]:
     """Every table and figure of the study from the stores under `folder`."""
     test = [r for p in glob_stores(folder / "test" / "*_steps.jsonl") for r in step_records(p)]
     if not test:
@@ -326,14 +326,14 @@ def write_reports(folder: Path) -> list[Path]:
         "departures": departures(test), "first_miss": first_miss_table(test), "gate": gate_table(test, free, gates),
         "instances": len(test),
         "machines": sorted({r["run"]["machine"] for r in test + free if r.get("run")})}
-    written = []
+    written: list[Path] = []
     for name, text in (("step_account.json", json.dumps(result, indent=1, ensure_ascii=False) + "\n"),
                        ("step_account.md", render(result)), ("examples.md", render_examples(examples(rows)))):
         with atomic_open(folder / name) as f:
             f.write(text)
         written.append(folder / name)
     written += list(signals_figure(result["signals"], folder / "signals"))
-    return written
+    return [str(p) for p in written]
 
 
 __all__ = ["departures", "free_vs_forced", "gate_table", "per_instance", "write_reports"]
