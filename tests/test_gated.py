@@ -5,9 +5,17 @@ import pytest
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import compare_methods
 from dysco_interp.errors import ConfigError
-from tests.test_backends import PROMPT, heads_for
+from dysco_interp.heads import HeadSet
 
 N_NEW = 16
+PROMPT = ("You can travel from Paris to Berlin by train. Rome is quiet. " * 6
+          + "Please give a route from Paris to Berlin.")
+
+
+def heads_for(model):
+    s = model.spec
+    return HeadSet([(1, 0), (2, 3), (1, 2)], model=s.name, n_layers=s.n_layers, n_heads=s.n_heads,
+                   n_kv_heads=s.n_kv_heads)
 
 
 def gated(min_mass: float) -> DecodingConfig:

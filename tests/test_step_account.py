@@ -72,7 +72,7 @@ def test_a_pick_names_the_edge_into_the_one_city_its_first_token_starts(tiny_lla
     inst = generate_instance(tiny_llama.tokenizer, 2500, seed=3)
     by_token = destination_tokens(inst, tiny_llama.tokenizer)
     ranks = torch.arange(1, inst.n_edges + 1)
-    for i, edge in enumerate(inst.edges):
+    for edge in inst.edges:
         first = tiny_llama.tokenizer.encode(" " + edge.dst, add_special_tokens=False)[0]
         cities = {inst.edges[j].dst for j in by_token[first]}
         expected = min(j for j in by_token[first]) if len(cities) == 1 else None

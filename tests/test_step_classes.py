@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from dysco_interp.analysis.step_classes import class_of, class_rates, classify, units_of
+from dysco_interp.analysis.step_classes import class_of, class_rates, classify, trace_signals, units_of
 from dysco_interp.cli import main
 from dysco_interp.errors import ConfigError
 
@@ -52,6 +52,17 @@ def test_tokens_are_the_steps_where_a_task_has_no_route_steps_and_mismatches_are
         units_of({"method": "vanilla", "instance": "a", "tf_step_accuracy": 0.5})
 
 
+def test_a_trace_says_what_the_run_selected_at_the_step_against_its_gold_span():
+    trace = {"steps": [{"position": 9, "n_selected": None},
+                       {"position": 10, "n_selected": 4, "nucleus_mass": 0.6, "selected": [2, 3, 7, 8],
+                        "top_spans": [["edge1", 0.3], ["edge0", 0.2], ["edge4", 0.1]]}]}
+    got = trace_signals(trace, 10, (2, 5), "edge0")
+    assert got == {"n_selected": 4, "selected_mass": 0.6, "gold_selected_share": 0.5, "gold_top_span_rank": 2,
+                   "gold_top_span_mass": 0.2, "top_span_share": pytest.approx(0.5)}
+    assert trace_signals(trace, 10, (20, 30), "edge9")["gold_top_span_rank"] is None
+    assert trace_signals(trace, 9, (2, 5), "edge0") == {} and trace_signals(trace, 11, (2, 5), "edge0") == {}
+
+
 @pytest.mark.slow
 def test_the_command_classifies_a_store_it_evaluated_and_refuses_one_without_steps(tmp_path, data_dir, capsys,
                                                                                      error_line):
@@ -60,7 +71,7 @@ def test_the_command_classifies_a_store_it_evaluated_and_refuses_one_without_ste
     store = tmp_path / "r.jsonl"
     assert main(["evaluate", "--model", "tiny-llama", "--task", "path_traversal", "--data", str(data_dir),
                  "--methods", "vanilla,dysco", "--heads", str(heads), "--teacher-forced", "--max-new-tokens", "110",
-                 "--out", str(store), "--threads", "1"]) == 0
+                 "--out", str(store), "--threads", "1", "--keep-trace"]) == 0
     capsys.readouterr()
     out = tmp_path / "classes.json"
     assert main(["step-classes", str(store), str(store), "--out", str(out), "--n-boot", "100"]) == 0
@@ -69,6 +80,24 @@ def test_the_command_classifies_a_store_it_evaluated_and_refuses_one_without_ste
     result = json.loads(out.read_text())
     assert result["other"]["method"] == "dysco" and result["steps"]
     assert sum(result["rates"][0]["counts"].values()) == len(result["steps"])
+    # with the task file, each step also says what DySCO's trace held there against the gold edge
+    data = next(Path(data_dir).glob("path_traversal_*.jsonl"))
+    assert main(["step-classes", str(store), str(store), "--data", str(data), "--out", str(out), "--n-boot",
+                 "100"]) == 0
+    assert "OTHER's trace at the step" in capsys.readouterr().out
+    # (a step past the 110 decoded tokens has no trace step: it counts as wrong, with no signals)
+    steps = [s for s in json.loads(out.read_text())["steps"] if "other_n_selected" in s]
+    assert len(steps) >= 3
+    assert all(s["other_n_selected"] >= 1 and 0 < s["other_selected_mass"] <= 1 for s in steps)
+    assert all(s["other_gold_top_span_rank"] in (None, 1, 2, 3) for s in steps)
+    # a store that kept no traces cannot say what the run selected: one line, exit 2
+    bare = tmp_path / "bare.jsonl"
+    assert main(["evaluate", "--model", "tiny-llama", "--task", "path_traversal", "--data", str(data_dir),
+                 "--methods", "vanilla,dysco", "--heads", str(heads), "--teacher-forced", "--max-new-tokens", "20",
+                 "--out", str(bare), "--threads", "1"]) == 0
+    capsys.readouterr()
+    assert main(["step-classes", str(bare), str(bare), "--data", str(data)]) == 2
+    assert "--keep-trace" in error_line(capsys.readouterr().err)
     # a store decoded before per-step scores were kept: one line, exit 2
     old = REPO / "figures/paper_regime/test/qwen2.5-coder-1.5b_path_traversal_16k_tf.jsonl.xz"
     assert main(["step-classes", str(old), str(old), "--other-method", "dysco K=8 p=0.975 beta=1.5"]) == 2

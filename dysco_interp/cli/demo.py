@@ -31,6 +31,9 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--seed", type=cli_args.seed, default=0,
                    help="seed of the Path Traversal instance (default 0): the instance is "
                         "generate_instance(tokenizer, length, seed, hops), never picked by hand")
+    p.add_argument("--index", type=cli_args.seed, default=0,
+                   help="the instance's index under that seed (default 0): `make-data`'s instance of the same "
+                        "length, seed and index, e.g. one a study reports")
     p.add_argument("--max-new-tokens", type=cli_args.positive_int, default=None,
                    help="free generation's budget (default: the gold answer's length + 8; "
                         "teacher forcing always feeds the whole gold route)")
@@ -52,7 +55,7 @@ def run_demo(args) -> int:
     heads_line = check_head_file(args.heads, args.model, args.allow_other_model)
     model = load_model_from_flags(args, heads_line)
     heads = heads_from_flags(model, args, heads_line is not None)
-    demo = demo_job.run_demo(model, heads, length=args.length, seed=args.seed, hops=args.hops,
+    demo = demo_job.run_demo(model, heads, length=args.length, seed=args.seed, index=args.index, hops=args.hops,
                             dysco=dysco, max_new_tokens=args.max_new_tokens)
     html = write_demo_page(demo, args.out)
     print(demo_job.format_report(demo, html))

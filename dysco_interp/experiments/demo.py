@@ -103,7 +103,7 @@ class DemoResult:
     def title(self) -> str:
         inst = self.instance
         return (f"{self.model}: DySCO on Path Traversal, {inst.n_tokens} tokens, {inst.n_edges} edges, "
-                f"{inst.n_hops} hops (seed {inst.seed})\ngold route: {' → '.join(gold_cities(inst))}")
+                f"{inst.n_hops} hops (seed {inst.seed}{'' if inst.index == 0 else f', index {inst.index}'})\ngold route: {' → '.join(gold_cities(inst))}")
 
     @property
     def totals(self) -> dict[str, dict[str, float]]:
@@ -125,6 +125,7 @@ def run_demo(
     *,
     length: int = 1024,
     seed: int = 0,
+    index: int = 0,
     hops: int = 4,
     dysco: DecodingConfig | None = None,
     max_new_tokens: int | None = None,
@@ -132,7 +133,7 @@ def run_demo(
     progress: bool = True,
 ) -> DemoResult:
     """Vanilla and DySCO (`small-budget` unless `dysco` says otherwise) on one instance, teacher-forced
-    and free.
+    and free. The instance is `make-data`'s of that seed and index (index 0 unless told).
 
     `max_new_tokens` (free generation) defaults to the gold answer's length plus a small margin;
     teacher forcing always feeds the whole gold answer. `backend`: where the decoding runs (the
@@ -150,7 +151,7 @@ def run_demo(
         raise ConfigError(f"the demo compares vanilla with a DySCO method, got {dysco.method!r}")
     with tqdm(total=6, desc="demo", unit="stage", disable=not progress) as bar:
         bar.set_postfix_str("making the instance")
-        instance = generate_instance(model.tokenizer, length, seed=seed, hops=hops)
+        instance = generate_instance(model.tokenizer, length, seed=seed, index=index, hops=hops)
         inputs = teacher_forced_inputs(instance, model.tokenizer)
         n_gold = len(inputs.input_ids) - inputs.prompt_len
 
@@ -176,7 +177,7 @@ def run_demo(
             replays[name] = replay_path_traversal(model, instance, result, heads)
             bar.update()
     scores = {name: score_route(r.text, instance) for name, r in results.items()}
-    steps = step_mechanisms(forced_replay, inputs, forced, model.tokenizer)
+    steps = step_mechanisms(forced_replay, inputs, forced, model.tokenizer, instance, forced["dysco"])
     return DemoResult(model.spec.name, instance, heads, dysco, results, scores, replays, forced, forced_replay,
                       steps)
 

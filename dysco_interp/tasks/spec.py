@@ -29,6 +29,10 @@ def always_scorable(instance: Any) -> str | None:
     return None
 
 
+def no_gold_steps(instance: Any, n: int) -> None:
+    return None
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """How `evaluate` prompts, traces and scores the task's instances, freely decoded or teacher-forced.
@@ -43,6 +47,10 @@ class Evaluation:
     # task-specific scores of a teacher-forced result (beyond `ForcedScores.summary`): (result, instance, tokenizer)
     score_forced: Callable[[GenerationResult, Any, Any], Mapping[str, float | None]] = no_forced_scores
     unscorable: Callable[[Any], str | None] = always_scorable  # why an instance cannot be scored, or None
+    # (instance, n) -> for each of the first n teacher-forced steps a record scores (route steps where it
+    # scores those, else gold tokens), the position whose decoding step predicted it and the name of its
+    # gold span among `spans`; None when the task marks no gold span
+    gold_steps: Callable[[Any, int], list[tuple[int, str]] | None] = no_gold_steps
 
 
 @dataclass(frozen=True)
@@ -110,4 +118,5 @@ class TaskSpec:
     aliases: tuple[str, ...] = ()  # other names `get_task` accepts
 
 
-__all__ = ["DataFlag", "Evaluation", "TableMetric", "TaskMetrics", "TaskSpec", "always_scorable", "no_forced_scores"]
+__all__ = ["DataFlag", "Evaluation", "TableMetric", "TaskMetrics", "TaskSpec", "always_scorable", "no_forced_scores",
+           "no_gold_steps"]

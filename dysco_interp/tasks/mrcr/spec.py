@@ -18,6 +18,7 @@ MRCR = TaskSpec(
     evaluation=Evaluation(
         prompt=lambda x: x.messages,
         spans=lambda x: {f"turn{i}": tuple(s) for i, s in enumerate(x.message_token_spans)},
+        gold_steps=lambda x, n: [(x.n_tokens - 1 + j, f"turn{x.gold_message_index}") for j in range(n)],
         score=score_response,
         gold=lambda x: x.answer,
     ),

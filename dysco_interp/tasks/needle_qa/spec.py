@@ -18,6 +18,7 @@ NEEDLE_QA = TaskSpec(
     evaluation=Evaluation(
         prompt=lambda x: x.prompt,
         spans=lambda x: {f"doc{i}": tuple(s) for i, s in enumerate(x.doc_token_spans)},
+        gold_steps=lambda x, n: [(x.n_tokens - 1 + j, f"doc{x.gold_index}") for j in range(n)],
         score=score_answer,
         gold=lambda x: x.answers[0],
         unscorable=lambda x: "a null-query example (for calibration) has no answer to score" if x.is_null_query

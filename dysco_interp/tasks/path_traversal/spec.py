@@ -58,6 +58,7 @@ PATH_TRAVERSAL = TaskSpec(
     evaluation=Evaluation(
         prompt=lambda x: x.prompt,
         spans=lambda x: {f"edge{i}": tuple(s) for i, s in enumerate(x.edge_token_spans)},
+        gold_steps=lambda x, n: [(a - 1, f"edge{e}") for (a, _), e in zip(x.step_token_spans[:n], x.gold_edge_indices)],
         score=route_scores,
         gold=lambda x: x.completion,
         score_forced=route_steps,
