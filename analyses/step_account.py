@@ -21,28 +21,17 @@ from pathlib import Path
 
 from dysco_interp.analysis.report import command_line
 from dysco_interp.cli import args as cli_args
-from dysco_interp.decoding.choices import BACKENDS
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.step_account import PARTS, AccountSettings, check_parts
-from dysco_interp.studies.study_arguments import print_reports
+from dysco_interp.studies.study_arguments import add_split_study_arguments, print_reports
 
 
 def main(argv=None) -> int:
     p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="qwen2.5-coder-1.5b")
-    p.add_argument("--data-dir", default=None, help="holds dev/ and test/ task files")
-    p.add_argument("--out-dir", type=cli_args.output_folder, default="figures")
+    add_split_study_arguments(p, data_help="holds dev/ and test/ task files")
     p.add_argument("--split", default="dev", choices=["dev", "test"])
     p.add_argument("--parts", default="steps", help=f"comma-separated, from {', '.join(PARTS)}")
     p.add_argument("--lengths", default="", help="e.g. 2k,8k")
-    p.add_argument("--device", default=None)
-    p.add_argument("--dtype", default=None)
-    p.add_argument("--backend", default="static", choices=list(BACKENDS))
-    p.add_argument("--tokens-per-batch", type=cli_args.positive_int, default=512 * 1024,
-                   help="instances decoded together hold about this many prompt tokens")
-    p.add_argument("--n", type=cli_args.positive_int, default=None, help="instances per file (default: all)")
-    p.add_argument("--heads", default="shipped")
-    p.add_argument("--figures-only", action="store_true", help="tables and figures from the stores under --out-dir")
     args = p.parse_args(argv)
     if args.figures_only:
         from dysco_interp.studies.step_account_report import write_reports

@@ -167,12 +167,16 @@ class Dysco(Method):
     def warmup_plan(self) -> PassPlan:
         return self.reads.reading
 
-    def step(self, run, n_keys, selector):
-        assert selector is not None
+    def select(self, run: Run, n_keys: int, selector: Selector) -> relevance.Selection:
+        """This step's selection: the partial pass reads the QRHeads, the relevance moves, keys are chosen."""
         attention = run(self.partial).attention
         assert attention is not None
         selector.update(attention)
-        selection = selector.select(n_keys)
+        return selector.select(n_keys)
+
+    def step(self, run, n_keys, selector):
+        assert selector is not None
+        selection = self.select(run, n_keys, selector)
         out = run(self.biased.with_bias(selector.bias(selection.mask)))
         assert out.logits is not None
         return out.logits, selection
@@ -252,10 +256,7 @@ class DyscoGated(Dysco):
 
     def step(self, run, n_keys, selector):
         assert selector is not None
-        attention = run(self.partial).attention
-        assert attention is not None
-        selector.update(attention)
-        selection = selector.select(n_keys)
+        selection = self.select(run, n_keys, selector)
         # a row whose QRHeads spread their relevance thinly gets no bias at all (its own key included),
         # and its trace says that nothing was selected
         on = selection.mass >= float(self.option("min_mass"))

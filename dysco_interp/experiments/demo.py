@@ -102,8 +102,9 @@ class DemoResult:
     @property
     def title(self) -> str:
         inst = self.instance
+        which = f"seed {inst.seed}" + ("" if inst.index == 0 else f", index {inst.index}")
         return (f"{self.model}: DySCO on Path Traversal, {inst.n_tokens} tokens, {inst.n_edges} edges, "
-                f"{inst.n_hops} hops (seed {inst.seed}{'' if inst.index == 0 else f', index {inst.index}'})\ngold route: {' → '.join(gold_cities(inst))}")
+                f"{inst.n_hops} hops ({which})\ngold route: {' → '.join(gold_cities(inst))}")
 
     @property
     def totals(self) -> dict[str, dict[str, float]]:

@@ -1,6 +1,7 @@
-"""The flags that the head studies' scripts share (analyses/motivation.py, analyses/causal_ablation.py):
-the model and data, the QRHeads against seeded random draws, where it runs, and the small CPU
-smoke-run preset; defined once so the two scripts read alike."""
+"""The flags that the studies' scripts share, defined once so they read alike: the head studies'
+(analyses/motivation.py, analyses/causal_ablation.py: the QRHeads against seeded random draws and
+a small CPU smoke-run preset) and the split studies' (analyses/paper_regime.py,
+analyses/step_account.py: dev and test task files, batches sized in prompt tokens)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,24 @@ def add_head_study_arguments(p: argparse.ArgumentParser, full: Mapping, small: M
     p.add_argument("--small", action="store_true", help=small_help)
     p.add_argument("--figures-only", action="store_true", help="draw from the stored records; loads no model")
     p.add_argument("--no-figures", action="store_true", help="compute only (write the summary JSON, no drawing)")
+
+
+def add_split_study_arguments(p: argparse.ArgumentParser, *, data_help: str) -> None:
+    """--model, --data-dir, --out-dir, --parts/--lengths (the study adds its own), --device/--dtype,
+    --backend, --tokens-per-batch, --n, --heads and --figures-only."""
+    from dysco_interp.decoding.choices import BACKENDS
+
+    p.add_argument("--model", default="qwen2.5-coder-1.5b")
+    p.add_argument("--data-dir", default=None, help=data_help)
+    p.add_argument("--out-dir", type=cli_args.output_folder, default="figures")
+    p.add_argument("--device", default=None)
+    p.add_argument("--dtype", default=None)
+    p.add_argument("--backend", default="static", choices=list(BACKENDS))
+    p.add_argument("--tokens-per-batch", type=cli_args.positive_int, default=512 * 1024,
+                   help="instances decoded together hold about this many prompt tokens")
+    p.add_argument("--n", type=cli_args.positive_int, default=None, help="instances per file (default: all)")
+    p.add_argument("--heads", default="shipped")
+    p.add_argument("--figures-only", action="store_true", help="tables and figures from the stores under --out-dir")
 
 
 def print_reports(script: str, write: Callable[[], list[str]]) -> int:
