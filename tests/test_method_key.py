@@ -28,8 +28,12 @@ def test_a_key_holds_the_registry_fields_of_its_method(name):
 def test_a_default_run_has_the_defaults_of_decoding_config(name):
     config = DecodingConfig(method=name)
     key = method_key({"config": dataclasses.asdict(config)})
-    assert [k for k, _ in key.params] == list(key_fields(name))
-    for field, value in key.params:
+    # a method's own options follow its fields, at their declared defaults (dysco-gated's min_mass)
+    options = {k.removeprefix("options."): v for k, v in key.params if k.startswith("options.")}
+    assert options == dict(methods.REGISTRY[name].options)
+    fields = [(k, v) for k, v in key.params if not k.startswith("options.")]
+    assert [k for k, _ in fields] == list(key_fields(name))
+    for field, value in fields:
         assert mk.default_value(field) == getattr(DecodingConfig(), field)
         assert value == (0.0 if field == "top_k_fraction" else getattr(config, field))  # 0.0: no cap by share
     assert key.is_default and not key.deviations()

@@ -125,7 +125,10 @@ def option_defaults(method: str) -> dict[str, Any]:
 def _option_params(method: str, config: Mapping) -> tuple[tuple[str, Any], ...]:
     stored = config.get("options") or {}
     if not isinstance(stored, Mapping):
-        raise ConfigError(f"config field 'options' has an invalid value {stored!r}")
+        try:  # a DecodingConfig's own form: (name, value) pairs
+            stored = dict(stored)
+        except (TypeError, ValueError):
+            raise ConfigError(f"config field 'options' has an invalid value {stored!r}") from None
     declared = methods.REGISTRY[method].options
     # an option the record has and the method no longer declares still tells its runs apart
     names = sorted(set(declared) | {str(name) for name in stored})
