@@ -30,7 +30,7 @@ from dysco_interp.analysis.report import command_line
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.paper_regime import PARTS, RegimeSettings, check_parts
-from dysco_interp.studies.study_arguments import add_split_study_arguments, print_reports
+from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports
 
 
 def main(argv=None) -> int:
@@ -66,12 +66,9 @@ def main(argv=None) -> int:
             choice = choose(settings)
             print(f"chosen on the dev split: {choice['config']}, UniAttnS tau {choice['tau']} ({settings.choice_path})")
             return 0
-        from dysco_interp.heads import resolve_heads
-        from dysco_interp.models import load_model
         from dysco_interp.studies.paper_regime import run_regime
 
-        model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False, yarn_factor=args.yarn)
-        heads = resolve_heads(model, args.heads)
+        model, heads = load_study_model(args, args.yarn)
         run_regime(model, heads, settings, parts, log=lambda line: print(line, flush=True))
     except ConfigError as e:
         print(f"paper_regime: {e}", file=sys.stderr)

@@ -23,7 +23,7 @@ from dysco_interp.analysis.report import command_line
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.step_account import PARTS, AccountSettings, check_parts
-from dysco_interp.studies.study_arguments import add_split_study_arguments, print_reports
+from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports
 
 
 def main(argv=None) -> int:
@@ -49,16 +49,13 @@ def main(argv=None) -> int:
                                args.backend, args.tokens_per_batch, args.n,
                                command_line("analyses/step_account.py", sys.argv[1:] if argv is None else argv))
     try:
-        from dysco_interp.heads import resolve_heads
-        from dysco_interp.models import load_model
         from dysco_interp.studies.step_account import run_account, write_gate
 
         if parts == ["gate"]:  # reads the dev stores only
             choice = write_gate(settings)
             print(f"gate for {args.model}: min_mass {choice['min_mass']} ({settings.gate_path})")
             return 0
-        model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
-        heads = resolve_heads(model, args.heads)
+        model, heads = load_study_model(args)
         run_account(model, heads, settings, parts, log=lambda line: print(line, flush=True))
     except ConfigError as e:
         print(f"step_account: {e}", file=sys.stderr)

@@ -44,6 +44,11 @@ def units_of(record: Mapping) -> str:
                       "forced, or by a version before per-step scores were stored")
 
 
+def share_in_span(positions: Sequence[int], span: Span) -> float | None:
+    """The share of `positions` inside the half-open `span` (None for no positions)."""
+    return sum(span[0] <= p < span[1] for p in positions) / len(positions) if positions else None
+
+
 def trace_signals(trace: Mapping, position: int, gold: Span, gold_name: str) -> dict[str, Any]:
     """What a kept trace says of the decoding step fed at `position`: how many keys the method
     selected and the relevance mass they held, the share of them inside the gold span (with
@@ -54,7 +59,7 @@ def trace_signals(trace: Mapping, position: int, gold: Span, gold_name: str) -> 
         return {}
     out: dict[str, Any] = {"n_selected": step["n_selected"], "selected_mass": step.get("nucleus_mass")}
     if step.get("selected") is not None and step["n_selected"]:
-        out["gold_selected_share"] = sum(gold[0] <= p < gold[1] for p in step["selected"]) / step["n_selected"]
+        out["gold_selected_share"] = share_in_span(step["selected"], gold)
     if step.get("top_spans"):
         names = [name for name, _ in step["top_spans"]]
         out["gold_top_span_rank"] = names.index(gold_name) + 1 if gold_name in names else None
@@ -122,7 +127,11 @@ def class_rates(rows: Sequence[Mapping], n_boot: int = 2000, seed: int = 0) -> l
     for r in rows:
         cells[(r["model"], r["task"], r["length"])][r["instance"]].append(r["class"])
     out = []
-    for (model, task, length), instances in sorted(cells.items(), key=lambda kv: str(kv[0])):
+    def order(cell: tuple) -> tuple:
+        model, task, length = cell
+        return str(model), str(task), length if isinstance(length, (int, float)) else -1
+
+    for (model, task, length), instances in sorted(cells.items(), key=lambda kv: order(kv[0])):
         shares = {c: [steps.count(c) / len(steps) for steps in instances.values()] for c in CLASSES}
         net = [f - b for f, b in zip(shares["fixed"], shares["broken"])]
         out.append({"model": model, "task": task, "length": length, "instances": len(instances),

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from dysco_interp.analysis.replay import AttentionReplay
+from dysco_interp.analysis.step_classes import share_in_span
 from dysco_interp.decoding.results import ForcedScores, GenerationResult
 from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.path_traversal import PathTraversalInstance, TeacherForcedInputs
@@ -145,10 +146,7 @@ def step_mechanisms(
         top_share, entropy = concentration(replay.qr_heads[at[0]])
         n_selected, mass, keys = selection_at(selection.trace if selection is not None else None,
                                                    replay.query_positions[at[0]])
-        share = None
-        if keys is not None and n_selected:
-            lo, hi = replay.spans[gold]
-            share = sum(lo <= p < hi for p in keys) / n_selected
+        share = share_in_span(keys, replay.spans[gold]) if keys is not None and n_selected else None
         picks: dict[str, str | None] = {}
         pick_ranks: dict[str, int | None] = {}
         if instance is not None:

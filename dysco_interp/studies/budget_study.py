@@ -155,6 +155,12 @@ def split_instances(data_dir: Path, split: str, task: str, length: str, n: int |
     return instances[:n] if n else instances
 
 
+def batch_for(instances: Sequence, tokens_per_batch: int) -> int:
+    """How many instances to decode together: about `tokens_per_batch` prompt tokens, sized by the
+    longest prompt, between 1 and 50."""
+    return max(1, min(50, tokens_per_batch // max(i.n_tokens for i in instances)))
+
+
 def run_study(model: LoadedModel, heads: HeadSet, s: StudySettings, log: Callable[[str], None] = print) -> None:
     check_parts(s.parts)
 

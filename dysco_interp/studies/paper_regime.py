@@ -39,7 +39,14 @@ from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
 from dysco_interp.models.yarn import yarn_factor
-from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, chosen_config, named, split_instances
+from dysco_interp.studies.budget_study import (
+    FORCED_TOKENS,
+    FREE_TOKENS,
+    batch_for,
+    chosen_config,
+    named,
+    split_instances,
+)
 from dysco_interp.studies.length_rule import best_tau, choose_rule
 
 PARTS = ("dev", "tau", "choose", "test", "free", "tasks", "yarn-cost")
@@ -141,7 +148,7 @@ def run_regime(model: LoadedModel, heads: HeadSet, s: RegimeSettings, parts: Seq
             data_split: str | None = None) -> None:
         t0 = time.perf_counter()
         instances = split_instances(s.data_dir, data_split or split, task, length, s.n, "analyses/paper_regime.py")
-        batch = max(1, min(50, s.tokens_per_batch // max(i.n_tokens for i in instances)))
+        batch = batch_for(instances, s.tokens_per_batch)
         done = evaluate(model, s.model_name, task, instances, methods, heads, s.store(split, task, length, kind),
                         backend=s.backend, batch_size=batch, teacher_forced=forced, command=s.command)
         log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s (batch {batch})")

@@ -40,7 +40,7 @@ from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.progress import tqdm
-from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, split_instances
+from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, batch_for, split_instances
 from dysco_interp.studies.gate_choice import choose_gate
 from dysco_interp.tasks.path_traversal import PathTraversalInstance, teacher_forced_inputs
 
@@ -134,7 +134,7 @@ def run_steps(model: LoadedModel, heads: HeadSet, s: AccountSettings, length: st
                     "index": inst.index}
 
         todo = [inst for inst in instances if key(inst) not in store]
-        batch = max(1, min(50, s.tokens_per_batch // max(i.n_tokens for i in instances)))
+        batch = batch_for(instances, s.tokens_per_batch)
         for first in tqdm(range(0, len(todo), batch), desc=f"steps {s.model_name} {length}", unit="batch"):
             chunk = todo[first:first + batch]
             runs = generate_batch(model, [i.prompt for i in chunk], configs, heads,
@@ -179,7 +179,7 @@ def run_account(model: LoadedModel, heads: HeadSet, s: AccountSettings, parts: S
         for length in s.lengths:
             t0 = time.perf_counter()
             instances = split_instances(s.data_dir, s.split, TASK, length, s.n, SCRIPT)
-            batch = max(1, min(50, s.tokens_per_batch // max(i.n_tokens for i in instances)))
+            batch = batch_for(instances, s.tokens_per_batch)
             done = evaluate(model, s.model_name, TASK, instances, methods(FREE_TOKENS[TASK], gate), heads,
                             s.store(length, "free"), backend=s.backend, batch_size=batch, command=s.command)
             log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s")

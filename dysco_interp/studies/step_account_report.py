@@ -82,10 +82,6 @@ def free_by_instance(records: Sequence[Mapping], method: str) -> dict[str, dict[
 # ---------------------------------------------------------------------------- the parts
 
 
-def class_table(rows: Sequence[Mapping]) -> list[dict]:
-    return sorted(class_rates(rows), key=lambda c: (c["model"], c["length"]))
-
-
 def signal_table(rows: Sequence[Mapping]) -> dict[str, list[dict]]:
     return {s.key: rates_by_bin(rows, s) for s in SIGNALS}
 
@@ -322,7 +318,7 @@ def write_reports(folder: Path) -> list[str]:
     gates = {g["model"]: g for g in (json.loads(p.read_text()) for p in sorted(folder.glob("gate_*.json")))}
     rows = classified(test)
     result: dict[str, Any] = {
-        "classes": class_table(rows), "signals": signal_table(rows), "free_vs_forced": free_vs_forced(test, free),
+        "classes": class_rates(rows), "signals": signal_table(rows), "free_vs_forced": free_vs_forced(test, free),
         "departures": departures(test), "first_miss": first_miss_table(test), "gate": gate_table(test, free, gates),
         "instances": len(test),
         "machines": sorted({r["run"]["machine"] for r in test + free if r.get("run")})}

@@ -54,6 +54,15 @@ def add_split_study_arguments(p: argparse.ArgumentParser, *, data_help: str) -> 
     p.add_argument("--figures-only", action="store_true", help="tables and figures from the stores under --out-dir")
 
 
+def load_study_model(args: argparse.Namespace, yarn_factor: float | None = None):
+    """(model, heads) from the split-study flags: --model on --device/--dtype, --heads resolved for it."""
+    from dysco_interp.heads import resolve_heads
+    from dysco_interp.models import load_model
+
+    model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False, yarn_factor=yarn_factor)
+    return model, resolve_heads(model, args.heads)
+
+
 def print_reports(script: str, write: Callable[[], list[str]]) -> int:
     """A study's --figures-only: each file `write()` wrote on its own line (exit 0), or its
     ConfigError as one line naming the script (exit 2)."""
