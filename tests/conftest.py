@@ -140,3 +140,9 @@ def data_dir(tmp_path_factory):
     assert main(["make-data", "path_traversal", "--model", "tiny-llama", "--lengths", "1950", "--n", "1",
                  "--out", str(out)]) == 0
     return out
+
+
+@pytest.fixture
+def machine_paths() -> tuple[str, ...]:
+    """Where the machine that ran something keeps its files: no committed output may name them."""
+    return ("/tmp/", "/home/", "/root/", "/work/", "/Users/", "\\Users\\")
