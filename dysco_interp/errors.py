@@ -34,3 +34,8 @@ class DataError(ConfigError):
 
 class NoSignalError(DyscoError):
     """A measurement carries no information, e.g. every head's copy-paste score is zero."""
+
+
+class MethodExitError(DyscoError):
+    """A decoding method's own code called `sys.exit` while decoding: a method cannot end a run
+    (an evaluation would otherwise stop with exit status 0, a partial store and no table)."""

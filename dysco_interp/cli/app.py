@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import traceback
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli.demo import add_demo_parser
@@ -16,7 +17,7 @@ from dysco_interp.cli.install_model import add_install_model_parser
 from dysco_interp.cli.make_data import add_make_data_parser
 from dysco_interp.cli.models import add_models_parser
 from dysco_interp.cli.step_classes import add_step_classes_parser
-from dysco_interp.errors import DyscoError
+from dysco_interp.errors import DyscoError, MethodExitError
 
 DESCRIPTION = (
     "DySCO decoding on TransformerLens: query-focused retrieval heads pick the relevant context "
@@ -44,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; what goes wrong on purpose ends in one line on stderr, never a traceback.
 
     Exit codes: 0 done; 2 bad input (a DyscoError, an argparse usage error, a command that
-    exits with a message); 1 a file-system error or a closed output pipe; 130 Ctrl-C. Returns
-    the code in every case (`--help` included), so callers in Python never catch SystemExit.
+    exits with a message); 1 a file-system error, a closed output pipe, or an unexpected error
+    in a command that resumes (its traceback, then where its finished work is kept); 130 Ctrl-C.
+    Returns the code in every case (`--help` included), so callers in Python never catch SystemExit.
     """
     args = None
     try:
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
         code = args.func(args)
         sys.stdout.flush()  # a reader that went away (`| head`) shows up here, inside the handler
         return code
+    except MethodExitError as e:  # mid-run: what was finished is kept, as after Ctrl-C
+        print(f"dysco-interp: error: {cli_args.one_line(e)}{resume_hint(args)}", file=sys.stderr)
+        return 2
     except DyscoError as e:
         print(f"dysco-interp: error: {cli_args.one_line(e)}", file=sys.stderr)
         return 2
@@ -68,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         return 0 if e.code is None else e.code
     except KeyboardInterrupt:
-        resume = getattr(args, "on_interrupt", None)
-        print(f"dysco-interp: interrupted{'; ' + resume if resume else ''}", file=sys.stderr)
+        print(f"dysco-interp: interrupted{resume_hint(args)}", file=sys.stderr)
         return 130
     except BrokenPipeError:
         cli_args.stdout_to_devnull()
@@ -79,3 +83,17 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {e.filename}" if getattr(e, "filename", None) else ""
         print(f"dysco-interp: error: {cli_args.one_line(e.strerror or e)}{where}", file=sys.stderr)
         return 1
+    except Exception:
+        if not resume_hint(args):
+            raise
+        # a bug, most often in a researcher's own method: its traceback is what they need, and
+        # then that the run they spent time on is not lost
+        traceback.print_exc()
+        print(f"dysco-interp: stopped by the error above{resume_hint(args)}", file=sys.stderr)
+        return 1
+
+
+def resume_hint(args: argparse.Namespace | None) -> str:
+    """What a resumable command tells after a stop (where its finished work is), as a "; ..." tail."""
+    resume = getattr(args, "on_interrupt", None)
+    return f"; {resume}" if resume else ""

@@ -126,9 +126,7 @@ def add_method_flags(parser: cli_args.ArgumentParser, *, multi: bool) -> None:
         parser.add_argument("--method", type=user_methods.method_name, default="vanilla", metavar="NAME",
                             help=f"decoding method: {built_in}, or one --methods-from registers (default vanilla)")
     parser.add_argument(user_methods.FILES_FLAG, dest="methods_from", action="append", default=None, metavar="FILE.py",
-                        help="a Python file of your own methods, imported before the method names are checked: "
-                             "the SteeringMethod subclasses it registers with register_method can then be named "
-                             "by --method/--methods (repeat the flag for several files)")
+                        help=user_methods.METHODS_FROM_HELP)
     parser.add_argument(user_methods.OPTIONS_FLAG, dest="method_options", action="append", default=None,
                         type=user_methods.method_option, metavar="NAME=JSON",
                         help="options of a method of your own, a JSON object checked against the options it "

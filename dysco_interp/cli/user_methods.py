@@ -22,6 +22,11 @@ from pathlib import Path
 from dysco_interp.decoding.choices import METHOD_NAMES
 
 FILES_FLAG, OPTIONS_FLAG = "--methods-from", "--method-options"
+# every command and script that takes FILES_FLAG says this: the file is imported, so it runs
+METHODS_FROM_HELP = (
+    "a Python file of your own methods, imported before the method names are checked: it runs as Python code with "
+    "your permissions, so name only files you trust. The SteeringMethod subclasses it registers with "
+    "register_method can then be named (repeat the flag for several files)")
 # the package every loaded file's module lives under: a name no import statement of the user's can reach
 MODULE_PREFIX = "dysco_interp_user_methods"
 
@@ -55,6 +60,8 @@ def method_option(text: str) -> tuple[str, dict]:
         options = json.loads(value)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{name}=...: not valid JSON ({e})") from None
+    except RecursionError:
+        raise argparse.ArgumentTypeError(f"{name}=...: the JSON is nested too deeply to be options") from None
     if not isinstance(options, dict):
         raise argparse.ArgumentTypeError(f"{name}=...: the options must be a JSON object, e.g. {{\"alpha\": 0.05}}")
     return name, options

@@ -114,6 +114,26 @@ def _frozen(value: Any) -> Any:
     return tuple(_frozen(v) for v in value) if isinstance(value, (list, tuple)) else value
 
 
+# Deeper options are no settings but a way to exhaust the recursion of every function that walks
+# them (JSON encoding, hashing, freezing).
+MAX_OPTION_DEPTH = 32
+
+
+def _depth(value: Any) -> int:
+    """How deeply lists and mappings nest in `value`, found without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth > MAX_OPTION_DEPTH:
+            break
+        if isinstance(item, Mapping):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
 def method_options(method: str, defaults: Mapping[str, Any], given: Any) -> tuple[tuple[str, Any], ...]:
     """`given` (a mapping or (name, value) pairs) checked against the method's options and
     completed with their defaults, as sorted pairs; values must be JSON (lists become tuples)."""
@@ -127,6 +147,9 @@ def method_options(method: str, defaults: Mapping[str, Any], given: Any) -> tupl
         raise ConfigError(f"method {method!r} has no option {unknown[0]!r} (its options: {known})")
     merged = {**defaults, **items}
     for name, value in merged.items():
+        if _depth(value) > MAX_OPTION_DEPTH:
+            raise ConfigError(f"option {name!r} of method {method!r} is nested more than {MAX_OPTION_DEPTH} "
+                              "levels deep; an option is a number, a string, or a short list or object")
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError):

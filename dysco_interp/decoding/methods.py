@@ -14,6 +14,7 @@ A researcher's own method is a subclass registered under its name (`register_met
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -270,6 +271,8 @@ BUILT_IN: tuple[type[Method], ...] = (Method, UniAttnS, Dysco, DyscoStatic, Dysc
 assert tuple(cls.name for cls in BUILT_IN) == METHOD_NAMES
 # name -> method: the built-in ones, then those registered at run time
 REGISTRY: dict[str, type[Method]] = {cls.name: cls for cls in BUILT_IN}
+# what `--method NAME` and `--methods A,B` can name: no spaces, commas, quotes or line breaks
+METHOD_NAME = re.compile(r"[A-Za-z0-9._-]+")
 METHODS: dict[str, str] = {name: cls.description for name, cls in REGISTRY.items()}
 # the DecodingConfig fields that belong to some method; a registered method can only name these
 METHOD_FIELDS = frozenset().union(*(cls.fields for cls in BUILT_IN))
@@ -281,8 +284,9 @@ def register_method(cls: type[Method]) -> type[Method]:
     if not (isinstance(cls, type) and issubclass(cls, Method)):
         raise ConfigError(f"register_method takes a Method subclass, got {cls!r}")
     name = cls.__dict__.get("name")
-    if not isinstance(name, str) or not name.strip() or "," in name:
-        raise ConfigError(f"a method needs a name of its own, without commas (got {name!r})")
+    if not isinstance(name, str) or not METHOD_NAME.fullmatch(name):
+        raise ConfigError(f"a method needs a name of its own, of letters, digits, '.', '_' and '-' only, which a "
+                          f"command line can select (got {name!r})")
     taken = REGISTRY.get(name)
     if taken is not None and taken is not cls and not _same_definition(taken, cls):
         raise ConfigError(f"method {name!r} is already registered ({taken.__module__}.{taken.__qualname__})")

@@ -18,6 +18,7 @@ graphs and the same structure with new data replays them.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
@@ -35,11 +36,21 @@ ReadReturns = Literal["mean", "rows", "span_mass"]
 READ_RETURNS: tuple[ReadReturns, ...] = ("mean", "rows", "span_mass")
 
 
-def _pairs(heads: Iterable, what: str) -> tuple[tuple[int, int], ...]:
+def _index(value) -> int:
+    """An integer as given; TypeError for anything else. `int()` would turn 1.7 into layer 1 and
+    "2" into layer 2 without a word, and True into layer 1."""
+    if isinstance(value, bool):
+        raise TypeError("a bool is not an index")
+    return operator.index(value)
+
+
+def head_pairs(heads: Iterable, what: str) -> tuple[tuple[int, int], ...]:
+    """`heads` as sorted, distinct `(layer, head)` pairs; a ConfigError naming `what` for anything
+    that is no non-empty collection of integer pairs."""
     try:
-        pairs = sorted({(int(layer), int(head)) for layer, head in heads})
+        pairs = sorted({(_index(layer), _index(head)) for layer, head in heads})
     except (TypeError, ValueError):
-        raise ConfigError(f"{what} must be (layer, head) pairs") from None
+        raise ConfigError(f"{what} must be (layer, head) pairs of integers") from None
     if not pairs:
         raise ConfigError(f"{what} is empty")
     return tuple(pairs)
@@ -47,7 +58,7 @@ def _pairs(heads: Iterable, what: str) -> tuple[tuple[int, int], ...]:
 
 def _layers(layers: Iterable[int]) -> tuple[int, ...]:
     try:
-        out = tuple(sorted({int(layer) for layer in layers}))
+        out = tuple(sorted({_index(layer) for layer in layers}))
     except (TypeError, ValueError):
         raise ConfigError("a bias's layers must be integers (a range or a set)") from None
     if not out:
@@ -71,7 +82,7 @@ class Read:
 
     def __init__(self, heads: Iterable[tuple[int, int]], returns: ReadReturns = "mean",
                  spans: Iterable[tuple[int, int]] = ()):
-        object.__setattr__(self, "heads", _pairs(heads, "a read's head set"))
+        object.__setattr__(self, "heads", head_pairs(heads, "a read's head set"))
         if returns not in READ_RETURNS:
             raise ConfigError(f"a read returns one of {', '.join(READ_RETURNS)}, not {returns!r}")
         object.__setattr__(self, "returns", returns)
@@ -125,7 +136,7 @@ class Bias:
                  source: Literal["tensor", "rule"] = "tensor", values: torch.Tensor | None = None,
                  rule: BiasRule | None = None):
         object.__setattr__(self, "layers", _layers(layers))
-        pairs = None if heads is None else _pairs(heads, "a bias's head set")
+        pairs = None if heads is None else head_pairs(heads, "a bias's head set")
         outside = [head_label(layer, h) for layer, h in pairs or () if layer not in self.layers]
         if outside:
             raise ConfigError(f"bias heads {', '.join(outside)} are in layers the bias does not apply to")
@@ -241,11 +252,32 @@ def check_bias_values(values: torch.Tensor, batch: int, n_keys: int) -> torch.Te
     return values.float()
 
 
+# The largest finite bias a plan may add. Attention scores are tens at most, so 1e4 already
+# decides any softmax; far beyond it, score + bias overflows (3e38 is finite, twice it is not)
+# and softmax is undefined, which backends then answer differently.
+MAX_BIAS = 1e4
+
+# What `bias_fault` flags, one bit each, and how `bias_fault_message` words it.
+_FAULTS = (
+    "holds NaN or +inf",
+    f"holds a finite value beyond +-{MAX_BIAS:g}",
+    "leaves some row no finite key (-inf on every key, the token's own included)",
+)
+
+
 def bias_fault(values: torch.Tensor) -> torch.Tensor:
-    """A bool device tensor: whether the bias holds NaN or +inf (-inf masks a key, which is fine)."""
+    """An int device tensor whose bits say what is wrong with a bias (0: nothing); see `_FAULTS`.
+    A -inf masks a key, which is fine as long as every row keeps one key it can attend to."""
     import torch
 
-    return (torch.isnan(values) | torch.isposinf(values)).any()
+    finite = torch.isfinite(values)
+    broken = (torch.isnan(values) | torch.isposinf(values)).any()
+    huge = (finite & (values.abs() > MAX_BIAS)).any()
+    empty = (~finite.flatten(1).any(dim=1)).any()
+    return broken.int() | (huge.int() << 1) | (empty.int() << 2)
 
 
-BIAS_FAULT = "a bias holds NaN or +inf: its rule or its tensor is broken"
+def bias_fault_message(fault: int) -> str:
+    """One line for the bits `bias_fault` set."""
+    what = [text for bit, text in enumerate(_FAULTS) if fault >> bit & 1]
+    return f"a bias {'; it '.join(what)}: its rule or its tensor is broken"

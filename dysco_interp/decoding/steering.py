@@ -24,7 +24,7 @@ import torch
 
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.methods import SELECTION_FIELDS, HeadReads, Method, checked_heads
-from dysco_interp.decoding.plan import Bias, PassPlan
+from dysco_interp.decoding.plan import Bias, PassPlan, head_pairs
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, ModelSpec
@@ -64,18 +64,23 @@ class SteeringMethod(Method):
         super().__init__(config, heads, spec)
         if self.passes not in ("two", "one", "none"):
             raise ConfigError(f"method {self.name!r}: passes is 'two', 'one' or 'none', not {self.passes!r}")
-        layers = list(self.bias_layers())
-        chosen = self.bias_heads()
-        bias_heads = None if chosen is None else tuple(chosen)
-        if bias_heads is not None:  # chosen heads name their own layers
-            layers = sorted({layer for layer, _ in bias_heads})
-        for layer in layers:
-            if not 0 <= layer < spec.n_layers:
-                raise ConfigError(f"method {self.name!r} biases layer {layer}, outside the model's {spec.n_layers}")
         self.reads = None if heads is None or self.passes == "none" else HeadReads(heads)
         source: Literal["tensor", "rule"] = "rule" if self.passes == "one" else "tensor"
+        try:
+            chosen = self.bias_heads()
+            if chosen is None:
+                bias = Bias(self.bias_layers(), source=source)
+            else:  # chosen heads name their own layers
+                pairs = head_pairs(chosen, "bias_heads()")
+                bias = Bias({layer for layer, _ in pairs}, pairs, source=source)
+        except ConfigError as e:  # what bias_layers() or bias_heads() returned is not layers or heads
+            where = "bias_layers()" if chosen is None else "bias_heads()"
+            raise ConfigError(f"method {self.name!r}: {e} (what its {where} returned)") from None
+        outside = [layer for layer in bias.layers if not 0 <= layer < spec.n_layers]
+        if outside:
+            raise ConfigError(f"method {self.name!r} biases layer {outside[0]}, outside the model's {spec.n_layers}")
         self.steered = PassPlan(reads=(self.reads.read,) if self.reads is not None and self.passes == "one" else (),
-                                bias=Bias(layers, bias_heads, source=source)).check(spec.n_layers, spec.n_heads)
+                                bias=bias).check(spec.n_layers, spec.n_heads)
         self.current: relevance.Selection | None = None
         self.selector: Selector | None = None  # the run's relevance, once its first step is fed
 

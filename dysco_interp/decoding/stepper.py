@@ -6,7 +6,8 @@ drives it directly, one step at a time, from a state the backend prefilled.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
@@ -21,10 +22,21 @@ from dysco_interp.decoding.relevance import Selection, row_caps
 from dysco_interp.decoding.results import CONTEXT_WARMUP, DECODE, Phase, StepRecord
 from dysco_interp.decoding.span_mass import SpanMass
 from dysco_interp.decoding.template import extend_mask, warn_fallback
-from dysco_interp.errors import ConfigError
+from dysco_interp.errors import ConfigError, MethodExitError
 from dysco_interp.heads import HeadSet
 
 OnRead = Callable[[int, ReadOut], None]  # (trace step, what the read-out gave)
+
+
+@contextlib.contextmanager
+def method_code(name: str) -> Iterator[None]:
+    """Around a method's own code (a researcher's, run mid-decode): `sys.exit` there becomes a
+    MethodExitError, so a run never ends as if it had finished."""
+    try:
+        yield
+    except SystemExit as e:
+        raise MethodExitError(f"method {name!r} called sys.exit({e.code!r}) while decoding; a method cannot end "
+                              "the run: raise an exception to stop it") from None
 
 
 class Stepper:
@@ -55,9 +67,10 @@ class Stepper:
         self.read_out, self.on_read = read_out, on_read
         self.last_read: ReadOut | None = None
         model = backend.model
-        self.heads = config.strategy.heads_for(config, model, heads)
-        self.method: Method = method_for(config, self.heads, model.spec)
-        self.method.start(model, batch)
+        with method_code(config.method):
+            self.heads = config.strategy.heads_for(config, model, heads)
+            self.method: Method = method_for(config, self.heads, model.spec)
+            self.method.start(model, batch)
         self.selector: Selector | None = None
         if self.method.uses_heads:
             if config.template_masking == "reference" and any(p.reference_fallback for p in batch.prepared or ()):
@@ -92,7 +105,7 @@ class Stepper:
     def context_warmup(self, state: DecodeState, tokens: torch.Tensor) -> tuple[torch.Tensor, list[StepRecord]]:
         """One warm-up token per row: no bias; the QRHeads' read updates relevance."""
         n_cached = state.n_keys
-        with scheduled(phase=CONTEXT_WARMUP, step=self.n_steps, keep_method=True):
+        with scheduled(phase=CONTEXT_WARMUP, step=self.n_steps, keep_method=True), method_code(self.config.method):
             out = self._runner(state, tokens)(self.method.warmup_plan)
         self.n_steps += 1
         if self.selector is not None and out.attention is not None:
@@ -104,7 +117,7 @@ class Stepper:
              phase: Phase = DECODE) -> tuple[torch.Tensor, list[StepRecord]]:
         """One token per row with the method's full step."""
         n_cached = state.n_keys
-        with scheduled(phase=phase, step=self.n_steps, keep_method=True):
+        with scheduled(phase=phase, step=self.n_steps, keep_method=True), method_code(self.config.method):
             logits, selection = self.method.step(self._runner(state, tokens), n_cached + 1, self.selector)
         self.n_steps += 1
         return logits, self._records(phase, n_cached, tokens, selection)

@@ -37,6 +37,7 @@ from dysco_interp.experiments.store import (
     ResultStore,
     StoreMismatchError,
     canonical_json,
+    check_not_busy,
     content_hash,
     differences,
     open_store,
@@ -166,8 +167,9 @@ def task_metrics(task: str) -> tuple[str, ...]:
 
 
 def check_store_files(path: str | Path, task: str, if_differs: str = "error") -> None:
-    """DataError for a malformed record in a file that opening the store at `path` reads: the
-    store and its shards, and with if_differs="new" each sibling store it may move on to."""
+    """DataError for a malformed record in a file that opening the store at `path` reads (the
+    store and its shards, and with if_differs="new" each sibling store it may move on to);
+    StoreBusyError for such a store another writer holds."""
     candidates = [Path(path)]
     if if_differs == "new":
         candidates = []
@@ -176,6 +178,7 @@ def check_store_files(path: str | Path, task: str, if_differs: str = "error") ->
             if not sibling.exists():
                 break
     for store in candidates:
+        check_not_busy(store)
         # a killed data-parallel run's shards join the store when it is opened: check them with it
         for file in (store, *shard_paths(store)):
             contents = read_resumable(file)
@@ -197,12 +200,13 @@ def check_traces(path: str | Path, records: Iterable[Mapping], methods: Iterable
 
 def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict],
              traces_for: Iterable[str] | None = None) -> None:
-    """Before a model is loaded: refuse a path that is no store, a malformed record, or a store
-    whose settings differ in what is already known (`known`: the store settings but the weights
-    id, which needs the model; `methods`: method settings, compared without their head sets,
-    which need it too); with `traces_for` (the hashes of instances whose traces are kept), a
-    stored record of them without a trace."""
+    """Before a model is loaded: refuse a store another writer holds, a path that is no store, a
+    malformed record, or a store whose settings differ in what is already known (`known`: the
+    store settings but the weights id, which needs the model; `methods`: method settings,
+    compared without their head sets, which need it too); with `traces_for` (the hashes of
+    instances whose traces are kept), a stored record of them without a trace."""
     instances = None if traces_for is None else list(traces_for)
+    check_not_busy(path)
     # a killed data-parallel run's shards join the store when it is opened: check them with it
     for file in (Path(path), *shard_paths(path)):
         contents = read_resumable(file)

@@ -34,6 +34,7 @@ read but not resumed.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -65,8 +66,48 @@ from dysco_interp.experiments.store_format import (
 from dysco_interp.outputs import output_target
 
 
+def non_finite_field(record: Mapping) -> tuple[str, float] | None:
+    """The first field of a record ("scores.accuracy", or "steps[3]" in a list) holding NaN or
+    an infinity, with its value; None when there is none."""
+    def find(value: Any, where: str) -> tuple[str, float] | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return where, value
+        items = value.items() if isinstance(value, Mapping) else \
+            ((f"[{i}]", v) for i, v in enumerate(value)) if isinstance(value, (list, tuple)) else ()
+        for k, v in items:
+            found = find(v, f"{where}{k}" if str(k).startswith("[") else f"{where}.{k}" if where else str(k))
+            if found is not None:
+                return found
+        return None
+
+    return find(record, "")
+
+
 def _lock_path(path: Path) -> Path:
     return path.with_name(path.name + ".lock")
+
+
+def _busy(path: Path, lock_file: Path) -> StoreBusyError:
+    return StoreBusyError(f"{path} is being written by another writer, in this or another process "
+                          f"(lock {lock_file}); wait for it to finish, or write to another file")
+
+
+def check_not_busy(path: str | Path) -> None:
+    """StoreBusyError when a writer holds the store at `path` now; creates nothing. A command calls
+    it before a slow model load, which would otherwise be spent before the writer's own lock refuses.
+    (Another writer may still start after it: the lock is what excludes it then.)"""
+    path = Path(path)
+    lock_file = _lock_path(output_target(path))
+    if not lock_file.is_file():  # every writer creates it first: no lock file, no writer
+        return
+    lock = FileLock(str(lock_file), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise _busy(path, lock_file) from None
+    except OSError:
+        return  # a lock that cannot be taken at all: opening the store says why
+    lock.release()
 
 
 DEFAULT_KEY = ("model", "task", "length", "method", "seed", "index")
@@ -150,10 +191,7 @@ class ResultStore:
         try:
             lock.acquire()
         except Timeout:
-            raise StoreBusyError(
-                f"{self.path} is being written by another writer, in this or another process "
-                f"(lock {lock_file}); wait for it to finish, or write to another file"
-            ) from None
+            raise _busy(self.path, lock_file) from None
         except OSError as e:
             raise StoreError(f"cannot lock {self.path}: {e.strerror}") from None
         self._lock = lock
@@ -240,12 +278,23 @@ class ResultStore:
             raise StoreError(f"{self.path} is {why}; it cannot take new records")
         rows = [dict(r) for r in records]
         keys = [self.key(r) for r in rows]
-        lines = [json.dumps(r, sort_keys=True, allow_nan=False) + "\n" for r in rows]
+        lines = [self._line(r) for r in rows]
         with open(self.path, "a", encoding="utf-8") as f:
             f.writelines(lines)
             f.flush()
             os.fsync(f.fileno())
         self._by_key.update(zip(keys, rows))
+
+    def _line(self, record: dict) -> str:
+        try:
+            return json.dumps(record, sort_keys=True, allow_nan=False) + "\n"
+        except ValueError:  # JSON has no NaN: a metric of a broken run, never a result to keep
+            field, value = non_finite_field(record) or ("a value", float("nan"))
+            instance = next((record[k] for k in ("id", "index", "instance", "example") if k in record), None)
+            whose = " ".join(filter(None, (f"method {record['method']!r}" if "method" in record else "",
+                                           f"instance {instance!r}" if instance is not None else "")))
+            raise StoreError(f"{self.path}: the record of {whose or 'an item'} holds {field} = {value}, not a "
+                             "number a table can use; it was not stored") from None
 
     def fold_shards(self, order: Callable[[dict], Any] | None = None) -> list[dict]:
         """Append the records of the shards beside this store (`shard_paths`) that it lacks, sorted
@@ -382,11 +431,13 @@ __all__ = [
     "StoreError",
     "StoreMismatchError",
     "canonical_json",
+    "check_not_busy",
     "content_hash",
     "create_shard",
     "differences",
     "flatten",
     "is_shard_of",
+    "non_finite_field",
     "open_store",
     "read_header",
     "read_resumable",

@@ -24,7 +24,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from dysco_interp.decoding import runtime
-from dysco_interp.decoding.plan import BIAS_FAULT, PassPlan, bias_fault, check_bias_values
+from dysco_interp.decoding.plan import PassPlan, bias_fault, bias_fault_message, check_bias_values
 from dysco_interp.decoding.readout import ReadOut
 from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import Hook
@@ -117,8 +117,8 @@ class Backend(ABC):
         self.model = model
         self.tau = float(tau)
         self._checked: set[PassPlan] = set()
-        # whether some bias since the last `check_faults` held NaN or +inf, on the device: checking
-        # each step's bias on the host would wait for the device at every step
+        # what was wrong with the biases since the last `check_faults` (`plan.bias_fault`'s bits),
+        # on the device: checking each step's bias on the host would wait for the device at every step
         self._fault: torch.Tensor | None = None
 
     def checked(self, plan: PassPlan) -> PassPlan:
@@ -151,11 +151,11 @@ class Backend(ABC):
         return self._watched(check_bias_values(plan.bias.rule(read), batch, n_keys))
 
     def check_faults(self) -> None:
-        """A ConfigError if a bias since the last call held NaN or +inf (this waits for the device:
-        call it where the caller waits anyway, as the decode loop does when it reads the tokens)."""
+        """A ConfigError if a bias since the last call was broken (`plan.bias_fault`); this waits for
+        the device: call it where the caller waits anyway, as the decode loop does when it reads the tokens."""
         fault, self._fault = self._fault, None
-        if fault is not None and bool(fault):
-            raise ConfigError(BIAS_FAULT)
+        if fault is not None and int(fault):
+            raise ConfigError(bias_fault_message(int(fault)))
 
     @abstractmethod
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
