@@ -39,3 +39,11 @@ class NoSignalError(DyscoError):
 class MethodExitError(DyscoError):
     """A decoding method's own code called `sys.exit` while decoding: a method cannot end a run
     (an evaluation would otherwise stop with exit status 0, a partial store and no table)."""
+
+
+class DyscoWarning(UserWarning):
+    """Base class of the warnings dysco-interp gives on purpose; the command line shows each as one line."""
+
+
+class LeakageWarning(DyscoWarning):
+    """Test instances are among those the head set was detected on: their results are not held out."""

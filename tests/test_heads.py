@@ -13,6 +13,7 @@ from dysco_interp import __version__
 from dysco_interp.errors import ConfigError, DyscoError
 from dysco_interp.heads import (
     FORMAT,
+    FORMAT_VERSION,
     Geometry,
     HeadFileError,
     HeadModelMismatchError,
@@ -191,7 +192,7 @@ def test_json_round_trip_exact(tmp_path):
     assert back.scores == hs.scores and back.extra == hs.extra and back.command == hs.command
     # The file itself is our format, stable under a second write.
     raw = json.loads(path.read_text())
-    assert raw["format"] == FORMAT and raw["format_version"] == 1
+    assert raw["format"] == FORMAT and raw["format_version"] == FORMAT_VERSION
     assert raw["heads"][0] == {"layer": 2, "head": 3, "label": "L2H3", "score": 0.1 + 0.2}
     assert back.to_json(tmp_path / "again.json").read_text() == path.read_text()
     assert not list(path.parent.glob("*.tmp"))  # atomic write left nothing behind

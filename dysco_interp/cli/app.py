@@ -7,6 +7,7 @@ import argparse
 import shlex
 import sys
 import traceback
+import warnings
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli.demo import add_demo_parser
@@ -58,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
             return e.code if isinstance(e.code, int) else 0
         # kept in the records a command writes (`experiments.provenance`)
         args.command_line = shlex.join(["dysco-interp", *(sys.argv[1:] if argv is None else argv)])
-        code = args.func(args)
+        with warnings.catch_warnings():  # restores the display below when the command ends
+            cli_args.show_warnings_as_lines()
+            code = args.func(args)
         sys.stdout.flush()  # a reader that went away (`| head`) shows up here, inside the handler
         return code
     except MethodExitError as e:  # mid-run: what was finished is kept, as after Ctrl-C

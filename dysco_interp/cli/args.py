@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 from dysco_interp.argtypes import (
@@ -98,6 +99,25 @@ def output_folder(text: str) -> str:
 def one_line(message: object) -> str:
     """A message as one line of stderr: its non-blank lines joined by "; "."""
     return "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
+
+
+def show_warnings_as_lines(prog: str = "dysco-interp") -> None:
+    """From now on in this process, show each DyscoWarning as one line, `PROG: warning: ...`
+    (Python's own shows two, the second a line of our source); other warnings as before."""
+    from dysco_interp.errors import DyscoWarning
+
+    original = warnings.showwarning
+    if getattr(original, "dysco_interp", False):
+        return
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, DyscoWarning):
+            print(f"{prog}: warning: {one_line(message)}", file=sys.stderr if file is None else file)
+        else:
+            original(message, category, filename, lineno, file, line)
+
+    show.dysco_interp = True  # type: ignore[attr-defined]
+    warnings.showwarning = show
 
 
 def stdout_to_devnull() -> None:

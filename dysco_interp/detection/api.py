@@ -48,6 +48,7 @@ from dysco_interp.experiments.store import (
     shard_paths,
 )
 from dysco_interp.heads import HeadSet
+from dysco_interp.heads.detected_on import detection_data
 from dysco_interp.hooks import sliding_layers
 from dysco_interp.models import dtype_name
 
@@ -296,6 +297,7 @@ def _result(model, examples, method, mask, per, data, seed, extra) -> DetectionR
         data=data or describe_examples(examples),
         seed=seed,
         extra=extra,
+        detected_on=detection_data(examples),
     )
 
 

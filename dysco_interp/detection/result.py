@@ -13,6 +13,7 @@ from dysco_interp.detection.methods import DEFAULT_TOP_K
 from dysco_interp.detection.scores import mean_over_examples, rank_heads
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
+from dysco_interp.heads.detected_on import DetectionData
 from dysco_interp.hooks import Head
 
 
@@ -44,6 +45,7 @@ class DetectionResult:
     data: str
     seed: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    detected_on: tuple[DetectionData, ...] = ()  # the task instances scored, for the leakage check
 
     def ranking(self) -> list[tuple[Head, float]]:
         return rank_heads(self.scores, self.scored)
@@ -71,6 +73,7 @@ class DetectionResult:
             n_examples=len(self.per_example),
             seed=self.seed,
             command=command,
+            detected_on=self.detected_on,
             extra={
                 **self.extra,
                 "n_scored_heads": len(ranked),

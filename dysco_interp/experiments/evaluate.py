@@ -15,6 +15,7 @@ order one process would have written it (`experiments.distributed`).
 from __future__ import annotations
 
 import json
+import warnings
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,7 @@ from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
-from dysco_interp.errors import ConfigError, DataError
+from dysco_interp.errors import ConfigError, DataError, LeakageWarning
 from dysco_interp.experiments.distributed import Shard, current_world, gather, note_world, sharded_store
 from dysco_interp.experiments.provenance import provenance
 from dysco_interp.experiments.store import (
@@ -46,6 +47,7 @@ from dysco_interp.experiments.store import (
     sibling_paths,
 )
 from dysco_interp.heads import HeadSet
+from dysco_interp.heads.detected_on import leakage_line
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.progress import tqdm
 from dysco_interp.tasks.base import check_same_tokenizer
@@ -223,6 +225,15 @@ def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str
             check_traces(file, contents.records, methods, instances)
 
 
+def warn_leakage(heads: HeadSet | None, instances: Sequence, methods: Mapping[str, DecodingConfig]) -> None:
+    """A LeakageWarning when a method steers with heads detected on some of these instances."""
+    if heads is None or not any(c.uses_heads for c in methods.values()):
+        return
+    line = leakage_line(heads.detected_on, instances)
+    if line is not None:
+        warnings.warn(line, LeakageWarning, stacklevel=3)
+
+
 def decode_instances(model: LoadedModel, evaluation: Evaluation, batch: Sequence,
                      methods: Mapping[str, DecodingConfig], heads: HeadSet | None, keep_trace: bool,
                      backend: BackendSpec, teacher_forced: bool = False):
@@ -357,6 +368,7 @@ def evaluate(
         raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     instances = list(instances)
     check_task(task, instances)
+    warn_leakage(heads, instances, methods)
     evaluation = TASKS[task].evaluation
     ids = [instance_id(inst) for inst in instances]
     wanted = {m: method_settings(c, heads) for m, c in methods.items()}

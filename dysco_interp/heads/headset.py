@@ -25,13 +25,15 @@ from dysco_interp import __version__
 from dysco_interp.atomic import atomic_open
 from dysco_interp.checks import brief, is_int
 from dysco_interp.errors import ConfigError
+from dysco_interp.heads.detected_on import DetectionData
 from dysco_interp.heads.errors import HeadModelMismatchError, HeadSetError
 from dysco_interp.heads.safe_parse import check_depth, naming_source, parse_json_text, read_json
 from dysco_interp.heads.values import head_pair, nonneg_int, optional_str, positive_int, require, score
 from dysco_interp.hooks import Head, head_label, head_out_of_range
 
 FORMAT = "dysco-interp/heads"
-FORMAT_VERSION = 1
+# 2 added `detected_on`; version 1 files read as before
+FORMAT_VERSION = 2
 
 
 # --------------------------------------------------------------------------- geometry
@@ -119,6 +121,8 @@ class HeadSet:
     package_version: str = __version__
     command: str | None = None
     extra: dict[str, Any] = field(default_factory=dict, hash=False)
+    # the task instances the heads were detected on, per task and data seed (empty: not recorded)
+    detected_on: tuple[DetectionData, ...] = field(default=(), hash=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.heads, (str, bytes)) or not isinstance(self.heads, Iterable):
@@ -156,9 +160,12 @@ class HeadSet:
         seed = None if self.seed is None else nonneg_int(self.seed, "seed")
         if not isinstance(self.extra, Mapping):
             raise HeadSetError(f"extra must be a mapping, got {type(self.extra).__name__}")
+        detected_on = tuple(self.detected_on)
+        if not all(isinstance(d, DetectionData) for d in detected_on):
+            raise HeadSetError("detected_on must hold DetectionData (heads.detected_on.detection_data makes them)")
         # Frozen dataclass: normalised values go in through object.__setattr__.
         for k, v in dict(heads=heads, scores=scores, n_examples=n_examples, seed=seed,
-                         extra=dict(self.extra), **geo).items():
+                         extra=dict(self.extra), detected_on=detected_on, **geo).items():
             object.__setattr__(self, k, v)
         geometry = self.geometry
         if geometry is not None:
@@ -323,6 +330,7 @@ class HeadSet:
             "seed": self.seed,
             "package_version": self.package_version,
             "command": self.command,
+            "detected_on": [d.to_dict() for d in self.detected_on],
             "heads": heads,
             "extra": dict(self.extra),
         }
@@ -377,7 +385,7 @@ class HeadSet:
 
 _OURS_KEYS = {
     "format", "format_version", "model", "n_layers", "n_heads", "n_kv_heads", "method", "data",
-    "n_examples", "seed", "package_version", "command", "heads", "extra",
+    "n_examples", "seed", "package_version", "command", "heads", "extra", "detected_on",
 }
 _OURS_REQUIRED = {"format", "format_version", "heads", "method", "package_version"}
 
@@ -419,6 +427,8 @@ def headset_from_dict(d: Any) -> HeadSet:
     require(all(has_score) or not any(has_score), "either every head has a 'score' or none does")
     extra = d.get("extra", {})
     require(isinstance(extra, Mapping), f"'extra' must be an object, got {type(extra).__name__}")
+    detected_on = d.get("detected_on", [])
+    require(isinstance(detected_on, list), f"'detected_on' must be a list, got {type(detected_on).__name__}")
     return HeadSet(
         heads=heads,
         scores=scores if all(has_score) else None,
@@ -433,4 +443,5 @@ def headset_from_dict(d: Any) -> HeadSet:
         package_version=d["package_version"],
         command=d.get("command"),
         extra=extra,
+        detected_on=tuple(DetectionData.from_dict(x, f"detected_on[{i}]") for i, x in enumerate(detected_on)),
     )

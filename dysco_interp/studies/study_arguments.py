@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
@@ -59,6 +60,7 @@ def load_study_model(args: argparse.Namespace, yarn_factor: float | None = None)
     from dysco_interp.heads import resolve_heads
     from dysco_interp.models import load_model
 
+    cli_args.show_warnings_as_lines(Path(sys.argv[0]).stem or "dysco-interp")  # a study's warnings, one line each
     model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False, yarn_factor=yarn_factor)
     return model, resolve_heads(model, args.heads)
 
