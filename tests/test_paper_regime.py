@@ -72,13 +72,17 @@ def test_the_tau_is_the_best_mean_mrcr_gain_and_needs_a_sweep():
 
 
 def test_the_test_methods_hold_every_preset_the_choice_and_its_ablations():
-    choice = {"config": {"beta": 1.5, "top_p": 0.975, "top_k": 8, "top_k_fraction": None}, "tau": 0.8,
+    choice = {"config": {"beta": 1.5, "top_p": 0.975, "top_k": 8, "top_k_fraction": None}, "tau": 0.95,
+              "tau_grid": list(paper_regime.TAUS),
               "other_kind": {"beta": 2.0, "top_p": 0.975, "top_k": 4096, "top_k_fraction": 0.02}}
     methods = paper_regime.test_methods(choice, 400)
     configs = list(methods.values())
     for name in paper_regime.TEST_PRESETS:
         assert preset(name, max_new_tokens=400) in configs
-    assert DecodingConfig(method="uniattns", tau=0.8, max_new_tokens=400) in configs
+    assert DecodingConfig(method="uniattns", tau=0.95, max_new_tokens=400) in configs
+    # a tau chosen on another grid (the first run's 0.6-0.9) is not run again
+    older = {k: v for k, v in choice.items() if k != "tau_grid"}
+    assert "uniattns" not in {c.method for c in paper_regime.test_methods(older, 400).values()}
     assert {(c.method, c.top_k, c.beta) for c in configs if c.method in ("dysco-random", "dysco-static")} == \
         {("dysco-random", 8, 1.5), ("dysco-static", 8, 1.5)}
     assert any(c.top_k_fraction == 0.02 for c in configs)
