@@ -35,8 +35,11 @@ from dysco_interp.analysis.store_archives import glob_stores
 from dysco_interp.analysis.stores import read_records
 from dysco_interp.decoding.config import PRESETS
 from dysco_interp.errors import ConfigError
+from dysco_interp.heads.detected_on import shared_with
+from dysco_interp.heads.shipped import available_shipped_heads, shipped_heads
 from dysco_interp.studies.budget_choice import selection_fields
 from dysco_interp.studies.motivation_summary import STORE_NAME, draw
+from dysco_interp.tasks.base import instance_origin
 from dysco_interp.tasks.lengths import length_label
 from dysco_interp.tasks.registry import TASKS
 from dysco_interp.viz.figures import save_ci_lines
@@ -69,6 +72,22 @@ def tick(length: int) -> str:
 
 def records_of(folder: Path, pattern: str) -> list[dict]:
     return [r for p in glob_stores(folder / pattern) for r in read_records(p)]
+
+
+def not_held_out(records: Sequence[Mapping]) -> list[str]:
+    """A line per model and length whose test instances share the task, seed and index of those
+    the model's shipped QRHeads were detected on."""
+    ids: dict[tuple[str, int], set[str]] = {}
+    for r in records:
+        ids.setdefault((str(r["model"]), int(r.get("length") or 0)), set()).add(str(r.get("id")))
+    lines = []
+    for (model, length), cell in sorted(ids.items()):
+        if model not in available_shipped_heads():
+            continue
+        origins = [o for o in map(instance_origin, sorted(cell)) if o is not None]
+        for detected, n in shared_with(shipped_heads(model).detected_on, origins):
+            lines.append(f"- {model}, {tick(length)}: {n} of {len(cell)} instances are {detected.describe()}")
+    return lines
 
 
 def table(rows: Sequence[Mapping], metrics: Sequence[str], with_task: bool = False) -> str:
@@ -203,16 +222,21 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
     rows = rows_of(by_cell(records_of(test, "*_path_traversal_*_free.jsonl"))[0], free)
     if rows:
         written.append(section(folder, "free", "Path Traversal decoded freely, test split", rows, free, ci))
-    task_rows = []
+    task_rows, leaks = [], []
     for task in ("needle_qa", "mrcr"):
         for kind in ("tf", "free"):
             metrics = ("tf_logprob", "tf_token_accuracy") if kind == "tf" else TASKS[task].metrics.free
-            rows = rows_of(by_cell(records_of(test, f"*_{task}_*_{kind}.jsonl"))[0], metrics)
+            records = records_of(test, f"*_{task}_*_{kind}.jsonl")
+            leaks += [line for line in not_held_out(records) if line not in leaks]
+            rows = rows_of(by_cell(records)[0], metrics)
             task_rows += [{**r, "task": f"{task} ({'teacher forced' if kind == 'tf' else 'free'})",
                            "shown": list(metrics)} for r in rows]
     if task_rows:
         text = ["# Needle QA and MRCR-style, test split", "",
                 f"Mean over instances; {ci.description}. Δ: paired difference to vanilla on the same instances.", ""]
+        if leaks:
+            text += ["Not held out (the instances are among those the model's shipped QRHeads were detected on; "
+                     "read these cells as in-sample):", "", *leaks, ""]
         for task in dict.fromkeys(r["task"] for r in task_rows):
             mine = [r for r in task_rows if r["task"] == task]
             text += [f"## {task}", "", model_tables(mine, mine[0]["shown"], level="###"), ""]

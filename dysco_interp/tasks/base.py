@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import types
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
-from typing import Any, ClassVar, Self, TypedDict, TypeVar
+from typing import Any, ClassVar, NamedTuple, Self, TypedDict, TypeVar
 
 from dysco_interp.chat import EncodedPrompt, Span
 from dysco_interp.checks import is_int, typed
@@ -54,6 +55,24 @@ def provenance(task: str, seed: int, index: int, target_tokens: int | None, coun
     'task-s0-3-12x' (`unit` letter after `count`) for a fixed size."""
     size = f"{target_tokens}t" if target_tokens else f"{count}{unit}"
     return Provenance(id=f"{task}-s{seed}-{index}-{size}", seed=seed, index=index, target_tokens=target_tokens)
+
+
+_ID = re.compile(r"(?P<task>[a-z_]+)-s(?P<seed>\d+)-(?P<index>\d+)-\d+[a-z]")
+
+
+class Origin(NamedTuple):
+    """What fixes a generated instance: its task, data seed and index."""
+
+    task: str
+    seed: int
+    index: int
+
+
+def instance_origin(instance_id: str) -> Origin | None:
+    """The origin read back from an id `provenance` made (a result record keeps the id alone);
+    None for any other id."""
+    m = _ID.fullmatch(str(instance_id))
+    return None if m is None else Origin(m["task"], int(m["seed"]), int(m["index"]))
 
 
 def check_positive(name: str, value: object) -> int:
