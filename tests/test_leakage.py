@@ -97,3 +97,20 @@ def test_vanilla_alone_is_no_leak(tiny_llama):
         warn_leakage(heads, inst, {"vanilla": DecodingConfig(method="vanilla")})
         with pytest.raises(LeakageWarning):
             warn_leakage(heads, inst, {"dysco": DecodingConfig(method="dysco")})
+
+
+def test_an_instance_id_gives_back_its_origin():
+    from dysco_interp.tasks.base import Origin, instance_origin
+
+    made = make_dataset("needle_qa", tiny_tokenizer("llama"), 600, n=2, seed=5)
+    assert [instance_origin(x.id) for x in made] == [Origin("needle_qa", 5, 0), Origin("needle_qa", 5, 1)]
+    assert instance_origin("my own id") is None
+
+
+def test_the_paper_regime_tables_flag_cells_the_heads_were_detected_on():
+    from dysco_interp.studies.paper_regime_report import not_held_out
+
+    records = [{"model": "qwen2.5-coder-1.5b", "length": 130048, "id": f"needle_qa-s0-{i}-130048t"} for i in range(3)]
+    records += [{"model": "qwen2.5-coder-1.5b", "length": 31744, "id": f"needle_qa-s2-{i}-31744t"} for i in range(3)]
+    assert not_held_out(records) == ["- qwen2.5-coder-1.5b, 127K YaRN: 3 of 3 instances are needle_qa seed 0, "
+                                     "indices 0-31 at 2048 tokens"]

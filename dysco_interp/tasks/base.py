@@ -16,7 +16,7 @@ import typing
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from importlib import resources
-from typing import Any, ClassVar, NamedTuple, Self, TypedDict, TypeVar
+from typing import Any, ClassVar, Self, TypedDict, TypeVar
 
 from dysco_interp.chat import EncodedPrompt, Span
 from dysco_interp.checks import is_int, typed
@@ -60,7 +60,8 @@ def provenance(task: str, seed: int, index: int, target_tokens: int | None, coun
 _ID = re.compile(r"(?P<task>[a-z_]+)-s(?P<seed>\d+)-(?P<index>\d+)-\d+[a-z]")
 
 
-class Origin(NamedTuple):
+@dataclass(frozen=True)
+class Origin:
     """What fixes a generated instance: its task, data seed and index."""
 
     task: str
