@@ -255,7 +255,7 @@ def analyse_failures(model: LoadedModel, model_name: str, qr: HeadSet, results: 
 
 def stored_records(path: Path) -> list[dict]:
     """The records of a first-error store, read without modifying it."""
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"no results at {path}; run the analysis first (without --figures-only)")
     return ResultStore(path, KEY, HEADER, readonly=True).records()
 
