@@ -86,12 +86,21 @@ def run(args, command: str) -> list[str]:
 
     from dysco_interp.heads import resolve_heads
     from dysco_interp.models import load_model
-    from dysco_interp.studies.first_error import analyse_failures, generate_small, write_overview
+    from dysco_interp.studies.first_error import (
+        analyse_failures,
+        evaluation_records,
+        generate_small,
+        instance_getter,
+        write_overview,
+    )
     from dysco_interp.tasks.lengths import parse_length
 
     if args.threads:
         torch.set_num_threads(args.threads)
     length = parse_length(args.length) if args.length else None
+    if not args.small:  # what is read is refused before the model loads (analyse_failures reads it again)
+        found, _ = evaluation_records(args.results, args.model, length)
+        instance_getter(None, found, args.seed, args.data)
     model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
     qr = resolve_heads(model, args.heads)
     results = generate_small(model, args.model, qr, out_dir, length, args.seed) if args.small else args.results
