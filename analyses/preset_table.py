@@ -36,10 +36,10 @@ def main(argv=None) -> int:
     ci = CIOptions(n_boot=args.n_boot)
     try:
         pooled, files, unmatched = load_deduplicated(args.stores)
+        cells, dropped = by_cell(pooled.records)
+        rows = method_rows(cells, METRICS, ci)
     except DyscoError as e:
         p.error(str(e))
-    cells, dropped = by_cell(pooled.records)
-    rows = method_rows(cells, METRICS, ci)
     result = {"table": "teacher-forced presets", "command": command_line(SCRIPT, argv), "ci": ci.description,
               "stores": [str(f.relative_to(REPO)) if f.is_relative_to(REPO) else str(f) for f in files],
               "rows": rows, "notes": pooled.notes(unmatched) + store_notes([], dropped)}

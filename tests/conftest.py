@@ -147,11 +147,17 @@ def run_script_main(name: str, argv: list[str], monkeypatch) -> int:
 
 
 @pytest.fixture
-def script_main(monkeypatch, capsys):
+def script_code(monkeypatch):
+    """`run_script_main` with this test's monkeypatch: (name, argv) -> the script's exit code."""
+    return lambda name, argv: run_script_main(name, [str(a) for a in argv], monkeypatch)
+
+
+@pytest.fixture
+def script_main(script_code, capsys):
     """`run_script_main`, returning (exit code, stdout, stderr)."""
 
     def run(name: str, *argv) -> tuple[int, str, str]:
-        code = run_script_main(name, [str(a) for a in argv], monkeypatch)
+        code = script_code(name, argv)
         out = capsys.readouterr()
         return code, out.out, out.err
 

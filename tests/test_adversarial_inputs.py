@@ -195,7 +195,7 @@ class Hung(Exception):
     pass
 
 
-def run_case(inp: Input, argv: list[str], seconds: int) -> dict:
+def run_case(inp: Input, argv: list[str], seconds: int, script_code) -> dict:
     """In this (forked) process: the command under an alarm, with model loads refused; its exit code,
     stderr, whether it loaded anything, and how much its peak memory grew."""
     import dysco_interp.models as models
@@ -219,17 +219,7 @@ def run_case(inp: Input, argv: list[str], seconds: int) -> dict:
     signal.signal(signal.SIGALRM, alarm)
     signal.alarm(seconds)
     try:
-        if inp.script is None:
-            code = cli_main(argv)
-        else:
-            path = REPO / "analyses" / f"{inp.script}.py"
-            sys.argv = [str(path), *argv]
-            try:
-                code = runpy.run_path(str(path), run_name="adversarial")["main"](argv)
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else 2
-                if isinstance(e.code, str):
-                    print(e.code, file=err)
+        code = cli_main(argv) if inp.script is None else script_code(inp.script, argv)
     except BaseException:  # noqa: BLE001 - a hang, a traceback: reported to the test, not raised in the child
         traceback.print_exc(file=err)
         code = -1
@@ -239,14 +229,14 @@ def run_case(inp: Input, argv: list[str], seconds: int) -> dict:
     return {"code": code, "err": err.getvalue(), "loaded": bool(loaded), "growth": growth}
 
 
-def in_child(inp: Input, argv: list[str], seconds: int = 20) -> dict:
+def in_child(inp: Input, argv: list[str], script_code, seconds: int = 20) -> dict:
     """`run_case` in a forked child, so that its peak memory is its own; the parent waits."""
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never returns into pytest
         try:
             os.close(read)
-            result = json.dumps(run_case(inp, argv, seconds)).encode()
+            result = json.dumps(run_case(inp, argv, seconds, script_code)).encode()
             with os.fdopen(write, "wb") as f:
                 f.write(result)
         finally:
@@ -271,14 +261,15 @@ def grid() -> list:
 
 
 @pytest.mark.parametrize("inp,kind", grid())
-def test_an_input_that_cannot_be_read_is_one_line_at_once(inp: Input, kind: str, tmp_path, ok, bomb_tail, imported):
+def test_an_input_that_cannot_be_read_is_one_line_at_once(inp: Input, kind: str, tmp_path, ok, bomb_tail, imported,
+                                                          script_code):
     box = tmp_path / "box"
     box.mkdir()
     name = {"store": "input.jsonl", "data": "path_traversal_1900.jsonl", "bench": "bench.json", "text": "prompt.txt"}
     path = box / (name[inp.what] + (".xz" if kind == "bomb" else ""))
     place(kind, inp, path, ok, bomb_tail)
     argv = [a.replace("{in}", str(path)).replace("{ok}", str(ok)).replace("{box}", str(box)) for a in inp.argv]
-    result = in_child(inp, argv)
+    result = in_child(inp, argv, script_code)
     err = result["err"]
     assert "Traceback" not in err, err
     assert not result["loaded"], "a model or tokenizer was loaded before the input was read"
