@@ -10,8 +10,8 @@ append-only log whose writer may be killed mid-line keeps the records before it 
 reports the tail (`torn_tail="report"`). A complete last record without its newline is
 kept in both and flagged `unterminated`, so a writer can add the newline before appending.
 
-Every file is read a line at a time, and no line further than `MAX_LINE` bytes: what a file
-costs to read is bounded by that, not by the file, which may have no newline at all, be a
+Every file is read a line at a time, and no line past `MAX_LINE` bytes: what a file costs to
+read is bounded by that, not by the file, which may have no newline at all, be a
 device that never ends, or an archive that decompresses to one endless line. Only regular
 files are read: a FIFO, a device or a socket is refused before a byte is read (`open_regular`).
 """
