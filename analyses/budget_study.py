@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import user_methods
 from dysco_interp.cli.flags import add_renamed_flag
 from dysco_interp.decoding.choices import BACKENDS
 from dysco_interp.errors import ConfigError
@@ -63,6 +64,7 @@ def main(argv=None) -> int:
     p.add_argument("--test-lengths", default="1k,2k,4k,8k,16k")
     p.add_argument("--heads", default="shipped")
     p.add_argument("--figures-only", action="store_true", help="tables and figures from the stores under --out-dir")
+    user_methods.add_methods_from_flag(p)
     args = p.parse_args(argv)
     if args.figures_only:
         from dysco_interp.studies.budget_report import write_reports

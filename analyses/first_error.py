@@ -25,8 +25,10 @@ import sys
 from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import user_methods
 from dysco_interp.studies.first_error import SMALL, STORE_NAME, featured, stored_records
 from dysco_interp.studies.first_error_figures import describe, draw
+from dysco_interp.studies.study_arguments import print_reports
 
 
 def parse_args(argv):
@@ -41,6 +43,7 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0, help="the data seed of the instances")
     p.add_argument("--data", "--data-dir", dest="data", default=None,
                    help="task JSONL (or a folder of path_traversal_<length>.jsonl) instead of regenerating")
+    user_methods.add_methods_from_flag(p)
     p.add_argument("--heads", default="shipped", help="'shipped' or a head file")
     p.add_argument("--device", default=None)
     p.add_argument("--dtype", default=None)
@@ -64,6 +67,11 @@ def parse_args(argv):
 def main(argv=None) -> int:
     args = parse_args(argv)
     command = "python analyses/first_error.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    return print_reports("first_error", lambda: run(args, command))
+
+
+def run(args, command: str) -> list[str]:
+    """The analysis (or, --figures-only, the figures of its stored records), printing as it goes."""
     out_dir = Path(args.out_dir)
     if args.figures_only:
         recs = [r for r in stored_records(out_dir / STORE_NAME)
@@ -72,26 +80,34 @@ def main(argv=None) -> int:
         for r in recs if args.index is not None or args.all else featured(recs):
             for path in draw(r, out_dir, r.get("command", command), figures=not args.no_figures):
                 print(f"wrote {path}")
-        return 0
+        return []
 
     import torch
 
     from dysco_interp.heads import resolve_heads
     from dysco_interp.models import load_model
-    from dysco_interp.studies.first_error import analyse_failures, generate_small, write_overview
+    from dysco_interp.studies.first_error import (
+        analyse_failures,
+        evaluation_records,
+        generate_small,
+        instance_getter,
+        write_overview,
+    )
     from dysco_interp.tasks.lengths import parse_length
 
     if args.threads:
         torch.set_num_threads(args.threads)
     length = parse_length(args.length) if args.length else None
+    if not args.small:  # what is read is refused before the model loads (analyse_failures reads it again)
+        found, _ = evaluation_records(args.results, args.model, length)
+        instance_getter(None, found, args.seed, args.data)
     model = load_model(args.model, device=args.device, dtype=args.dtype, progress=False)
     qr = resolve_heads(model, args.heads)
     results = generate_small(model, args.model, qr, out_dir, length, args.seed) if args.small else args.results
     length, records = analyse_failures(model, args.model, qr, results, out_dir, length=length, seed=args.seed,
                                        data=args.data, index=args.index, every=args.all, command=command)
     if not records:
-        print(f"no vanilla route in {results} has a wrong line to inspect; nothing to draw")
-        return 0
+        return [f"no vanilla route in {results} has a wrong line to inspect; nothing to draw"]
     for record in records if args.index is not None else featured(records):
         print(describe(record))
         for path in draw(record, out_dir, record.get("command", command), figures=not args.no_figures):
@@ -103,7 +119,7 @@ def main(argv=None) -> int:
               f"QRHeads {m['qrheads']['gold_rank']} vs all heads "
               f"{m['all_heads']['gold_rank']}; in top 5%: {m['qrheads']['gold_in_top5pct']} vs "
               f"{m['all_heads']['gold_in_top5pct']}\nwrote {path}")
-    return 0
+    return []
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from dysco_interp.analysis.report import command_line, write_report
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import user_methods
 from dysco_interp.errors import DyscoError
 from dysco_interp.studies.overhead import measured, overhead_result, overhead_settings, panels, render
 from dysco_interp.tasks.lengths import parse_lengths
@@ -34,6 +35,7 @@ def parse_args(argv):
     p.add_argument("--stores", nargs="*", default=[str(REPO / "figures/path_traversal/*.jsonl")],
                    help="evaluation stores whose decode timings to summarise (glob patterns); stores of other "
                         "settings in one cell are refused (see dysco_interp/analysis/stores.py)")
+    user_methods.add_methods_from_flag(p)
     p.add_argument("--out", type=cli_args.output_stem, default=str(REPO / "figures/overhead/overhead"),
                    help="writes OUT.png, OUT.html, OUT.json, OUT.md")
     return p.parse_args(argv)

@@ -16,6 +16,7 @@ from dysco_interp.analysis.report import command_line, fmt_ci, fmt_delta, store_
 from dysco_interp.analysis.result_tables import CIOptions, by_cell, method_rows
 from dysco_interp.analysis.stores import load_deduplicated
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import user_methods
 from dysco_interp.errors import DyscoError
 from dysco_interp.viz.tables import table_markdown
 
@@ -30,14 +31,15 @@ def main(argv=None) -> int:
     p.add_argument("--stores", nargs="+", required=True, help="result stores (glob patterns; quote them)")
     p.add_argument("--out", type=cli_args.output_stem, required=True, help="writes OUT.md and OUT.json")
     p.add_argument("--n-boot", type=cli_args.positive_int, default=2000, help="bootstrap resamples")
+    user_methods.add_methods_from_flag(p)
     args = p.parse_args(argv)
     ci = CIOptions(n_boot=args.n_boot)
     try:
         pooled, files, unmatched = load_deduplicated(args.stores)
+        cells, dropped = by_cell(pooled.records)
+        rows = method_rows(cells, METRICS, ci)
     except DyscoError as e:
         p.error(str(e))
-    cells, dropped = by_cell(pooled.records)
-    rows = method_rows(cells, METRICS, ci)
     result = {"table": "teacher-forced presets", "command": command_line(SCRIPT, argv), "ci": ci.description,
               "stores": [str(f.relative_to(REPO)) if f.is_relative_to(REPO) else str(f) for f in files],
               "rows": rows, "notes": pooled.notes(unmatched) + store_notes([], dropped)}

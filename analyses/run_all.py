@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import user_methods
 from dysco_interp.studies.pipeline import SMALL_MODEL, Runner, regenerate_steps, run_steps, small_steps
 
 REPO = Path(__file__).resolve().parents[1]
@@ -87,6 +88,7 @@ def main(argv=None) -> int:
     p.add_argument("--model", default=SMALL_MODEL, help="--small: the model (default smollm2-135m)")
     p.add_argument("--figures-dir", default=str(REPO / "figures"),
                    help="default mode: the stores to read and the folder to write (default: figures/)")
+    user_methods.add_methods_from_flag(p)
     args = p.parse_args(argv)
 
     def log(msg):

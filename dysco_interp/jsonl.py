@@ -9,25 +9,42 @@ data files are written atomically, so there it is an error (`torn_tail="error"`)
 append-only log whose writer may be killed mid-line keeps the records before it and
 reports the tail (`torn_tail="report"`). A complete last record without its newline is
 kept in both and flagged `unterminated`, so a writer can add the newline before appending.
+
+Every file is read a line at a time, and no line past `MAX_LINE` bytes: what a file costs to
+read is bounded by that, not by the file, which may have no newline at all, be a
+device that never ends, or an archive that decompresses to one endless line. Only regular
+files are read: a FIFO, a device or a socket is refused before a byte is read (`open_regular`).
 """
 
 from __future__ import annotations
 
+import io
+import itertools
 import json
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import DataError
+from dysco_interp.outputs import file_kind, mode_kind
+
+# The longest line read, in bytes (its newline not counted). The longest lines this package writes
+# are task records of its longest prompts (one of 127K tokens is about 1.5 MB: the prompt's text
+# twice, and its spans) and result records with a trace (27 kB at most in figures/, the rest a few
+# kB); 16 MiB is ten times the first, room for prompts of about a million tokens, and still a
+# small cost for one line of anything else: its bytes, and the objects they parse to, a few times that.
+MAX_LINE = 16 << 20
 
 
 class LineError(ValueError):
     """A line that holds no JSON object.
 
-    `kind` is "encoding" (not UTF-8), "json" (not valid JSON) or "not_object" (valid JSON
-    but no object); `str()` reads "line N: why".
+    `kind` is "encoding" (not UTF-8), "json" (not valid JSON), "not_object" (valid JSON
+    but no object) or "too_long" (over `MAX_LINE` bytes, not read to its end); `str()` reads
+    "line N: why".
     """
 
     def __init__(self, line: int, kind: str, why: str):
@@ -73,43 +90,111 @@ class ParsedLines:
     unterminated: bool  # the last record is complete but has no newline
 
 
-def parse_lines(data: bytes, *, torn_tail: Literal["error", "report"] = "error") -> ParsedLines:
-    """Every record of JSONL bytes; blank lines are skipped.
+def too_long(number: int) -> LineError:
+    return LineError(number, "too_long", f"longer than {MAX_LINE >> 20} MiB, more than any record holds; "
+                                         "it was not read further")
 
-    A bad line before the last raises LineError. A bad last line without a newline raises
-    too with `torn_tail="error"`, and is dropped and reported with `torn_tail="report"`.
+
+def read_lines(stream: BinaryIO | io.BufferedIOBase, first: int = 1) -> Iterator[tuple[int, bytes]]:
+    """(number, bytes) for each line of a binary stream, its newline kept, numbered from `first`.
+
+    A line over `MAX_LINE` bytes is a LineError ("too_long") once that much of it is read:
+    no more of it is ever held.
     """
-    if torn_tail not in ("error", "report"):
-        raise ValueError(f"torn_tail must be 'error' or 'report', got {torn_tail!r}")
-    *lines, tail = data.split(b"\n")  # tail is b"" when the data ends with a newline
-    records = []
-    for number, raw in enumerate(lines, 1):
-        obj = parse_line(raw, number)
-        if obj is not None:
-            records.append((number, obj))
-    torn = unterminated = False
-    try:
-        obj = parse_line(tail, len(lines) + 1)
-    except LineError:
-        if torn_tail == "error":
-            raise
-        torn = True
-    else:
-        if obj is not None:
-            records.append((len(lines) + 1, obj))
-            unterminated = True
-    return ParsedLines(records, torn, unterminated)
+    for number in itertools.count(first):
+        raw = stream.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_LINE and not raw.endswith(b"\n"):
+            raise too_long(number)
+        yield number, raw
 
 
-def open_input(path: str | Path, missing: str, folder: str, unreadable: str):
-    """`path` opened for binary reading; a DataError with the given words (each formatted with
-    `path`, and `unreadable` also with `why`) when it is missing, a folder or unreadable."""
+class Records:
+    """(line number, object) for each record of JSONL lines (from `read_lines`), parsed as they
+    are read; blank lines are skipped.
+
+    A bad line before the last raises LineError. A bad last line without a newline raises too
+    with `torn_tail="error"`, and is dropped and reported with `torn_tail="report"`. Once read
+    to the end, `torn_tail` and `unterminated` say how the data ended (as in `ParsedLines`).
+    """
+
+    def __init__(self, lines: Iterable[tuple[int, bytes]], torn_tail: Literal["error", "report"] = "error"):
+        if torn_tail not in ("error", "report"):
+            raise ValueError(f"torn_tail must be 'error' or 'report', got {torn_tail!r}")
+        self.lines, self.rule = lines, torn_tail
+        self.torn_tail = self.unterminated = False
+
+    def __iter__(self) -> Iterator[tuple[int, dict]]:
+        for number, raw in self.lines:
+            if raw.endswith(b"\n"):
+                obj = parse_line(raw, number)
+            else:  # the last line: only the end of the data has no newline
+                try:
+                    obj = parse_line(raw, number)
+                except LineError:
+                    if self.rule == "error":
+                        raise
+                    self.torn_tail = True
+                    continue
+                self.unterminated = obj is not None
+            if obj is not None:
+                yield number, obj
+
+
+def parse_lines(data: bytes, *, torn_tail: Literal["error", "report"] = "error") -> ParsedLines:
+    """Every record of JSONL bytes (`Records` read to the end)."""
+    records = Records(read_lines(io.BytesIO(data)), torn_tail)
+    return ParsedLines(list(records), records.torn_tail, records.unterminated)
+
+
+class NotRegularFileError(OSError):
+    """A path that is no regular file; `kind` says what it is ("a FIFO (named pipe)", "a folder", ...)."""
+
+    def __init__(self, path: str | Path, kind: str):
+        super().__init__(f"{path} is {kind}, not a regular file")
+        self.kind = kind
+
+
+def open_regular(path: str | Path) -> BinaryIO:
+    """`path` opened for binary reading when it is a regular file, else NotRegularFileError.
+
+    Opened without waiting (O_NONBLOCK: a FIFO does not block for a writer) and judged on what was
+    opened (fstat), so a file swapped for a FIFO after any earlier check is refused too. Other
+    failures are the OSError that opening raised (FileNotFoundError, PermissionError, ...).
+    """
     try:
-        return open(path, "rb")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except OSError:
+        kind = file_kind(path)  # a socket cannot be opened at all: say what it is
+        if kind is not None:
+            raise NotRegularFileError(path, kind) from None
+        raise
+    try:
+        kind = mode_kind(os.fstat(fd).st_mode)
+        if kind is not None:
+            raise NotRegularFileError(path, kind)
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def open_input(path: str | Path, missing: str, folder: str, unreadable: str,
+               other: str = "{path} is {kind}, not a regular file") -> BinaryIO:
+    """`path` opened for binary reading (`open_regular`); a DataError with the given words (each
+    formatted with `path`, `unreadable` also with `why`, `other` with `kind`) when it is missing, a
+    folder, no regular file (a FIFO, a device, a socket) or unreadable."""
+    try:
+        return open_regular(path)
     except FileNotFoundError:
         raise DataError(missing.format(path=path)) from None
-    except IsADirectoryError:
-        raise DataError(folder.format(path=path)) from None
+    except NotRegularFileError as e:
+        words = folder if e.kind == "a folder" else other
+        raise DataError(words.format(path=path, kind=e.kind)) from None
     except OSError as e:
         raise DataError(unreadable.format(path=path, why=e.strerror or e)) from None
 
@@ -121,16 +206,16 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """
     path = Path(path)
     f = open_input(path, "data file not found: {path}", "{path} is a folder, not a JSONL data file",
-                   "cannot read data file {path}: {why}")
+                   "cannot read data file {path}: {why}",
+                   "{path} is {kind}, not a regular file; name a JSONL data file")
     with f:
-        for number, raw in enumerate(f, 1):
-            try:
-                obj = parse_line(raw, number)
-            except LineError as e:
-                hint = "; is it a JSONL data file?" if e.kind == "encoding" else ""
-                raise DataError(f"{path}, {e}{hint}") from None
-            if obj is not None:
-                yield number, obj
+        try:
+            yield from Records(read_lines(f))
+        except LineError as e:
+            hint = "; is it a JSONL data file?" if e.kind in ("encoding", "too_long") else ""
+            raise DataError(f"{path}, {e}{hint}") from None
+        except OSError as e:  # a disk error while reading
+            raise DataError(f"cannot read data file {path}: {e.strerror or e}") from None
 
 
 def read_jsonl(path: str | Path, cls=None) -> list:

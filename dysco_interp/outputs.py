@@ -38,6 +38,12 @@ def file_kind(path: str | os.PathLike) -> str | None:
         mode = os.stat(path).st_mode
     except (FileNotFoundError, NotADirectoryError):
         return None
+    return mode_kind(mode)
+
+
+def mode_kind(mode: int) -> str | None:
+    """What a file of this `st_mode` is when no regular file ("a folder", "a FIFO (named pipe)", ...);
+    None for a regular file."""
     if stat.S_ISREG(mode):
         return None
     return next((name for test, name in _KINDS if test(mode)), "not a regular file")
@@ -152,5 +158,6 @@ __all__ = [
     "check_replaceable",
     "check_writable_below",
     "file_kind",
+    "mode_kind",
     "output_target",
 ]

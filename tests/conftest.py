@@ -131,6 +131,39 @@ def run_script():
     return run_analysis_script
 
 
+def run_script_main(name: str, argv: list[str], monkeypatch) -> int:
+    """analyses/<name>.py's `main(argv)` in this process (seconds cheaper than a fresh interpreter):
+    its exit code, argparse's exits included."""
+    import runpy
+
+    path = REPO / "analyses" / f"{name}.py"
+    monkeypatch.setattr("sys.argv", [str(path), *argv])
+    try:
+        return runpy.run_path(str(path), run_name="in_process")["main"](argv) or 0
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+
+
+@pytest.fixture
+def script_code(monkeypatch):
+    """`run_script_main` with this test's monkeypatch: (name, argv) -> the script's exit code."""
+    return lambda name, argv: run_script_main(name, [str(a) for a in argv], monkeypatch)
+
+
+@pytest.fixture
+def script_main(script_code, capsys):
+    """`run_script_main`, returning (exit code, stdout, stderr)."""
+
+    def run(name: str, *argv) -> tuple[int, str, str]:
+        code = script_code(name, argv)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     """One Path Traversal instance for tiny-llama, made by `make-data` as a user makes it."""

@@ -94,3 +94,20 @@ def test_saved_data_round_trips(tmp_path, record_line):
     inst = make_dataset("needle_qa", tiny_tokenizer("llama"), 600, n=1)[0]
     path = save_dataset(tmp_path / "d.jsonl", [inst, inst])
     assert load_dataset(path) == [inst, inst]
+
+
+def test_a_line_is_read_up_to_the_cap_and_refused_past_it(tmp_path, monkeypatch):
+    import dysco_interp.jsonl as jsonl
+
+    monkeypatch.setattr(jsonl, "MAX_LINE", 64)
+    at_cap = '{"a": "' + "x" * (64 - 9) + '"}'
+    assert len(at_cap) == 64
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"b": 1}\n' + at_cap + "\n")
+    assert [n for n, _ in iter_jsonl(path)] == [1, 2]
+    path.write_text('{"b": 1}\n' + at_cap[:-1] + ' }\n{"c": 2}\n')
+    with pytest.raises(DataError, match=r"x\.jsonl, line 2: longer than 0 MiB, more than any record holds"):
+        list(iter_jsonl(path))
+    with pytest.raises(LineError, match="line 2: longer than") as err:
+        parse_lines(('{"b": 1}\n' + "x" * 65).encode(), torn_tail="report")  # never a torn tail
+    assert err.value.kind == "too_long"

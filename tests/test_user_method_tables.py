@@ -72,5 +72,5 @@ def test_the_tables_group_a_users_method_by_its_options_and_leave_it_out_of_the_
 
 
 def test_a_record_of_a_method_not_registered_says_how_to_read_it():
-    with pytest.raises(ConfigError, match="unknown config method 'table-other'.*import the file that registers it"):
+    with pytest.raises(ConfigError, match="unknown config method 'table-other'.*--methods-from FILE.py"):
         method_key({"config": {"method": "table-other"}})

@@ -154,7 +154,8 @@ class MethodKey:
         method = config["method"]
         if not isinstance(method, str) or method not in methods.REGISTRY:
             raise ConfigError(f"unknown config method {method!r}; expected one of {', '.join(methods.REGISTRY)} "
-                              "(a method of your own: import the file that registers it before reading its records)")
+                              "(a method of your own: the scripts that read stores take --methods-from FILE.py, "
+                              "the file that registers it; in Python, import that file before reading its records)")
         params = tuple((name, _normalise(name, _stored(config, name))) for name in key_fields(method))
         return cls(method, params + _option_params(method, config))
 

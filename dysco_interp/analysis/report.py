@@ -12,14 +12,16 @@ from dysco_interp.atomic import atomic_open
 
 
 def fmt_ci(est: Mapping | None, digits: int = 3, sign: str = "") -> str:
-    """'0.250 [0.100, 0.400]' from {mean, lo, hi[, n]}; '0.250 (n too small)' for fewer than
-    `MIN_CI_N` instances; '-' when there is nothing. `sign` "+" prints the signs."""
+    """'0.250 [0.100, 0.400]' from {mean, lo, hi[, n, null]}; '0.250 (n too small)' for fewer than
+    `MIN_CI_N` instances; '-' when there is nothing. `sign` "+" prints the signs. A mean that
+    left records out (`null`: not measured on them) says over how many values it is."""
     if not est:
         return "-"
     mean = f"{est['mean']:{sign}.{digits}f}"
+    of = f" (n={est['n']}; {est['null']} null)" if est.get("null") else ""
     if est.get("n", MIN_CI_N) < MIN_CI_N:
-        return f"{mean} ({NO_CI})"
-    return f"{mean} [{est['lo']:{sign}.{digits}f}, {est['hi']:{sign}.{digits}f}]"
+        return f"{mean} ({NO_CI}){of}"
+    return f"{mean} [{est['lo']:{sign}.{digits}f}, {est['hi']:{sign}.{digits}f}]{of}"
 
 
 def fmt_delta(est: Mapping | None, digits: int = 3) -> str:

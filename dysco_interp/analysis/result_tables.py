@@ -3,6 +3,10 @@
 Records are grouped by cell (model, task, length, setting) and by what ran (`MethodKey`
 from the record's config). Every mean carries a 95% percentile-bootstrap interval over
 instances; comparisons against a reference method are paired by instance (seed, index, id).
+A row's n counts its records; a metric that is null on some of them (not measured there) is
+averaged over the others, and its estimate says so (its own n, and how many were `null`). The
+readers (`stores.check_record`) refuse every other value that is no score: NaN, a boolean, text,
+a share outside [0, 1].
 
 - `tau_sweep` / `choose_tau`: UniAttnS's temperature chosen on MRCR-style data, as the
   paper does: the best mean score; ties go to the tau closest to 1 (the smaller on a tie).
@@ -113,11 +117,17 @@ def by_cell(records: Iterable[Mapping]) -> tuple[dict[CellKey, ByKey], int]:
 
 
 def metric_estimates(records: Sequence[Mapping], metrics: Sequence[str], ci: CIOptions = CIOptions()) -> dict:
-    """{metric: {mean, lo, hi, n}} over the records that have the metric (None if none do)."""
-    out = {}
+    """{metric: {mean, lo, hi, n}} over the records that have the metric (None if none do); n is the
+    number of values the mean used, and `null` (only when some are) the records left out, whose
+    metric is null or absent (not measured on them)."""
+    out: dict[str, dict | None] = {}
     for m in metrics:
         values = [float(r[m]) for r in records if r.get(m) is not None]
-        out[m] = bootstrap_ci(values, n_boot=ci.n_boot, seed=ci.seed).as_dict() if values else None
+        if not values:
+            out[m] = None
+            continue
+        est = bootstrap_ci(values, n_boot=ci.n_boot, seed=ci.seed).as_dict()
+        out[m] = est if len(values) == len(records) else {**est, "null": len(records) - len(values)}
     return out
 
 
@@ -201,9 +211,16 @@ def tau_sweep(records: Iterable[Mapping], metric: str = MRCR.metrics.primary,
 
 def pt_table(records: Iterable[Mapping], chosen_tau: Mapping[str, float], ci: CIOptions = CIOptions(),
              task: str = PATH_TRAVERSAL.name) -> tuple[list[dict], list[str]]:
-    """vanilla / UniAttnS (chosen tau) / DySCO per (model, length, setting), deltas vs vanilla."""
+    """vanilla / UniAttnS (chosen tau) / DySCO per (model, length, setting), deltas vs vanilla.
+    What it cannot show is named in a note: teacher-forced records, other methods' records."""
     rows, notes = [], []
-    for cell, by_key in group(r for r in records if r.get("task") == task).items():
+    mine = [r for r in records if r.get("task") == task]
+    forced = TASKS[task].metrics.forced if task in TASKS else ()
+    n_forced = sum(1 for r in mine if any(r.get(m) is not None for m in forced))
+    if n_forced:
+        notes.append(f"{n_forced} of the {len(mine)} records are teacher-forced: this table reads freely decoded "
+                     "results, so their cells show '-'; analyses/preset_table.py tabulates teacher-forced stores")
+    for cell, by_key in group(mine).items():
         vanilla_key = MethodKey("vanilla")
         vanilla = by_key.get(vanilla_key, [])
         where = f"{cell.model} {cell.length}"
@@ -244,6 +261,9 @@ def pt_table(records: Iterable[Mapping], chosen_tau: Mapping[str, float], ci: CI
         skipped = sorted({k.label for k in by_key if k.method in ("dysco-random", "dysco-static", "dysco-reuse")})
         if skipped:
             notes.append(f"{where}: ablation records left to the ablation table: {', '.join(skipped)}")
+        for k in sorted(k for k in by_key if k.method not in ("vanilla", "uniattns", *_ABLATION_ORDER)):
+            notes.append(f"{where}: {len(by_key[k])} {k.label} records left out: this table shows vanilla, "
+                         "UniAttnS and DySCO")
     return rows, notes
 
 

@@ -20,9 +20,11 @@ not record their dtype, so this is not refused but never silent.
 from __future__ import annotations
 
 import glob
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dysco_interp.analysis.method_key import method_key
 from dysco_interp.analysis.report import store_notes
@@ -30,6 +32,8 @@ from dysco_interp.analysis.result_tables import cell_of, instance_of
 from dysco_interp.analysis.store_archives import glob_stores, stored
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.store import canonical_json, differences, read_store
+from dysco_interp.tasks.registry import TASKS
+from dysco_interp.tasks.spec import TaskMetrics
 
 REQUIRED_FIELDS = ("model", "task", "method", "index", "config")
 
@@ -37,15 +41,19 @@ REQUIRED_FIELDS = ("model", "task", "method", "index", "config")
 def expand(patterns: Iterable[str]) -> tuple[list[Path], list[str]]:
     """Files matched by glob patterns (or named outright), sorted and unique; and the patterns
     that matched nothing. A store's name or pattern finds its compressed archive too
-    (`store_archives`)."""
+    (`store_archives`). A path named outright is kept whatever it is, and so is anything but a
+    folder that a pattern matches: the reader refuses a FIFO or a device as no regular file,
+    rather than the table saying nothing matched."""
     files: list[Path] = []
     unmatched: list[str] = []
     for pattern in patterns:
-        hits = glob_stores(pattern) if glob.has_magic(str(pattern)) else (
-            [str(stored(pattern))] if stored(pattern).is_file() else [])
+        if glob.has_magic(str(pattern)):
+            hits = [Path(h) for h in glob_stores(pattern) if not Path(h).is_dir()]
+        else:
+            hits = [stored(pattern)] if stored(pattern).exists() else []
         if not hits:
             unmatched.append(str(pattern))
-        files.extend(Path(h) for h in hits if Path(h).is_file())
+        files.extend(hits)
     return sorted(set(files)), unmatched
 
 
@@ -72,16 +80,49 @@ def record_settings(record: dict, store_settings: dict | None) -> dict:
     return settings
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_record(record: dict, where: str, store_task: Any) -> None:
+    """ConfigError, one line beginning with `where`, for what a table must not read from an
+    evaluation record (a hand-edited store): a length that is no integer, a task other than its
+    store header's, and a score of its task that is a boolean, no number, not finite or out of its
+    range (`TaskMetrics.bounds`). A null score stands for a score not measured on the record (a
+    route without a city to score): the means leave it out, and their n counts only what they use."""
+    task = record["task"]
+    if not isinstance(task, str) or (store_task is not None and task != store_task):
+        raise ConfigError(f"{where}: task {task!r}, but the store's header is for {store_task!r}; a store holds "
+                          "one task's records (was it edited, or two stores joined?)")
+    length = record.get("length")
+    if length is not None and not (_number(length) and float(length).is_integer()):
+        raise ConfigError(f"{where}: 'length' must be an integer number of tokens or null, got {length!r}")
+    metrics = TASKS[task].metrics if task in TASKS else None
+    for name in metrics.scores if metrics else ():
+        value = record.get(name)
+        if value is None:
+            continue
+        lo, hi = TaskMetrics.bounds(name)
+        if not _number(value):
+            raise ConfigError(f"{where}: score {name!r} must be a number or null, got {value!r}")
+        if not (math.isfinite(value) and lo <= value <= hi):
+            span = f"at most {hi:g}" if lo == -math.inf else f"in [{lo:g}, {hi:g}]"
+            raise ConfigError(f"{where}: score {name!r} is {value!r}; a {name} is {span}")
+
+
 def read_sourced(path: str | Path) -> list[Sourced]:
-    """The evaluation records of one store (either format), checked to be evaluation records,
-    each with its file and settings."""
+    """The evaluation records of one store (either format), checked to be evaluation records a
+    table can read (`check_record`), each with its file and settings."""
     contents = read_store(path)
     if contents is None:
         return []
-    for record in contents.records:
+    store_task = (contents.settings or {}).get("task")
+    for number, record in enumerate(contents.records, 1):
         missing = [f for f in REQUIRED_FIELDS if f not in record]
         if missing:
             raise ConfigError(f"{path}: a record lacks {', '.join(missing)}; not an evaluation store")
+        check_record(record, f"{path}, record {number} ({record['method']}, instance "
+                             f"{record.get('id', record['index'])})", store_task)
     return [Sourced(r, Path(path), record_settings(r, contents.settings)) for r in contents.records]
 
 

@@ -90,8 +90,10 @@ def run_evaluate(args) -> int:
     args.device = distributed.rank_device(launch, args.device)
     backend = backend_from_flags(args)
     task = get_task(args.task).name
-    files = sorted(Path(args.data).glob(f"{task}_*.jsonl")) if Path(args.data).is_dir() else [Path(args.data)]
-    if not files or not all(f.is_file() for f in files):
+    folder = Path(args.data).is_dir()
+    files = sorted(Path(args.data).glob(f"{task}_*.jsonl")) if folder else [Path(args.data)]
+    # what is there is judged by the data reader: a FIFO or a device is no regular file, not "no data"
+    if not files or not (folder or files[0].exists()):
         raise DataError(f"no {task} data in {args.data}; make it with `dysco-interp make-data {task} ...`")
     # everything that can be refused is refused before the model loads
     data = {f: load_dataset(f)[: args.limit] for f in files}

@@ -44,7 +44,8 @@ def read_prompt_file(path: str) -> str:
     from dysco_interp.jsonl import open_input
 
     with open_input(path, "--prompt-file {path}: no such file", "--prompt-file {path} is a folder; name a text file",
-                    "--prompt-file {path}: cannot read it ({why})") as f:
+                    "--prompt-file {path}: cannot read it ({why})",
+                    "--prompt-file {path} is {kind}, not a regular file; name a text file") as f:
         data = f.read()
     try:
         text = data.decode("utf-8-sig")

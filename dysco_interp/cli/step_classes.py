@@ -36,6 +36,8 @@ def add_step_classes_parser(subparsers) -> argparse.ArgumentParser:
 
 def pick(records: list[dict], method: str | None, not_this: str, path: str) -> tuple[str, list[dict]]:
     """The records of `method`, or of the store's one method other than `not_this`."""
+    if not records:
+        raise ConfigError(f"{path} holds no records: a store written by evaluate --teacher-forced, with results")
     names = sorted({str(r.get("method")) for r in records})
     if method is None:
         others = [n for n in names if n != not_this]

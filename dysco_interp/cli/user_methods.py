@@ -22,11 +22,11 @@ from pathlib import Path
 from dysco_interp.decoding.choices import METHOD_NAMES
 
 FILES_FLAG, OPTIONS_FLAG = "--methods-from", "--method-options"
-# every command and script that takes FILES_FLAG says this: the file is imported, so it runs
-METHODS_FROM_HELP = (
-    "a Python file of your own methods, imported before the method names are checked: it runs as Python code with "
-    "your permissions, so name only files you trust. The SteeringMethod subclasses it registers with "
-    "register_method can then be named (repeat the flag for several files)")
+# the help of FILES_FLAG wherever it is taken: the command line's own and the scripts' that read stores
+METHODS_FROM_HELP = ("a Python file of your own decoding methods, imported before the method names are checked: it "
+                     "runs as Python code, with your permissions, so name only a file you trust. The SteeringMethod "
+                     "subclasses it registers with register_method can then be named and their records read (repeat "
+                     "the flag for several files)")
 # the package every loaded file's module lives under: a name no import statement of the user's can reach
 MODULE_PREFIX = "dysco_interp_user_methods"
 
@@ -166,16 +166,31 @@ def _checked_options(given: list[tuple[str, dict]], names: list[str], flag: str)
     return out
 
 
+def load_method_files(args: argparse.Namespace) -> None:
+    """After the command line is read: import the --methods-from files (`args.methods_from`), in
+    order. ArgumentTypeError in one line."""
+    for given in args.methods_from or []:
+        try:
+            load_method_file(given)
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(f"argument {FILES_FLAG}: {e}") from None
+
+
+def add_methods_from_flag(parser) -> None:
+    """--methods-from FILE.py for a script that reads stores: the files are imported once the
+    command line is read, so records of the methods they register can be read (`args.ArgumentParser`
+    runs the check, its error one line)."""
+    parser.add_argument(FILES_FLAG, dest="methods_from", action="append", default=None, metavar="FILE.py",
+                        help=METHODS_FROM_HELP)
+    parser.add_check(load_method_files)
+
+
 def check_method_flags(args: argparse.Namespace) -> None:
     """After the command line is read: import the --methods-from files, check every --method(s)
     name against the methods now known, and --method-options against their methods' options
     (into `args.method_options`: name -> options). ArgumentTypeError in one line."""
     files = args.methods_from or []
-    for given in files:
-        try:
-            load_method_file(given)
-        except argparse.ArgumentTypeError as e:
-            raise argparse.ArgumentTypeError(f"argument {FILES_FLAG}: {e}") from None
+    load_method_files(args)
     flag, names = ("--methods", args.methods.split(",")) if hasattr(args, "methods") else ("--method", [args.method])
     _check_names(flag, names, bool(files))
     args.method_options = _checked_options(args.method_options or [], names, flag)

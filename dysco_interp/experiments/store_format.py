@@ -3,7 +3,8 @@
 A store is JSONL: a header line (`STORE_KIND`, `FORMAT`, purpose, settings), then one record per
 line; `store.py` says what writers guarantee. Reading takes no lock and writes nothing: it opens
 only regular files, judges a file on its first line before reading on, and decompresses an
-archived (xz or gzip) store as it reads, up to a cap.
+archived (xz or gzip) store as it reads, up to a cap. It goes a line at a time through the JSONL
+reader (`jsonl.read_lines`), so no line longer than `jsonl.MAX_LINE` is ever held, whatever the file.
 """
 
 from __future__ import annotations
@@ -12,17 +13,17 @@ import contextlib
 import gzip
 import hashlib
 import io
+import itertools
 import json
 import lzma
-import os
-import stat
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from dysco_interp.errors import ConfigError
-from dysco_interp.jsonl import LineError, parse_line, parse_lines
+from dysco_interp.jsonl import LineError, NotRegularFileError, Records, open_regular, parse_line, read_lines
 from dysco_interp.outputs import file_kind
 
 STORE_KIND = "dysco-interp-store"
@@ -135,11 +136,8 @@ _DECOMPRESSORS: dict[bytes, Callable[[BinaryIO], io.BufferedIOBase]] = {
     b"\x1f\x8b": lambda raw: gzip.GzipFile(fileobj=raw),
 }
 # An archive is decompressed up to this many bytes, never further: a few MB of gzip can expand
-# to gigabytes, all of it held in memory.
+# to gigabytes, and every record read is held in memory.
 MAX_DECOMPRESSED = 2 << 30
-# The longest first line read when looking for a header: far beyond any header (the head list of
-# the largest models is kilobytes) and any record, and a bound on what another file costs.
-HEADER_LIMIT = 64 << 20
 
 
 def _size(n: int) -> str:
@@ -161,17 +159,18 @@ def _check_regular(path: Path) -> bool:
 
 
 @contextlib.contextmanager
-def _store_bytes(path: Path) -> Iterator[tuple[io.BufferedIOBase, bool]]:
+def _store_bytes(path: Path) -> Iterator[tuple[BinaryIO | io.BufferedIOBase, bool]]:
     """The bytes of a store file, decompressed as they are read when it is an archive; and whether it is."""
     try:
-        # O_NONBLOCK: should the file have been swapped for a FIFO since it was checked, opening
-        # it does not wait for a writer; fstat then refuses it
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        # should the file have been swapped for a FIFO since it was checked, opening it does not
+        # wait for a writer, and it is refused
+        raw = open_regular(path)
+    except NotRegularFileError as e:
+        raise NotAStoreError(f"{path} is {e.kind}, not a regular file; it was left untouched: choose another path") \
+            from None
     except OSError as e:
         raise StoreError(f"cannot read {path}: {e.strerror}") from None
-    with os.fdopen(fd, "rb") as raw:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise NotAStoreError(f"{path} is not a regular file; it was left untouched: choose another path")
+    with raw:
         magic = raw.read(6)
         raw.seek(0)
         opener = next((o for m, o in _DECOMPRESSORS.items() if magic.startswith(m)), None)
@@ -182,19 +181,33 @@ def _store_bytes(path: Path) -> Iterator[tuple[io.BufferedIOBase, bool]]:
             yield stream, True
 
 
-def _read(stream: io.BufferedIOBase, path: Path, compressed: bool,
-          read: Callable[[io.BufferedIOBase], bytes]) -> bytes:
+@contextlib.contextmanager
+def _reading(path: Path, compressed: bool) -> Iterator[None]:
+    """What reading a store's bytes raises, as a StoreError naming it."""
     try:
-        return read(stream)
-    except (OSError, EOFError, lzma.LZMAError) as e:
+        yield
+    except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:
         if not compressed:
             raise StoreError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
         raise StoreCorruptError(f"{path} is a compressed store that does not decompress ({e})") from None
 
 
-def _first_line(stream: io.BufferedIOBase, path: Path, compressed: bool) -> bytes:
-    limit = min(HEADER_LIMIT, MAX_DECOMPRESSED) if compressed else HEADER_LIMIT
-    return _read(stream, path, compressed, lambda s: s.readline(limit + 1))
+def _store_lines(stream: BinaryIO | io.BufferedIOBase, path: Path, compressed: bool) -> Iterator[tuple[int, bytes]]:
+    """The store's lines (`read_lines`), an archive's up to MAX_DECOMPRESSED bytes in all."""
+    total = 0
+    for number, raw in read_lines(stream):
+        total += len(raw)
+        if compressed and total > MAX_DECOMPRESSED:
+            raise StoreError(f"{path} decompresses to more than {_size(MAX_DECOMPRESSED)}, the most a store is "
+                             "decompressed to; it was not read (decompress it yourself if it is a store)")
+        yield number, raw
+
+
+def _first_line(lines: Iterator[tuple[int, bytes]], path: Path) -> tuple[int, bytes] | None:
+    try:
+        return next(lines, None)
+    except LineError:  # longer than any header or record
+        raise _not_a_store(path) from None
 
 
 def _not_a_store(path: Path) -> NotAStoreError:
@@ -207,8 +220,6 @@ def _not_a_store(path: Path) -> NotAStoreError:
 def _parse_first(line: bytes, path: Path) -> tuple[Any, int | None]:
     """The first line's JSON value and the store format its header announces; NotAStoreError
     when it is neither a header of ours nor a format-1 evaluation record."""
-    if len(line) > HEADER_LIMIT:
-        raise _not_a_store(path)
     try:
         first = parse_line(line.removesuffix(b"\n"), 1)
     except LineError:
@@ -228,48 +239,47 @@ def read_header(path: str | Path) -> dict | None:
     try:
         if not _check_regular(path):
             return None
-        with _store_bytes(path) as (stream, compressed):
-            line = _first_line(stream, path, compressed)
-            first, fmt = _parse_first(line, path) if line else (None, None)
+        with _store_bytes(path) as (stream, compressed), _reading(path, compressed):
+            line = _first_line(_store_lines(stream, path, compressed), path)
+            first, fmt = _parse_first(line[1], path) if line else (None, None)
     except StoreError:
         return None
     return first if fmt == FORMAT else None
 
 
+def _corrupt(path: Path, error: LineError) -> StoreCorruptError:
+    if error.kind == "too_long":
+        return StoreCorruptError(f"{path}: line {error.line} is {error.why}; the store is corrupt, or no store")
+    return StoreCorruptError(f"{path}: line {error.line} is not a JSON record; the store is corrupt "
+                             "(remove that line, or start a new store)")
+
+
 def read_store(path: str | Path) -> StoreContents | None:
     """The contents of a store without modifying it; None for a missing or empty file. An
     xz- or gzip-compressed store (an archive of finished results) reads like a plain one, up
-    to MAX_DECOMPRESSED bytes; any file is judged on its first line before the rest is read.
+    to MAX_DECOMPRESSED bytes; any file is judged on its first line before the rest is read,
+    and read a line at a time, none longer than `jsonl.MAX_LINE`.
 
     NotAStoreError when the file is something else (its first line is no header of ours and
     no format-1 evaluation record, or it is no regular file); StoreCorruptError for a broken
-    line before the last.
+    line before the last, or a line too long to be a record.
     """
     path = Path(path)
     if not _check_regular(path):
         return None
-    with _store_bytes(path) as (stream, compressed):
-        line = _first_line(stream, path, compressed)
-        if not line:
+    with _store_bytes(path) as (stream, compressed), _reading(path, compressed):
+        lines = _store_lines(stream, path, compressed)
+        line = _first_line(lines, path)
+        if line is None:
             return None
-        first, fmt = _parse_first(line, path)
-        if compressed:
-            rest = _read(stream, path, compressed, lambda s: s.read(MAX_DECOMPRESSED - len(line) + 1))
-            if len(line) + len(rest) > MAX_DECOMPRESSED:
-                raise StoreError(f"{path} decompresses to more than {_size(MAX_DECOMPRESSED)}, the most a store is "
-                                 "decompressed to; it was not read (decompress it yourself if it is a store)")
-        else:
-            rest = _read(stream, path, compressed, lambda s: s.read())
-    data = line + rest
-    try:
-        parsed = parse_lines(data, torn_tail="report")  # a kill may have cut the last line
-    except LineError as e:
-        raise StoreCorruptError(f"{path}: line {e.line} is not a JSON record; the store is corrupt "
-                                "(remove that line, or start a new store)") from None
+        first, fmt = _parse_first(line[1], path)
+        parsed = Records(itertools.chain([line], lines), torn_tail="report")  # a kill may have cut the last line
+        try:
+            records = [obj for number, obj in parsed if not (fmt is not None and number == 1)]
+        except LineError as e:
+            raise _corrupt(path, e) from None
     header = first if fmt is not None else None
-    records = [obj for number, obj in parsed.records if not (header is not None and number == 1)]
-    torn, unterminated = parsed.torn_tail, parsed.unterminated
-    return StoreContents(path, fmt or 1, header, records, torn, unterminated, compressed)
+    return StoreContents(path, fmt or 1, header, records, parsed.torn_tail, parsed.unterminated, compressed)
 
 
 def read_resumable(path: str | Path) -> StoreContents | None:

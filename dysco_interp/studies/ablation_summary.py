@@ -51,7 +51,7 @@ def store_path(out_dir: str | Path, model: str) -> Path:
 def read_study(path: str | Path) -> tuple[dict, list[dict]]:
     """(settings, records) of one ablation store, read without modifying it."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"no results at {path}; run the computation first (without --figures-only)")
     contents = runner.read_store(path)
     settings = contents.settings if contents is not None else None

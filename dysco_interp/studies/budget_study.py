@@ -132,7 +132,7 @@ def check_parts(parts: Sequence[str]) -> None:
 
 def dev_records(s: StudySettings, kind: str) -> list[dict]:
     paths = [s.store("dev", task, length, kind) for task, length in s.dev_tasks]
-    return [r for p in paths if p.is_file() for r in read_records(p)]
+    return [r for p in paths if p.exists() for r in read_records(p)]
 
 
 def choose(s: StudySettings) -> dict:
@@ -149,7 +149,7 @@ def split_instances(data_dir: Path, split: str, task: str, length: str, n: int |
     """The first `n` (all for None) instances of `data_dir/split/<task>_<length>.jsonl`, as
     make-data writes it; a missing file is a ConfigError naming the script that says how to make it."""
     path = data_dir / split / f"{task}_{length}.jsonl"
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"missing {path}: make the {split} split first (see {script})")
     instances = load_dataset(path)
     return instances[:n] if n else instances

@@ -98,7 +98,7 @@ def run_parts(model: LoadedModel, heads: HeadSet, s: RunSettings, log: Callable[
 
     def data(task: str, length: str) -> list:
         path = s.data_dir / f"{task}_{length}.jsonl"
-        if not path.is_file():
+        if not path.exists():
             raise MissingRunInput(f"missing {path}; make it with `dysco-interp make-data {task} --model {s.model_name} "
                               f"--lengths {length} --out {s.data_dir}`")
         instances = load_dataset(path)
@@ -115,7 +115,7 @@ def run_parts(model: LoadedModel, heads: HeadSet, s: RunSettings, log: Callable[
                    for t in s.taus}
         run("mrcr", s.tau_length, methods, s.tau_store)
     if "pt" in s.parts:
-        if not s.tau_store.is_file():
+        if not s.tau_store.exists():
             raise MissingRunInput(f"part 'pt' needs the tau sweep {s.tau_store}; run part 'tau' first")
         sweep = tau_sweep(read_records(s.tau_store)).get(s.model_name)
         if sweep is None:

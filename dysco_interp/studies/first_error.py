@@ -145,7 +145,7 @@ def analyse_instance(model: LoadedModel, model_name: str, inst: PathTraversalIns
 def evaluation_records(path: str, model_name: str, length: int | None) -> tuple[int, dict[int, dict[str, dict]]]:
     """(length, {index: {method: record}}) of one model's Path Traversal records in a store."""
     path = str(stored(path))
-    if not Path(path).is_file():
+    if not Path(path).exists():  # anything there is judged by the store reader
         raise ConfigError(f"no evaluation records at {path}")
     recs = [r for r in read_records(path) if r["model"] == model_name and r["task"] == TASK]
     lengths = sorted({r["length"] for r in recs})
@@ -170,7 +170,7 @@ def instance_getter(tokenizer, length: int, seed: int, data: str | None) -> Call
     if data is not None:
         path = Path(data)
         path = path / f"{TASK}_{length_label(length)}.jsonl" if path.is_dir() else path
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"no task data at {path}")
         loaded = {x.index: x for x in load_dataset(path) if x.target_tokens == length and x.seed == seed}
 
@@ -255,7 +255,7 @@ def analyse_failures(model: LoadedModel, model_name: str, qr: HeadSet, results: 
 
 def stored_records(path: Path) -> list[dict]:
     """The records of a first-error store, read without modifying it."""
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"no results at {path}; run the analysis first (without --figures-only)")
     return ResultStore(path, KEY, HEADER, readonly=True).records()
 

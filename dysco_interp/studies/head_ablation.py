@@ -217,7 +217,7 @@ def instance_set(tokenizer, task: str, length: int, n: int, seed: int, data_dir:
     if data_dir is None:
         return make_dataset(task, tokenizer, length, n=n, seed=seed, progress=True)
     path = Path(data_dir) / f"{task}_{length_label(length)}.jsonl"
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"no {path}; make it with `dysco-interp make-data {task} --lengths {length_label(length)} "
                           f"--n {n} --seed {seed} --out {data_dir}`")
     by_index = {x.index: x for x in load_dataset(path) if x.target_tokens == length and x.seed == seed}

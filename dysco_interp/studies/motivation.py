@@ -98,7 +98,7 @@ def dataset_getter(tokenizer, n: int, seed: int, data_dir: str | None) -> Callab
             data = make_dataset(TASK, tokenizer, length, n=n, seed=seed, hops=HOPS, progress=True)
             return check_instances(data, length, n, seed, f"generated {TASK} data")
         path = Path(data_dir) / f"{TASK}_{length_label(length)}.jsonl"
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"no {path}; make it with `dysco-interp make-data {TASK} --lengths "
                               f"{length_label(length)} --n {n} --seed {seed} --out {data_dir}`")
         return check_instances(load_dataset(path), length, n, seed, str(path))

@@ -37,7 +37,7 @@ def store_header(draws: int, head_seed: int, fraction: float) -> dict:
 
 def read_store(path: Path):
     """The settings and records of a motivation store, read without modifying it."""
-    if not path.is_file():
+    if not path.exists():  # anything there is judged by the reader
         raise ConfigError(f"no results at {path}; run the computation first (without --figures-only)")
     contents = runner.read_store(path)
     settings = contents.settings if contents is not None else None

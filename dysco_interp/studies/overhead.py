@@ -18,8 +18,9 @@ from dysco_interp.analysis.bench_results import decode_rows, device_label, recor
 from dysco_interp.analysis.flops import ModelShape, decode_token_flops, dysco_extra_token, overhead
 from dysco_interp.analysis.report import with_footer
 from dysco_interp.analysis.stores import display_path, expand, pool_files
-from dysco_interp.errors import ConfigError
+from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.heads import resolve_heads
+from dysco_interp.jsonl import MAX_LINE, open_input
 from dysco_interp.models import packaged as packaged_models
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
@@ -105,6 +106,19 @@ def curves(settings: list[dict]):
     return ratio, share
 
 
+def read_bench(path: Path) -> bytes:
+    """A benchmark file's bytes: a DataError for no regular file (a FIFO never blocks the read) or
+    one larger than any benchmark (a line's cap, `jsonl.MAX_LINE`: benchmark files are kilobytes)."""
+    with open_input(path, "no such file: {path}", "{path} is a folder, not a benchmark JSON file",
+                    "cannot read {path}: {why}",
+                    "{path} is {kind}, not a regular file; name a benchmark JSON file") as f:
+        data = f.read(MAX_LINE + 1)
+    if len(data) > MAX_LINE:
+        raise DataError(f"{path} is larger than {MAX_LINE >> 20} MiB, far more than a benchmark file holds; "
+                        "not a benchmark JSON file")
+    return data
+
+
 def measured(bench: list[str], stores: list[str], root: Path) -> tuple[list[dict], list[str], list[str]]:
     """Measured speed (and memory) rows from benchmark JSONs and evaluation stores (glob
     patterns; paths shown relative to `root`), with notes on what is missing, and the sources."""
@@ -114,7 +128,7 @@ def measured(bench: list[str], stores: list[str], root: Path) -> tuple[list[dict
     for f in files:
         name = display_path(f, root)
         try:
-            doc = json.loads(Path(f).read_text())
+            doc = json.loads(read_bench(f))
         except json.JSONDecodeError:
             notes.append(f"{name}: not valid JSON; skipped")
             continue

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
-from dysco_interp.errors import ConfigError
+from dysco_interp.cli import user_methods
+from dysco_interp.errors import DyscoError
 
 
 def add_head_study_arguments(p: argparse.ArgumentParser, full: Mapping, small: Mapping, *, small_help: str,
@@ -37,9 +38,9 @@ def add_head_study_arguments(p: argparse.ArgumentParser, full: Mapping, small: M
     p.add_argument("--no-figures", action="store_true", help="compute only (write the summary JSON, no drawing)")
 
 
-def add_split_study_arguments(p: argparse.ArgumentParser, *, data_help: str) -> None:
+def add_split_study_arguments(p: cli_args.ArgumentParser, *, data_help: str) -> None:
     """--model, --data-dir, --out-dir, --parts/--lengths (the study adds its own), --device/--dtype,
-    --backend, --tokens-per-batch, --n, --heads and --figures-only."""
+    --backend, --tokens-per-batch, --n, --heads, --figures-only and --methods-from."""
     from dysco_interp.decoding.choices import BACKENDS
 
     p.add_argument("--model", default="qwen2.5-coder-1.5b")
@@ -53,6 +54,7 @@ def add_split_study_arguments(p: argparse.ArgumentParser, *, data_help: str) -> 
     p.add_argument("--n", type=cli_args.positive_int, default=None, help="instances per file (default: all)")
     p.add_argument("--heads", default="shipped")
     p.add_argument("--figures-only", action="store_true", help="tables and figures from the stores under --out-dir")
+    user_methods.add_methods_from_flag(p)
 
 
 def load_study_model(args: argparse.Namespace, yarn_factor: float | None = None):
@@ -66,11 +68,12 @@ def load_study_model(args: argparse.Namespace, yarn_factor: float | None = None)
 
 
 def print_reports(script: str, write: Callable[[], list[str]]) -> int:
-    """A study's --figures-only: each file `write()` wrote on its own line (exit 0), or its
-    ConfigError as one line naming the script (exit 2)."""
+    """A script's work, `write()`: each line it returns (the files it wrote, what it found) printed
+    on its own line (exit 0), or what it refused on purpose (a DyscoError) as one line naming the
+    script (exit 2)."""
     try:
         lines = write()
-    except ConfigError as e:
+    except DyscoError as e:
         print(f"{script}: {e}", file=sys.stderr)
         return 2
     for line in lines:

@@ -17,6 +17,7 @@ from dysco_interp.analysis.report import fmt_ci, fmt_delta, with_footer
 from dysco_interp.analysis.result_tables import delta_metrics
 from dysco_interp.analysis.stores import display_path, load_deduplicated, load_pooled
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import user_methods
 from dysco_interp.errors import DyscoError
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
 from dysco_interp.tasks.registry import TASKS
@@ -55,12 +56,14 @@ POOLING_HELP = ("Stores are pooled only when comparable: records of one model, t
 
 def table_arguments(description: str, *, stores: Sequence[str], stores_help: str, out: str,
                     out_help: str) -> argparse.ArgumentParser:
-    """The flags every table script takes: --stores, --out, and the bootstrap's --n-boot and --seed."""
+    """The flags every table script takes: --stores, --out, the bootstrap's --n-boot and --seed, and
+    --methods-from (for stores of methods of one's own)."""
     p = cli_args.ArgumentParser(description=description, epilog=POOLING_HELP)
     p.add_argument("--stores", nargs="+", default=list(stores), help=stores_help)
     p.add_argument("--out", type=cli_args.output_stem, default=out, help=out_help)
     p.add_argument("--n-boot", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    user_methods.add_methods_from_flag(p)
     return p
 
 

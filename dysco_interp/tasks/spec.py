@@ -10,6 +10,7 @@ Nothing here imports torch: the command line builds its parser from the registry
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -80,6 +81,17 @@ class TaskMetrics:
     @property
     def compared(self) -> tuple[str, ...]:
         return tuple(m.field for m in self.tables if m.compared)
+
+    @property
+    def scores(self) -> tuple[str, ...]:
+        """Every score field of the task's records, free and teacher-forced."""
+        return self.free + self.forced
+
+    @staticmethod
+    def bounds(field: str) -> tuple[float, float]:
+        """The values a score field can take: a log-probability (a `*logprob` field) is at most 0;
+        every other score is a share (of instances, steps or tokens right), in [0, 1]."""
+        return (-math.inf, 0.0) if field.endswith("logprob") else (0.0, 1.0)
 
 
 @dataclass(frozen=True)
