@@ -1,4 +1,4 @@
-"""Exact paired statistics (analysis.paired, analysis.multiplicity) checked
+"""Exact paired statistics (analysis.paired, analysis.multiplicity, analysis.equivalence) checked
 against scipy.stats and exact rational arithmetic on fixed inputs."""
 
 import json
@@ -11,6 +11,7 @@ import pytest
 from scipy import stats
 
 from dysco_interp.analysis.bootstrap import NO_CI
+from dysco_interp.analysis.equivalence import tost
 from dysco_interp.analysis.multiplicity import bh_q_values
 from dysco_interp.analysis.paired import (
     EXACT_MAX,
@@ -167,6 +168,40 @@ def test_fmt_paired_in_the_tables_delta_style():
     assert [fmt_p(p) for p in (1.0, 0.3, 0.0034, 1 / 100_001)] == ["1.0", "0.30", "0.0034", "1.0e-05"]
 
 
+# ---------------------------------------------------------------------------- equivalence
+
+
+@pytest.mark.parametrize("differences, margin, equivalent, not_worse", [
+    ([0.01, -0.02, 0.03, 0.0, 0.015, -0.01, 0.02, 0.005, -0.005, 0.01], 0.05, True, True),
+    ([0.01, -0.15, 0.03, 0.0, 0.015, -0.12, 0.02, 0.005, -0.18, 0.01], 0.05, False, False),
+    ([0.04, 0.06, 0.03, 0.05, 0.045, 0.055], 0.05, False, True),  # does not hurt, may help by the margin
+    ([-0.3, 0.1, -0.2, 0.05, -0.25, -0.1], 0.1, False, False),
+])
+def test_tost_is_two_one_sided_t_tests(differences, margin, equivalent, not_worse):
+    e = tost(differences, margin=margin)
+    lower = stats.ttest_1samp(differences, -margin, alternative="greater").pvalue
+    upper = stats.ttest_1samp(differences, margin, alternative="less").pvalue
+    assert (e.p_lower, e.p_upper, e.p) == pytest.approx((lower, upper, max(lower, upper)), rel=1e-10)
+    assert e.se == pytest.approx(stats.sem(differences), rel=1e-12) and e.n == len(differences)
+    # TOST at 0.05 is the 90% t interval lying inside the margin
+    lo, hi = stats.t.interval(0.9, len(differences) - 1, loc=np.mean(differences), scale=stats.sem(differences))
+    assert e.equivalent() == equivalent == (-margin < lo and hi < margin)
+    assert e.not_worse() == not_worse == (lower < 0.05)
+
+
+def test_tost_edge_cases_and_its_margin_is_always_stated():
+    assert tost([0.02], margin=0.05).p == 1.0 and tost([0.02], margin=0.05).se is None
+    inside, outside = tost([0.02] * 5, margin=0.05), tost([-0.1] * 5, margin=0.05)
+    assert (inside.p_lower, inside.p_upper, inside.p) == (0.0, 0.0, 0.0)
+    assert (outside.p_lower, outside.p_upper, outside.not_worse()) == (1.0, 0.0, False)
+    with pytest.raises(TypeError):
+        tost([0.1, 0.2])
+    for bad in (0, -0.1, float("nan"), float("inf"), True, "0.1"):
+        with pytest.raises(ConfigError):
+            tost([0.1, 0.2], margin=bad)
+    assert json.loads(json.dumps(inside.as_dict(), allow_nan=False)) == inside.as_dict()
+
+
 # ---------------------------------------------------------------------------- bad input
 
 
@@ -183,6 +218,7 @@ def test_bad_input_is_a_config_error():
         lambda: sign_flip_test([0.1], n_draws=0),
         lambda: bh_q_values([0.5, 1.5]),
         lambda: bh_q_values([0.5, float("nan")]),
+        lambda: tost([], margin=0.1),
     ]
     for case in cases:
         with pytest.raises(ConfigError):
