@@ -33,16 +33,22 @@ class BootstrapCI:
                 "n": self.n}
 
 
-def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> BootstrapCI:
-    """Mean of `values` and its percentile-bootstrap interval at `level`."""
+def finite_values(values: Sequence[float], what: str) -> np.ndarray:
+    """`values` as a 1-D float array; ConfigError naming `what` unless a non-empty flat list of finite numbers."""
     try:
         x = np.asarray(values, dtype=float)
     except (TypeError, ValueError):
-        raise ConfigError("bootstrap values must be a flat list of numbers") from None
+        raise ConfigError(f"{what} must be a flat list of numbers") from None
     if x.ndim != 1 or x.size == 0:
-        raise ConfigError(f"bootstrap needs a non-empty flat list of numbers, got shape {x.shape}")
+        raise ConfigError(f"{what} must be a non-empty flat list of numbers, got shape {x.shape}")
     if not np.isfinite(x).all():
-        raise ConfigError("bootstrap values must be finite numbers")
+        raise ConfigError(f"{what} must be finite numbers")
+    return x
+
+
+def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 2000, seed: int = 0) -> BootstrapCI:
+    """Mean of `values` and its percentile-bootstrap interval at `level`."""
+    x = finite_values(values, "bootstrap values")
     if not (isinstance(level, (int, float)) and 0 < level < 1):
         raise ConfigError(f"level must be in (0, 1), got {level!r}")
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 1:
