@@ -156,6 +156,19 @@ class NotRegularFileError(OSError):
         self.kind = kind
 
 
+# A file read whole (a prompt, a head file) is at most this: a million-token prompt is a few MB
+MAX_WHOLE_FILE = 64 << 20
+
+
+def read_whole(f: BinaryIO, what: str) -> bytes:
+    """All of an opened file, or a DataError naming `what` once it passes MAX_WHOLE_FILE (a
+    device that never ends is refused at that point, not held in memory)."""
+    data = f.read(MAX_WHOLE_FILE + 1)
+    if len(data) > MAX_WHOLE_FILE:
+        raise DataError(f"{what} is larger than {MAX_WHOLE_FILE >> 20} MiB; it was not read further")
+    return data
+
+
 def open_regular(path: str | Path) -> BinaryIO:
     """`path` opened for binary reading when it is a regular file, else NotRegularFileError.
 

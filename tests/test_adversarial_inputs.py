@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from dysco_interp.jsonl import MAX_LINE
+from dysco_interp.jsonl import MAX_LINE, MAX_WHOLE_FILE
 
 REPO = Path(__file__).resolve().parents[1]
 ROOT = os.geteuid() == 0
@@ -76,6 +76,8 @@ INPUTS = [
     cli("step-classes other", "store", "step-classes", OK_STORE, "{in}"),
     cli("step-classes --data", "data", "step-classes", OK_STORE, OK_STORE, "--data", "{in}"),
     cli("generate --prompt-file", "text", "generate", *TINY, "--prompt-file", "{in}"),
+    cli("evaluate --heads", "heads", "evaluate", *TINY, "--data", OK_DATA, "--methods", "vanilla,dysco", "--heads",
+        "{in}", "--out", "{box}/r.jsonl"),
     script("pt_table --stores", "store", "--stores", "{in}", "--tau-stores", OK_STORE, "--out", "{box}/t"),
     script("pt_table --tau-stores", "store", "--stores", OK_STORE, "--tau-stores", "{in}", "--out", "{box}/t"),
     script("preset_table --stores", "store", "--stores", "{in}", "--out", "{box}/t"),
@@ -92,7 +94,7 @@ INPUTS = [
 # inputs the grid does not feed, and why: each is read by a reader that the grid's rows exercise, or
 # is no file of records
 EXEMPT = {
-    "--heads": "a head file, read by heads.load_heads with its own checks (not JSONL records)",
+    "--heads": "a head file: the evaluate --heads row tries the one reader of head files",
     "--compare": "a head file, as --heads",
     "causal_ablation --copy-paste-heads": "a head file, as --heads (or a detection report, JSON)",
     "generate --prompt": "the prompt's text itself, not a file",
@@ -109,9 +111,9 @@ KINDS = ("fifo", "device", "oversized", "bomb")
 
 
 def applies(inp: Input, kind: str) -> bool:
-    """A prompt is read whole and has no line cap (its length is checked against the model's context),
-    and benchmark files are JSON read as they are, never decompressed: no bomb for either."""
-    return not (inp.what == "text" and kind in ("oversized", "bomb") or inp.what == "bench" and kind == "bomb")
+    """A prompt and a head file are read whole, up to `MAX_WHOLE_FILE`, and benchmark files are JSON read
+    as they are: none of them is ever decompressed, so no bomb for them."""
+    return not (inp.what in ("text", "heads", "bench") and kind == "bomb")
 
 
 # ---------------------------------------------------------------------------- what is put there
@@ -125,7 +127,8 @@ def make_device(path: Path) -> None:
 
 
 def first_lines(inp: Input, ok: Path) -> bytes:
-    """What a valid input of its kind begins with: a store's header and record, or a data record."""
+    """What a valid input of its kind begins with: a store's header and record, a data record, or the start
+    of a JSON object (a head file, a benchmark file, a prompt)."""
     if inp.what == "store":
         return (ok / "store.jsonl").read_bytes()
     if inp.what == "data":
@@ -265,7 +268,8 @@ def test_an_input_that_cannot_be_read_is_one_line_at_once(inp: Input, kind: str,
                                                           script_code):
     box = tmp_path / "box"
     box.mkdir()
-    name = {"store": "input.jsonl", "data": "path_traversal_1900.jsonl", "bench": "bench.json", "text": "prompt.txt"}
+    name = {"store": "input.jsonl", "data": "path_traversal_1900.jsonl", "bench": "bench.json", "text": "prompt.txt",
+            "heads": "heads.json"}
     path = box / (name[inp.what] + (".xz" if kind == "bomb" else ""))
     place(kind, inp, path, ok, bomb_tail)
     argv = [a.replace("{in}", str(path)).replace("{ok}", str(ok)).replace("{box}", str(box)) for a in inp.argv]
@@ -280,6 +284,8 @@ def test_an_input_that_cannot_be_read_is_one_line_at_once(inp: Input, kind: str,
              "oversized": f"longer than {MAX_LINE >> 20} MiB", "bomb": ""}[kind]
     if inp.what == "bench" and kind == "oversized":
         words = f"larger than {MAX_LINE >> 20} MiB"
+    if inp.what in ("text", "heads") and kind == "oversized":
+        words = f"larger than {MAX_WHOLE_FILE >> 20} MiB"
     assert words in lines[0], lines[0]
     assert result["growth"] < GROWTH, f"peak memory grew by {result['growth'] >> 20} MiB"
 

@@ -41,12 +41,12 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
 
 def read_prompt_file(path: str) -> str:
     """The text of --prompt-file; a missing, folder, unreadable, non-UTF-8 or empty file is a DataError."""
-    from dysco_interp.jsonl import open_input
+    from dysco_interp.jsonl import open_input, read_whole
 
     with open_input(path, "--prompt-file {path}: no such file", "--prompt-file {path} is a folder; name a text file",
                     "--prompt-file {path}: cannot read it ({why})",
                     "--prompt-file {path} is {kind}, not a regular file; name a text file") as f:
-        data = f.read()
+        data = read_whole(f, f"--prompt-file {path}")
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -260,8 +260,8 @@ def load_heads(
 def _as_existing_path(x: Any) -> Path | None:
     if isinstance(x, os.PathLike) or (isinstance(x, str) and "\n" not in x and len(x) < 4096):
         p = Path(x)
-        try:
-            return p if p.is_file() else None
+        try:  # anything there, a FIFO or a folder too: `read_text` says what it is instead of "not found"
+            return p if p.exists() else None
         except OSError:
             return None
     return None

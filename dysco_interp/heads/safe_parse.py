@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from dysco_interp.checks import brief
+from dysco_interp.errors import DataError
 from dysco_interp.heads.errors import HeadFileError, HeadModelMismatchError, HeadSetError
+from dysco_interp.jsonl import NotRegularFileError, open_regular, read_whole
 
 T = TypeVar("T")
 
@@ -76,10 +78,17 @@ def parse_json_text(text: str, source: str) -> Any:
 
 
 def read_text(path: Path) -> str:
+    """A head file's text; HeadFileError for a missing file, anything but a regular file (a FIFO
+    would block the reader), a file too large to be a head file, or one that is not UTF-8."""
     try:
-        return path.read_text(encoding="utf-8")
+        with open_regular(path) as f:
+            return read_whole(f, f"head file {path}").decode("utf-8")
     except FileNotFoundError:
         raise HeadFileError(f"head file not found: {path}") from None
+    except DataError as e:
+        raise HeadFileError(str(e)) from None
+    except NotRegularFileError as e:
+        raise HeadFileError(f"head file {e}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise HeadFileError(f"cannot read head file {path}: {e}") from None
 
