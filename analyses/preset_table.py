@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from dysco_interp.analysis.report import command_line, fmt_ci, fmt_delta, store_notes, with_footer, write_report
-from dysco_interp.analysis.result_tables import CIOptions, by_cell, method_rows
+from dysco_interp.analysis.result_tables import CIOptions, by_cell, method_rows, with_table_q
 from dysco_interp.analysis.stores import load_deduplicated
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import user_methods
@@ -38,6 +38,7 @@ def main(argv=None) -> int:
         pooled, files, unmatched = load_deduplicated(args.stores)
         cells, dropped = by_cell(pooled.records)
         rows = method_rows(cells, METRICS, ci)
+        with_table_q(rows)
     except DyscoError as e:
         p.error(str(e))
     result = {"table": "teacher-forced presets", "command": command_line(SCRIPT, argv), "ci": ci.description,

@@ -17,13 +17,12 @@ from dysco_interp.analysis.paired import (
     EXACT_MAX,
     N_DRAWS,
     PairedComparison,
-    fmt_p,
-    fmt_paired,
     paired_comparison,
     paired_differences,
     sign_flip_test,
     with_q,
 )
+from dysco_interp.analysis.report import fmt_delta, fmt_p
 from dysco_interp.errors import ConfigError
 
 
@@ -160,11 +159,10 @@ def test_as_dict_keeps_small_p_and_is_json():
 
 def test_fmt_paired_in_the_tables_delta_style():
     c = PairedComparison(0.05, 0.008, 0.1, 30, 6, 1, 23, 0.125, None)
-    assert fmt_paired(c) == "+0.050 [+0.008, +0.100] 6↑1↓ p=0.12"
-    assert fmt_paired(replace(c, q=0.3)) == "+0.050 [+0.008, +0.100] 6↑1↓ p=0.12 q=0.30"
-    assert fmt_paired(replace(c, q=0.3).as_dict()) == fmt_paired(replace(c, q=0.3))
-    assert fmt_paired(paired_comparison([1.0])) == f"+1.000 ({NO_CI}) 1↑0↓ p=1.0"
-    assert fmt_paired(None) == "-"
+    assert fmt_delta(c.as_dict()) == "+0.050 [+0.008, +0.100] 6↑1↓ p=0.12"
+    assert fmt_delta(replace(c, q=0.3).as_dict()) == "+0.050 [+0.008, +0.100] 6↑1↓ p=0.12 q=0.30"
+    assert fmt_delta(paired_comparison([1.0]).as_dict()) == f"+1.000 ({NO_CI}) 1↑0↓ p=1.0"
+    assert fmt_delta(None) == "-"
     assert [fmt_p(p) for p in (1.0, 0.3, 0.0034, 1 / 100_001)] == ["1.0", "0.30", "0.0034", "1.0e-05"]
 
 

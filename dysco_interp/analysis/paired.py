@@ -32,7 +32,6 @@ import numpy as np
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci, finite_values
 from dysco_interp.analysis.multiplicity import bh_q_values
-from dysco_interp.analysis.report import fmt_delta
 from dysco_interp.errors import ConfigError
 
 EXACT_MAX = 20  # nonzero differences enumerated exactly: 2^19 sums, 4 MB and some milliseconds
@@ -148,19 +147,3 @@ def with_q(comparisons):
     items = list(comparisons.values()) if isinstance(comparisons, Mapping) else list(comparisons)
     filled = [replace(c, q=q) for c, q in zip(items, bh_q_values([c.p for c in items]))]
     return dict(zip(comparisons, filled)) if isinstance(comparisons, Mapping) else filled
-
-
-def fmt_p(p: float) -> str:
-    """Two significant digits, trailing zeros kept: '0.12', '0.30', '1.0', '0.0034', '1.0e-05'."""
-    return f"{p:#.2g}"
-
-
-def fmt_paired(comparison: PairedComparison | Mapping | None, digits: int = 3) -> str:
-    """'+0.050 [+0.008, +0.100] 6↑1↓ p=0.12 q=0.30' from a comparison or its `as_dict`: the
-    difference as `report.fmt_delta` prints it, instances better and worse, p, and q once filled;
-    '-' when there is nothing."""
-    if comparison is None:
-        return "-"
-    c = comparison.as_dict() if isinstance(comparison, PairedComparison) else comparison
-    text = f"{fmt_delta(c, digits)} {c['better']}↑{c['worse']}↓ p={fmt_p(c['p'])}"
-    return text if c.get("q") is None else f"{text} q={fmt_p(c['q'])}"

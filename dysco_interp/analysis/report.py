@@ -24,8 +24,20 @@ def fmt_ci(est: Mapping | None, digits: int = 3, sign: str = "") -> str:
     return f"{mean} [{est['lo']:{sign}.{digits}f}, {est['hi']:{sign}.{digits}f}]{of}"
 
 
+def fmt_p(p: float) -> str:
+    """Two significant digits, trailing zeros kept: '0.12', '0.30', '1.0', '0.0034', '1.0e-05'."""
+    return f"{p:#.2g}"
+
+
 def fmt_delta(est: Mapping | None, digits: int = 3) -> str:
-    return fmt_ci(est, digits, sign="+")
+    """A paired difference: '+0.050 [+0.008, +0.100]', and where it was tested
+    (`analysis.paired`) the instances better and worse, the sign-flip p and, once the table's
+    family is known, the BH q: '+0.050 [+0.008, +0.100] 6↑1↓ p=0.12 q=0.30'."""
+    text = fmt_ci(est, digits, sign="+")
+    if not est or est.get("p") is None:
+        return text
+    text = f"{text} {est['better']}↑{est['worse']}↓ p={fmt_p(est['p'])}"
+    return text if est.get("q") is None else f"{text} q={fmt_p(est['q'])}"
 
 
 def store_notes(unmatched: Sequence[str], dropped: int) -> list[str]:

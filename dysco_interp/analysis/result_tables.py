@@ -2,7 +2,9 @@
 
 Records are grouped by cell (model, task, length, setting) and by what ran (`MethodKey`
 from the record's config). Every mean carries a 95% percentile-bootstrap interval over
-instances; comparisons against a reference method are paired by instance (seed, index, id).
+instances; comparisons against a reference method are paired by instance (seed, index, id) and
+carry the instances that got better and worse, an exact sign-flip p, and (`with_table_q`) the
+Benjamini-Hochberg q over the table they are in.
 A row's n counts its records; a metric that is null on some of them (not measured there) is
 averaged over the others, and its estimate says so (its own n, and how many were `null`). The
 readers (`stores.check_record`) refuse every other value that is no score: NaN, a boolean, text,
@@ -32,6 +34,8 @@ from dysco_interp.analysis.method_key import (
     method_key,
     setting_of,
 )
+from dysco_interp.analysis.multiplicity import bh_q_values
+from dysco_interp.analysis.paired import paired_comparison, significant
 from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.mrcr.spec import MRCR
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
@@ -133,14 +137,24 @@ def metric_estimates(records: Sequence[Mapping], metrics: Sequence[str], ci: CIO
 
 def paired_deltas(records: Sequence[Mapping], reference: Sequence[Mapping], metrics: Sequence[str],
                   ci: CIOptions = CIOptions()) -> dict:
-    """{metric: mean of (record - reference) over instances present in both, with its CI}."""
+    """{metric: the paired difference record - reference over instances present in both}: its
+    mean and bootstrap interval, the instances better, worse and the same, and the exact sign-flip
+    p (`analysis.paired`); `with_table_q` adds the BH q once a table's comparisons are all made."""
     ref = {instance_of(r): r for r in reference}
     pairs = [(r, ref[instance_of(r)]) for r in records if instance_of(r) in ref]
     out = {}
     for m in metrics:
         diffs = [float(a[m]) - float(b[m]) for a, b in pairs if a.get(m) is not None and b.get(m) is not None]
-        out[m] = bootstrap_ci(diffs, n_boot=ci.n_boot, seed=ci.seed).as_dict() if diffs else None
+        out[m] = paired_comparison(diffs, n_boot=ci.n_boot, seed=ci.seed).as_dict() if diffs else None
     return out
+
+
+def with_table_q(rows: Iterable[Mapping], key: str = "delta") -> None:
+    """Fill the BH q of every paired difference in one table's rows (each row's `key`: metric ->
+    difference), in place: the table is the family a reader scans for starred cells."""
+    tested = [d for row in rows for d in (row.get(key) or {}).values() if d and d.get("p") is not None]
+    for d, q in zip(tested, bh_q_values([d["p"] for d in tested])):
+        d["q"] = significant(q, 5)
 
 
 def method_rows(cells: Mapping[CellKey, ByKey], metrics: Sequence[str], ci: CIOptions = CIOptions(),

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dysco_interp.analysis.replay import AttentionReplay, replay_path_traversal
-from dysco_interp.analysis.report import fmt_delta
+from dysco_interp.analysis.report import fmt_delta, fmt_p
 from dysco_interp.analysis.step_mechanism import StepMechanism, step_mechanisms, step_totals
 from dysco_interp.checks import check_int, check_type
 from dysco_interp.decoding.choices import DEFAULT_PRESET
@@ -57,6 +57,17 @@ def _signed(est: Mapping, digits: int = 3) -> str:
     return f"{est['mean']:+.{digits}f} [{est['lo']:+.{digits}f}, {est['hi']:+.{digits}f}]"
 
 
+def _tested(est: Mapping) -> str:
+    """'+0.060 (7 better, 1 worse; p 0.070, q 0.14)': a paired difference with its exact test."""
+    q = f", q {fmt_p(est['q'])}" if est.get("q") is not None else ""
+    return (f"{est['mean']:+.3f} ({est['better']} better, {est['worse']} worse; p {fmt_p(est['p'])}{q})"
+            if est.get("p") is not None else f"{est['mean']:+.3f}")
+
+
+# a difference a sentence may call an effect: it survives Benjamini-Hochberg at this false discovery rate
+FDR = 0.05
+
+
 def measured_effect(model: str) -> MeasuredEffect | None:
     """What the studies measured for `model` over many instances, in words, from the numbers shipped
     with the package (`experiments.evidence`); None for a model no study covers."""
@@ -65,24 +76,28 @@ def measured_effect(model: str) -> MeasuredEffect | None:
     if test is not None:
         rows = test["rows"]
         lengths = [length_label(r["length"]).upper() for r in rows]
-        above = [length for length, r in zip(lengths, rows) if r["delta"]["lo"] > 0]
+        above = [length for length, r in zip(lengths, rows) if r["delta"]["mean"] > 0
+                 and r["delta"].get("q", 1.0) < FDR]
         n = sorted({r["n"] for r in rows})
-        ci = f"paired 95% CI above 0 at {', '.join(above)}" if above else "every paired 95% CI includes 0"
-        deltas = ", ".join(f"{r['delta']['mean']:+.3f}" for r in rows)
+        verdict = (f"the gain survives the exact sign-flip test with Benjamini-Hochberg correction over the test "
+                   f"table (q < {FDR}) at {', '.join(above)}" if above else
+                   f"no difference survives the exact sign-flip test with Benjamini-Hochberg correction over the "
+                   f"test table (q < {FDR})")
+        deltas = "; ".join(f"{length} {_tested(r['delta'])}" for length, r in zip(lengths, rows))
         return MeasuredEffect(bool(above), (
             f"on the {evidence['test']['split']} split (Path Traversal, {'/'.join(map(str, n))} instances per "
             f"length), small-budget DySCO ({config_words(test['config'])}) changes teacher-forced step accuracy by "
-            f"{deltas} at {', '.join(lengths)} ({ci}; "
-            f"{evidence['test']['source']})"))
+            f"{deltas}: {verdict} ({evidence['test']['source']})"))
     small = evidence["small"].get(model)
     if small is not None:
         step, city = small["delta"]["tf_step_accuracy"], small["delta"]["tf_city_logprob"]
-        noise = ", within noise" if step["lo"] <= 0 <= step["hi"] else ""
-        return MeasuredEffect(step["lo"] > 0, (
+        shown = step.get("p", 1.0) < FDR and step["mean"] > 0
+        noise = "" if shown else ", within noise (exact sign-flip p at least 0.05)"
+        return MeasuredEffect(shown, (
             f"over {small['n']} Path Traversal instances at {length_label(small['length']).upper()} "
             f"({small['split']} split), small-budget DySCO ({config_words(small['config'])}) changes the gold "
             f"city's teacher-forced log-probability by {_signed(city, 2)} nats and its step accuracy by "
-            f"{_signed(step)}{noise} ({small['source']})"))
+            f"{_tested(step)}{noise} ({small['source']})"))
     return None
 
 

@@ -39,8 +39,12 @@ CITY_METRIC = "tf_city_logprob"
 TASK = "path_traversal"
 
 
+# what a shipped estimate keeps: its mean and interval, and for a paired difference its exact test
+_KEPT = ("mean", "lo", "hi", "n", "better", "worse", "same", "p", "q")
+
+
 def _estimate(est: Mapping | None) -> dict | None:
-    return None if est is None else {k: est[k] for k in ("mean", "lo", "hi", "n")}
+    return None if est is None else {k: est[k] for k in _KEPT if est.get(k) is not None}
 
 
 def _config(params: Mapping[str, Any]) -> dict:

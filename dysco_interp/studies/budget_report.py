@@ -35,6 +35,7 @@ from dysco_interp.analysis.result_tables import (
     by_cell,
     metric_estimates,
     paired_deltas,
+    with_table_q,
 )
 from dysco_interp.analysis.store_archives import stores_in
 from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, read_sourced
@@ -134,6 +135,7 @@ def budget_curves(records: Iterable[Mapping], metric: str | None = None,
 def write_budget_curves(rows: Sequence[Mapping], stem: str | Path, *, notes: Sequence[str] = (),
                         meta: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
     """<stem>.md (one table per model and task) and <stem>.json (the rows) of `budget_curves`."""
+    with_table_q(rows, key="gains")
     parts = ["# Selection budget (dev split, teacher forced): gain over vanilla", "",
              "Paired difference to vanilla on the same instances, 95% percentile-bootstrap CI. "
              "K: the cap on boosted keys; K/n: the cap as a share of the prompt; "
@@ -294,6 +296,7 @@ def write_heldout_table(rows: Sequence[Mapping], stem: str | Path, *, notes: Seq
                      meta: Mapping[str, Any] | None = None,
                      ci: CIOptions = CIOptions()) -> tuple[Path, Path]:
     """<stem>.md (one table per model) and <stem>.json (`meta`, the columns, rows and notes)."""
+    with_table_q(rows)
     parts = ["# Path Traversal, test split: vanilla, UniAttnS, DySCO preset and chosen, ablations", "",
              f"Means over instances; Δ: paired difference to vanilla on the same instances, {ci.description}. "
              "TF: teacher forced (gold route given); exact / partial / step accuracy: free generation. "

@@ -30,6 +30,7 @@ from dysco_interp.analysis.result_tables import (
     method_rows,
     metric_estimates,
     paired_deltas,
+    with_table_q,
 )
 from dysco_interp.analysis.store_archives import glob_stores
 from dysco_interp.analysis.stores import read_records
@@ -138,6 +139,7 @@ def model_tables(rows: Sequence[dict], metrics: Sequence[str], with_task: bool =
 
 def section(folder: Path, name: str, title: str, rows: list[dict], metrics: Sequence[str], ci: CIOptions,
             notes: Sequence[str] = (), with_task: bool = False) -> Path:
+    with_table_q(rows)
     text = "\n".join([f"# {title}", "", f"Mean over instances; {ci.description}. Δ: paired difference to "
                       "vanilla on the same instances. YaRN: the model stretched by factor 4 past its "
                       "32,768-token window.", "", *notes, model_tables(rows, metrics, with_task), "", f"`{COMMAND}`",
@@ -240,6 +242,7 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
         for task in dict.fromkeys(r["task"] for r in task_rows):
             mine = [r for r in task_rows if r["task"] == task]
             text += [f"## {task}", "", model_tables(mine, mine[0]["shown"], level="###"), ""]
+        with_table_q(task_rows)
         write_json(folder / "tasks.json", {"table": "tasks", "command": COMMAND, "ci": ci.description,
                                            "rows": task_rows})
         written.append(write_text(folder / "tasks.md", "\n".join(text + [f"`{COMMAND}`", ""])))

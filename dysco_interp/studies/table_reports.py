@@ -80,6 +80,7 @@ def pt_table_result(stores: Sequence[str], tau_stores: Sequence[str], ci: T.CIOp
         raise DyscoError(f"no Path Traversal records in {' '.join(stores)}")
     sweep = T.tau_sweep(tau_pooled.records, ci=ci)
     rows, notes = T.pt_table(pooled.records, {m: s["chosen_tau"] for m, s in sweep.items()}, ci)
+    T.with_table_q(rows)
     notes = pooled.notes(unmatched + tau_unmatched) + notes
     notes += [f"{m}: every tau in the MRCR sweep has the same mean score, so the data cannot choose; "
               f"the rule falls back to the tau closest to 1 ({s['chosen_tau']:g})"
@@ -128,6 +129,7 @@ def ablation_result(stores: Sequence[str], ci: T.CIOptions, command: str, root: 
     """The ablation table (DySCO vs its variants at equal parameters) from its stores (glob patterns)."""
     pooled, files, unmatched = load_deduplicated(stores)
     rows, notes = T.ablation_table(pooled.records, ci)
+    T.with_table_q(rows)
     return {
         "table": "ablations",
         "command": command,
@@ -174,6 +176,7 @@ def robustness_result(stores: Sequence[str], ci: T.CIOptions, command: str, root
     if not any(p["task"] in drawn for p in points):
         raise DyscoError(f"no DySCO runs of {' or '.join(drawn)} in {' '.join(stores)}: the figure draws only those")
     notes += add_vanilla_deltas(points, pooled.records, ci)
+    T.with_table_q(points)
     return {
         "figure": "robustness",
         "command": command,
