@@ -78,7 +78,7 @@ def test_the_test_methods_hold_every_preset_the_choice_and_its_ablations():
     configs = list(methods.values())
     for name in paper_regime.TEST_PRESETS:
         assert preset(name, max_new_tokens=400) in configs
-    assert DecodingConfig(method="uniattns", tau=0.8, max_new_tokens=400) in configs
+    assert preset("paper", method="uniattns", tau=0.8, max_new_tokens=400) in configs  # built on the paper's
     assert {(c.method, c.top_k, c.beta) for c in configs if c.method in ("dysco-random", "dysco-static")} == \
         {("dysco-random", 8, 1.5), ("dysco-static", 8, 1.5)}
     assert any(c.top_k_fraction == 0.02 for c in configs)

@@ -471,8 +471,8 @@ def dysco_generate(
     config: DecodingConfig = DecodingConfig(),
     **options,
 ) -> GenerationResult:
-    """`generate` with the heads first and DySCO's paper parameters by default (`config` None is an
-    error); `options` are `generate`'s keyword options (`hooks`, `chat`, `backend`, ...),
+    """`generate` with the heads first and DySCO's default preset (small-budget) by default
+    (`config` None is an error); `options` are `generate`'s keyword options (`hooks`, `chat`, `backend`, ...),
     `DecodingConfig` fields included."""
     check_config(config)
     return generate(model, prompt, config, heads=heads, **options)
