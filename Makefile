@@ -39,6 +39,7 @@ docs: $(VENV)/.docs-installed
 notebooks: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 \
 		$(VENV)/bin/jupyter execute --inplace --timeout=1200 notebooks/*.ipynb
+	$(PY) analyses/notebook_outputs.py notebooks/*.ipynb
 
 test: lint docs
 	$(PY) -m pytest -q
