@@ -157,3 +157,20 @@ def test_load_model_keeps_the_users_count(fresh_rule, monkeypatch):
     assert threads.threads_for_load() == threads.ThreadChoice(3, "OMP_NUM_THREADS")
     with pytest.raises(ConfigError, match="threads must be an integer"):
         load_model("tiny-llama", device="cpu", progress=False, threads=0)
+
+
+def test_the_readme_benchmark_runs_the_block_with_and_without_a_count_of_ones_own():
+    assert bench_threads.block_command("print(1)", None)[-1] == "print(1)"
+    assert bench_threads.block_command("print(1)", 2)[-1] == "import torch\ntorch.set_num_threads(2)\nprint(1)"
+    calls = []
+
+    def run(threads):
+        calls.append(threads)
+        return {"cpu_s": 1.0, "wall_s": 1.0}
+
+    out = bench_threads.idle_then_loaded({"torch default": 2, "rule": None}, run, repeats=1, n_busy=1, warmup_s=0,
+                                         log=lambda line: None)
+    assert calls == [None, 2, None, 2, None]  # a warming run, then the settings alternating in each phase
+    assert [(r["phase"], r["setting"], r["threads"]) for r in out["rows"]] == [
+        ("idle", "torch default", 2), ("idle", "rule", None), ("loaded", "torch default", 2), ("loaded", "rule", None)]
+    assert out["summary"]["rule"]["loaded_over_idle_wall"] == 1.0 and out["torch_default_threads"] == 2
