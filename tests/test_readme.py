@@ -58,3 +58,11 @@ def test_the_examples_outputs_are_git_ignored():
     done = subprocess.run(["git", "check-ignore", "--no-index", *outputs], cwd=ROOT, capture_output=True, text=True)
     assert sorted(done.stdout.split()) == outputs, "not git-ignored: " + ", ".join(
         sorted(set(outputs) - set(done.stdout.split())))
+
+
+def test_two_commands_are_two_and_the_paper_is_linked():
+    readme = README.read_text(encoding="utf-8")
+    section = readme.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"```bash\n(.*?)```", section, flags=re.S) == ["make demo\n", "make test\n"]
+    assert "also builds the docs" in " ".join(section.split())
+    assert "(https://arxiv.org/abs/2602.22175)" in readme  # Ye et al. 2026, the DySCO paper
