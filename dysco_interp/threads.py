@@ -8,11 +8,17 @@ time it needs idle. The rule, in `choose_threads`:
 - else the cores this process may run on (`os.sched_getaffinity`), less what other processes
   use now, never more than the machine has, never below 1.
 
-Light: torch is imported only by `apply_threads`, so the argument parser does not pay for it.
+`load_model` applies the same rule from Python (`threads_for_load`) unless the user chose a
+count: an argument, OMP_NUM_THREADS, or torch's own `torch.set_num_threads`, seen as a count that
+is neither torch's default (`torch_default_threads`) nor the one this rule set last.
+
+Light: torch is imported only by `apply_threads` and `threads_for_load`, so the argument parser
+does not pay for it.
 """
 
 from __future__ import annotations
 
+import glob
 import math
 import os
 import time
@@ -21,6 +27,9 @@ from dataclasses import dataclass
 from dysco_interp.errors import ConfigError
 
 ENV = "OMP_NUM_THREADS"
+TOPOLOGY_GLOB = "/sys/devices/system/cpu/cpu[0-9]*/topology"
+# what `threads_for_load` calls a count the user set with torch.set_num_threads
+TORCH_SETTING = "torch.set_num_threads"
 LOADAVG_FILE = "/proc/loadavg"
 # the 1-minute load average is an exponential average over this many seconds
 LOADAVG_SECONDS = 60.0
@@ -97,6 +106,10 @@ def choose_threads(flag: int | None = None, environ=None) -> ThreadChoice:
     return ThreadChoice(free_cores(allowed_cores(), os.cpu_count() or 1, other_load()), "free cores")
 
 
+# the count this process's rule set last: a count equal to it is the rule's, not the user's
+_applied: list[ThreadChoice] = []
+
+
 def apply_threads(flag: int | None = None) -> ThreadChoice:
     """Set torch's intra-op thread count by `choose_threads` and return the choice."""
     import torch
@@ -104,4 +117,54 @@ def apply_threads(flag: int | None = None) -> ThreadChoice:
     choice = choose_threads(flag)
     if torch.get_num_threads() != choice.n:
         torch.set_num_threads(choice.n)
+    _applied[:] = [choice]
     return choice
+
+
+def physical_cores(pattern: str = TOPOLOGY_GLOB) -> int:
+    """The machine's physical cores as Linux's CPU topology lists them (one per package and core
+    id); the logical count where the topology cannot be read."""
+    logical = os.cpu_count() or 1
+    cores = set()
+    for folder in glob.glob(pattern):
+        try:
+            with open(os.path.join(folder, "physical_package_id"), encoding="ascii") as f:
+                package = f.read().strip()
+            with open(os.path.join(folder, "core_id"), encoding="ascii") as f:
+                cores.add((package, f.read().strip()))
+        except OSError:
+            return logical
+    return len(cores) if 0 < len(cores) <= logical else logical
+
+
+def torch_default_threads(environ=None) -> int:
+    """The count torch starts with by itself: OMP_NUM_THREADS or MKL_NUM_THREADS where set (as
+    torch reads them), else one thread per physical core."""
+    env = os.environ if environ is None else environ
+    for name in (ENV, "MKL_NUM_THREADS"):
+        first = env.get(name, "").split(",")[0].strip()
+        if first.isdigit() and int(first) > 0:
+            return int(first)
+    return physical_cores()
+
+
+def user_set(current: int, default: int, applied: int | None) -> bool:
+    """Whether torch's count `current` is the user's own (torch.set_num_threads): neither torch's
+    `default` nor the count this rule set last (`applied`)."""
+    return current != default and current != applied
+
+
+def threads_for_load(flag: int | None = None) -> ThreadChoice:
+    """The thread rule as `load_model` applies it: `flag` wins, then OMP_NUM_THREADS; a count the
+    user set with torch.set_num_threads is kept, and so is one this rule already set (the
+    command line sets it before loading); else the free cores."""
+    import torch
+
+    current = torch.get_num_threads()
+    applied = _applied[0] if _applied else None
+    if flag is None and env_threads() is None:
+        if user_set(current, torch_default_threads(), applied.n if applied else None):
+            return ThreadChoice(current, TORCH_SETTING)
+        if applied is not None and current == applied.n:
+            return applied
+    return apply_threads(flag)

@@ -66,6 +66,8 @@ CASES = {
     "make-data out is a file": (["make-data", "needle_qa", "--out", "{d}/file.txt"],
                                 "argument --out: {d}/file.txt is an existing file, not a folder"),
     "demo out is a folder": (["demo", "--out", "{d}/folder"], "argument --out: {d}/folder is a folder"),
+    "demo out without .html": (["demo", "--out", "{d}/page"], "argument --out: {d}/page has no .html extension, "
+                               "and the page opens in a browser by it: name it {d}/page.html"),
     "threads -1": ([*GEN, "--threads", "-1"], "argument --threads: must be an integer >= 1, got -1"),
     "threads 0": ([*EVAL, "--threads", "0"], "argument --threads: must be an integer >= 1, got 0"),
     "detect threads 0": ([*DETECT, "--threads", "0"], "argument --threads: must be an integer >= 1, got 0"),
@@ -253,3 +255,24 @@ def test_a_head_file_of_another_model_is_refused_with_the_flag_that_accepts_it(t
     line = error_line(capsys.readouterr().err)
     assert "made for model someone-elses-llama" in line and "--allow-other-model" in line
     assert main([*argv, "--allow-other-model"]) == 0
+
+
+def test_teacher_forcing_needs_room_for_the_gold_answer_only(tmp_path, capsys, error_line):
+    data = tmp_path / "data"
+    # a prompt near tiny-llama's 2048-token window: 256 free tokens would pass it, the short gold answer does not
+    assert main(["make-data", "needle_qa", "--model", "tiny-llama", "--lengths", "1950", "--n", "1",
+                 "--out", str(data)]) == 0
+    evaluate = ["evaluate", "--task", "needle_qa", "--model", "tiny-llama", "--data", str(data), "--methods", "vanilla",
+                "--device", "cpu"]
+    assert main([*evaluate, "--out", str(tmp_path / "free.jsonl")]) == 2
+    assert "with --max-new-tokens 256 it needs" in error_line(capsys.readouterr().err)
+    assert main([*evaluate, "--teacher-forced", "--out", str(tmp_path / "tf.jsonl")]) == 0
+    assert (tmp_path / "tf.jsonl").is_file()
+
+
+@pytest.mark.parametrize("argv,flag", [(["--bogus-flag"], "--bogus-flag"), (["-x", "demo"], "-x")])
+def test_an_unknown_flag_before_the_command_is_named(argv, flag, capsys, error_line):
+    assert main(argv) == 2
+    line = error_line(capsys.readouterr().err)
+    assert f"unrecognized arguments: {flag}" in line and "required" not in line
+    assert main(["--vers"]) == 0 and capsys.readouterr().out.startswith("dysco-interp ")  # a prefix still works

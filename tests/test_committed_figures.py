@@ -1,7 +1,11 @@
-"""The committed figures and result stores read anywhere: none names a path of the machine that made it."""
+"""The committed figures and stores read anywhere (no path of the machine that made them), within the tree's budget."""
 
 import lzma
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
 TEXT = (".md", ".json", ".jsonl", ".html", ".txt", ".js")
@@ -25,3 +29,22 @@ def test_no_figure_or_store_names_a_path_of_the_machine_that_ran_it(machine_path
         if found:
             named[str(path.relative_to(FIGURES))] = found
     assert not named, f"machine paths in committed figures (record commands with relative paths): {named}"
+
+
+# The tracked tree's budget: a clone stays quick to fetch as the studies grow. Stores are committed
+# compressed (.jsonl.xz), PNGs recompressed losslessly (analyses/optimise_pngs.py), and the HTML
+# pages share one plotly.min.js (figures/.plotlyjs-shared).
+TREE_BUDGET_BYTES = 20_000_000
+
+
+def test_the_tracked_tree_stays_within_its_budget():
+    root = FIGURES.parent
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True).stdout
+    paths = [root / p for p in tracked.decode().split("\0") if p]
+    size = sum(p.stat().st_size for p in paths if p.is_file() and not p.is_symlink())
+    largest = sorted(paths, key=lambda p: p.stat().st_size if p.is_file() else 0)[-5:]
+    assert size <= TREE_BUDGET_BYTES, f"tracked tree {size:,} bytes; largest: " + ", ".join(
+        f"{p.relative_to(root)} ({p.stat().st_size:,})" for p in reversed(largest))
+    assert (FIGURES / ".plotlyjs-shared").is_file()  # figures/<kind>/ pages load figures/plotly.min.js

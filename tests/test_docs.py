@@ -274,3 +274,10 @@ def test_a_package_page_opens_with_its_public_api(hooks, package):
     # and within a module, the public names before its helpers
     loop = page.split("::: dysco_interp.decoding.loop\n")[1].split(":::")[0]
     assert re.search(r"members: \[generate, generate_batch, compare_methods, dysco_generate, ", loop)
+
+
+def test_wide_code_blocks_wrap_instead_of_being_cut():
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    css = "\n".join((ROOT / "docs" / sheet).read_text(encoding="utf-8") for sheet in config["extra_css"])
+    rule = re.search(r"\.md-typeset pre > code\s*\{([^}]*)\}", css)
+    assert rule and "white-space: pre-wrap" in rule.group(1) and "overflow-wrap: anywhere" in rule.group(1)

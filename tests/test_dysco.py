@@ -35,8 +35,9 @@ def stepper_for(model, config, heads, prepared, backend="bridge"):
 
 
 def cfg(method="dysco", **kw):
+    # these tests pin the paper's algorithm: its preset, not the package's default budget
     kw.setdefault("max_new_tokens", N_NEW)
-    return DecodingConfig(method=method, **kw)
+    return preset("paper", method=method, **kw)
 
 
 def test_beta_one_reproduces_vanilla_and_vanilla_equals_plain_greedy(tiny):
@@ -268,3 +269,16 @@ def test_each_generated_token_is_paired_with_the_step_that_chose_it(tiny_llama):
         assert pair.step.phase == "decode" and pair.step.token == previous
     assert "".join(p.text for p in pairs) == tiny_llama.tokenizer.decode(res.tokens)
     assert all(p.step.n_selected is not None for p in pairs)
+
+
+def test_python_and_the_command_line_default_to_one_preset():
+    from dysco_interp.cli.app import build_parser
+    from dysco_interp.cli.prepare import decoding_config
+    from dysco_interp.decoding.choices import DEFAULT_PRESET
+
+    assert DEFAULT_PRESET == "small-budget" and PRESETS[DEFAULT_PRESET] == DecodingConfig()
+    for command in (["generate", "--prompt", "x"], ["evaluate", "--data", "d", "--out", "r.jsonl"]):
+        args = build_parser().parse_args(command)
+        assert args.preset == DEFAULT_PRESET
+        assert decoding_config(args, "dysco") == DecodingConfig(max_new_tokens=args.max_new_tokens)
+    assert preset("paper") != DecodingConfig()  # the paper's values are one argument away

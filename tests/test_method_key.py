@@ -1,4 +1,4 @@
-"""The method key of a stored record follows the method registry and DecodingConfig's defaults."""
+"""The method key of a stored record follows the method registry and the paper preset's values."""
 
 import dataclasses
 
@@ -7,7 +7,7 @@ import pytest
 from dysco_interp.analysis import method_key as mk
 from dysco_interp.analysis.method_key import MethodKey, key_fields, method_key
 from dysco_interp.decoding import methods
-from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
 
 CONFIG_FIELDS = {f.name for f in dataclasses.fields(DecodingConfig)}
 
@@ -25,8 +25,8 @@ def test_a_key_holds_the_registry_fields_of_its_method(name):
 
 
 @pytest.mark.parametrize("name", list(methods.REGISTRY))
-def test_a_default_run_has_the_defaults_of_decoding_config(name):
-    config = DecodingConfig(method=name)
+def test_a_paper_run_has_the_keys_defaults(name):
+    config = preset("paper", method=name)
     key = method_key({"config": dataclasses.asdict(config)})
     # a method's own options follow its fields, at their declared defaults (dysco-gated's min_mass)
     options = {k.removeprefix("options."): v for k, v in key.params if k.startswith("options.")}
@@ -34,7 +34,7 @@ def test_a_default_run_has_the_defaults_of_decoding_config(name):
     fields = [(k, v) for k, v in key.params if not k.startswith("options.")]
     assert [k for k, _ in fields] == list(key_fields(name))
     for field, value in fields:
-        assert mk.default_value(field) == getattr(DecodingConfig(), field)
+        assert mk.default_value(field) == getattr(PRESETS["paper"], field)
         assert value == (0.0 if field == "top_k_fraction" else getattr(config, field))  # 0.0: no cap by share
     assert key.is_default and not key.deviations()
 
@@ -54,7 +54,7 @@ def test_vanilla_and_uniattns_keys_ignore_the_warm_up():
     # the warm-up only moves where their prefill stops: one method, so one key
     vanilla = {"config": {**dataclasses.asdict(DecodingConfig(method="vanilla")), "warmup": 16}}
     assert method_key(vanilla) == MethodKey("vanilla")
-    dysco = method_key({"config": {**dataclasses.asdict(DecodingConfig()), "warmup": 16}})
+    dysco = method_key({"config": {**dataclasses.asdict(preset("paper")), "warmup": 16}})
     assert dysco.deviations() == {"warmup": 16} and dysco.label == "DySCO (T_w=16)"
 
 
@@ -67,3 +67,15 @@ def test_a_method_registered_later_has_its_key(monkeypatch):
     key = method_key({"config": {"method": Wider.name, "top_p": 0.9}})
     assert [k for k, _ in key.params] == list(key_fields("dysco"))
     assert key.label == "dysco-wider (p=0.9, schedule=paper, template masking=skeleton)"  # a record without them
+
+
+def test_records_keep_their_labels_whatever_decoding_configs_defaults():
+    # a record written with the paper's values (explicit, as every record is) reads as the paper's run;
+    # one lacking them was written when they were the defaults; today's default reads as the small budget
+    paper = {"config": dataclasses.asdict(preset("paper"))}
+    assert method_key(paper).is_default and method_key(paper).label == "DySCO"
+    old = {"config": {k: v for k, v in paper["config"].items() if k not in ("beta", "top_k")}}
+    assert method_key(old) == method_key(paper)
+    default = method_key({"config": dataclasses.asdict(DecodingConfig())})
+    assert default == method_key({"config": dataclasses.asdict(preset("small-budget"))})
+    assert default.deviations() == {"beta": 1.5, "top_k": 8} and default.label == "DySCO (beta=1.5, K=8)"

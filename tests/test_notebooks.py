@@ -66,6 +66,7 @@ def test_the_notebooks_are_committed_with_outputs_that_read_anywhere(machine_pat
         assert not [o for o in outputs if o.output_type == "error"], path.name
         text = nbformat.writes(nb)
         assert not [m for m in machine_paths if m in text], f"{path.name} names a path of the machine that ran it"
+        assert "plotly.js inlined" not in text  # every HTML page loads the plotly.min.js beside it
         for cell in code:
             kinds = display_types(cell)
             if "application/vnd.plotly.v1+json" in kinds:
@@ -74,6 +75,11 @@ def test_the_notebooks_are_committed_with_outputs_that_read_anywhere(machine_pat
                     display_types(code[code.index(cell) + 1]), f"{path.name}: a plotly figure without a static image"
             # plotly.js from a CDN draws nothing offline
             assert "cdn.plot.ly" not in str(cell.outputs)
+            # a progress bar keeps its final state only (`analyses/notebook_outputs.py`): every state
+            # it drew shows as a red block of its own on GitHub and the documentation site
+            errs = [o.text for o in cell.outputs if o.output_type == "stream" and o.name == "stderr"]
+            assert not [t for t in errs if t.startswith("\r") or not t.strip()], \
+                f"{path.name}: a cell keeps intermediate progress-bar states; run analyses/notebook_outputs.py"
 
 
 @pytest.mark.real_model

@@ -79,7 +79,7 @@ def test_the_test_methods_hold_every_preset_the_choice_and_its_ablations():
     configs = list(methods.values())
     for name in paper_regime.TEST_PRESETS:
         assert preset(name, max_new_tokens=400) in configs
-    assert DecodingConfig(method="uniattns", tau=0.95, max_new_tokens=400) in configs
+    assert preset("paper", method="uniattns", tau=0.95, max_new_tokens=400) in configs  # built on the paper's
     # a tau chosen on another grid (the first run's 0.6-0.9) is not run again
     older = {k: v for k, v in choice.items() if k != "tau_grid"}
     assert "uniattns" not in {c.method for c in paper_regime.test_methods(older, 400).values()}

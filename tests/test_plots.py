@@ -14,7 +14,7 @@ from dysco_interp.analysis.replay import AttentionReplay
 from dysco_interp.viz import heatmap
 from dysco_interp.viz.figures import save_bars, save_ci_lines, save_panels
 from dysco_interp.viz.panels import BarPanel, Panel, Series
-from dysco_interp.viz.render_html import PLOTLYJS_NAME, loaded_plotlyjs, write_plotly
+from dysco_interp.viz.render_html import PLOTLYJS_NAME, SHARED_MARKER, loaded_plotlyjs, write_plotly
 from dysco_interp.viz.replay_view import write_replay_html
 
 REPO = Path(__file__).resolve().parents[1]
@@ -96,14 +96,19 @@ def draw_every_html_figure(folder: Path) -> list[Path]:
     ]
 
 
-def test_every_html_figure_loads_one_plotlyjs_beside_it_or_one_folder_up(tmp_path):
+def test_every_html_figure_loads_one_plotlyjs_beside_it_or_from_a_tree_that_lends_it(tmp_path):
     import plotly.graph_objects as go
 
     # an output folder of its own: a copy beside the figures of each folder, so each opens offline
     pages = draw_every_html_figure(tmp_path / "out")
     assert {check_shared_plotlyjs(p) for p in pages} == {tmp_path / "out" / s / PLOTLYJS_NAME for s in "ab"}
-    # a tree with a copy at its top (as figures/ has): its subfolders share that one and get none
+    # a copy one folder up is not borrowed: each output folder opens offline when moved alone
+    write_plotly(go.Figure(), tmp_path / "parent" / "top.html")
+    pages = draw_every_html_figure(tmp_path / "parent")
+    assert {check_shared_plotlyjs(p) for p in pages} == {tmp_path / "parent" / s / PLOTLYJS_NAME for s in "ab"}
+    # a tree that lends its copy (as figures/ does): its subfolders share that one and get none
     write_plotly(go.Figure(), tmp_path / "tree" / "top.html")
+    (tmp_path / "tree" / SHARED_MARKER).touch()
     pages = draw_every_html_figure(tmp_path / "tree")
     assert {check_shared_plotlyjs(p) for p in pages} == {tmp_path / "tree" / PLOTLYJS_NAME}
     assert sorted(tmp_path.glob(f"tree/**/{PLOTLYJS_NAME}")) == [tmp_path / "tree" / PLOTLYJS_NAME]

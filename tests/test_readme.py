@@ -36,3 +36,33 @@ def run_blocks(page: Path) -> None:
 def test_every_python_block_runs_as_written(page, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a block that writes files writes them here
     run_blocks(page)
+
+
+def example_outputs(page: Path) -> set[str]:
+    """What the page's shell examples write into the working folder: each --out or --out-dir
+    path, placeholders (DIR, DATA, ...) and committed figures/ left out."""
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    shell = "\n".join(text for language, text in blocks if language in ("", "bash"))
+    paths = re.findall(r"--out(?:-dir)? ([^\s\\]+)", shell)
+    return {p for p in paths if not p.isupper() and not p.startswith(("figures/", "DATA", "DIR", "$"))}
+
+
+def test_the_examples_outputs_are_git_ignored():
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    outputs = sorted(set().union(*(example_outputs(p) for p in [README, *GUIDES])))
+    assert {"data", "tf.jsonl", "free.jsonl", "heads.json"} <= set(outputs)
+    done = subprocess.run(["git", "check-ignore", "--no-index", *outputs], cwd=ROOT, capture_output=True, text=True)
+    assert sorted(done.stdout.split()) == outputs, "not git-ignored: " + ", ".join(
+        sorted(set(outputs) - set(done.stdout.split())))
+
+
+def test_two_commands_are_two_and_the_paper_is_linked():
+    readme = README.read_text(encoding="utf-8")
+    section = readme.split("## Two commands", 1)[1].split("\n## ", 1)[0]
+    assert re.findall(r"```bash\n(.*?)```", section, flags=re.S) == ["make demo\n", "make test\n"]
+    assert "also builds the docs" in " ".join(section.split())
+    assert "(https://arxiv.org/abs/2602.22175)" in readme  # Ye et al. 2026, the DySCO paper

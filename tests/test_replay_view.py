@@ -57,6 +57,11 @@ def test_one_frame_per_token_with_gold_and_selection_marks():
     assert fig.frames[2].layout.yaxis.range[1] == pytest.approx(0.9 * 1.2)
     texts = " ".join(a.text for a in fig.frames[0].layout.annotations)
     assert "no selection (vanilla)" in texts and "&lt;Route&gt;" in texts  # tags escaped for plotly
+    # each span's text is the trace's, once; a frame carries only the token's values
+    assert list(fig.data[3].customdata) == ["A → B<br>A to B.", "B → C<br>B to C.", "C → D<br>C to D."]
+    assert fig.data[3].hovertemplate == "%{customdata}<br>%{hovertext}<extra></extra>"
+    assert dysco_qr.customdata is None and "A to B." not in str(dysco_qr.hovertext)
+    assert dysco_qr.hovertext[1] == "value 0.5000<br>DySCO selected 20% of its tokens<br><b>gold edge of this step</b>"
 
 
 def test_caption_marks_the_token_and_the_gold_edge():

@@ -12,7 +12,7 @@ import pytest
 from dysco_interp.analysis.report import fmt_ci, fmt_delta
 from dysco_interp.cli.app import build_parser
 from dysco_interp.experiments import demo as demo_job
-from dysco_interp.experiments.evaluate import TABLE_WIDTH, format_table, summarise
+from dysco_interp.experiments.evaluate import SUMMARY_MIN_N, TABLE_WIDTH, format_table, summarise, summary_notes
 from dysco_interp.tasks.registry import TASKS
 
 HEAVY = ("torch", "transformers", "transformer_lens")
@@ -82,8 +82,8 @@ def records(n_per_length: dict[int, int], metrics) -> list[dict]:
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_the_evaluate_table_fits_100_columns(task, forced):
     metrics = TASKS[task].metrics.forced if forced else TASKS[task].metrics.free
-    table = format_table(summarise(records({1024: 4, 2048: 4}, metrics), metrics), metrics)
-    assert max(len(line) for line in table.splitlines()) <= TABLE_WIDTH == 100
+    table = format_table(summarise(records({1024: SUMMARY_MIN_N, 2048: SUMMARY_MIN_N}, metrics), metrics), metrics)
+    assert "[" in table and max(len(line) for line in table.splitlines()) <= TABLE_WIDTH == 100
     assert all(m in table for m in metrics)
 
 
@@ -94,10 +94,10 @@ def test_a_table_wider_than_its_width_goes_on_below():
     assert table.count("length") >= 2 and all(m in table for m in metrics)
 
 
-def test_one_instance_prints_n_too_small_instead_of_an_interval():
+def test_under_ten_instances_print_n_too_small_instead_of_an_interval():
     metrics = ["accuracy"]
-    summary = summarise(records({1024: 1, 2048: 3}, metrics), metrics)
-    assert summary[(1024, "dysco")]["delta_accuracy"][1:] == (None, None)
+    summary = summarise(records({1024: SUMMARY_MIN_N - 1, 2048: SUMMARY_MIN_N}, metrics), metrics)
+    assert SUMMARY_MIN_N == 10 and summary[(1024, "dysco")]["delta_accuracy"][1:] == (None, None)
     lines = format_table(summary, metrics).splitlines()
     rows = [line.split()[:2] for line in lines if line[:7].strip()]
     assert rows[2:5] == [["1024", "vanilla"], ["1024", "dysco"], ["1024", "dysco-random"]]  # the baseline first
@@ -107,6 +107,23 @@ def test_one_instance_prints_n_too_small_instead_of_an_interval():
     assert "[" in at_2048 and "n too small" not in at_2048
     assert fmt_ci({"mean": 0.5, "lo": 0.5, "hi": 0.5, "n": 1}) == "0.500 (n too small)"
     assert fmt_delta({"mean": 0.1, "lo": 0.0, "hi": 0.2, "n": 5}) == "+0.100 [+0.000, +0.200]"
+
+
+def test_the_summary_says_what_its_numbers_cannot_show():
+    metrics = TASKS["path_traversal"].metrics
+    rows = records({1024: 2}, metrics.free)
+    for r in rows:  # no output held a <Route> block: every free score is 0
+        r.update({m: 0.0 for m in metrics.free})
+    notes = summary_notes(summarise(rows, metrics.free), metrics.free, metrics.extraction, teacher_forced=False)
+    assert len(notes) == 2
+    assert notes[0].startswith("n = 2: too few instances for an interval")
+    assert "extraction_rate 0 for vanilla at 1024, dysco at 1024, dysco-random at 1024" in notes[1]
+    assert "--teacher-forced" in notes[1]
+    # teacher-forced, or with enough instances and answers found, nothing to say
+    assert summary_notes(summarise(rows, metrics.free), metrics.free, metrics.extraction, teacher_forced=True) == \
+        [notes[0]]
+    found = records({1024: SUMMARY_MIN_N}, metrics.free)
+    assert summary_notes(summarise(found, metrics.free), metrics.free, metrics.extraction, teacher_forced=False) == []
 
 
 def fake_demo() -> demo_job.DemoResult:

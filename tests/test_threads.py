@@ -99,3 +99,78 @@ def test_the_benchmark_times_a_child_and_summarises_its_phases():
     with bench_threads.busy_load(1, 30) as procs:
         assert procs[0].poll() is None
     assert procs[0].poll() is not None  # stopped with the block
+
+
+def test_a_count_is_the_users_when_it_is_neither_torchs_default_nor_the_rules():
+    assert threads.user_set(current=3, default=2, applied=None)
+    assert not threads.user_set(current=2, default=2, applied=None)  # torch's own: the rule applies
+    assert not threads.user_set(current=1, default=2, applied=1)  # the rule set it before
+
+
+def test_torchs_default_is_the_environment_else_the_physical_cores(monkeypatch, tmp_path):
+    for cpu, (package, core) in enumerate([(0, 0), (0, 0), (0, 1), (0, 1)]):  # 2 cores, 2 threads each
+        folder = tmp_path / f"cpu{cpu}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "physical_package_id").write_text(f"{package}\n")
+        (folder / "core_id").write_text(f"{core}\n")
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 4)
+    assert threads.physical_cores(str(tmp_path / "cpu[0-9]*" / "topology")) == 2
+    assert threads.physical_cores(str(tmp_path / "missing*")) == 4
+    monkeypatch.setattr(threads, "physical_cores", lambda: 2)
+    assert threads.torch_default_threads({}) == 2
+    assert threads.torch_default_threads({"MKL_NUM_THREADS": "3"}) == 3
+    assert threads.torch_default_threads({"OMP_NUM_THREADS": "5", "MKL_NUM_THREADS": "3"}) == 5
+
+
+def test_torchs_default_is_what_a_fresh_torch_picks_here():
+    # the child sets nothing: its count is torch's own, which the rule must recognise
+    assert threads.torch_default_threads(bench_threads.clean_env()) == bench_threads.torch_default_threads()
+
+
+@pytest.fixture
+def fresh_rule(monkeypatch):
+    """A process where the rule has set nothing yet, on an idle machine of 2 physical cores."""
+    monkeypatch.setattr(threads, "_applied", [])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    monkeypatch.setattr(threads, "physical_cores", lambda: 2)
+    monkeypatch.setattr(threads, "free_cores", lambda allowed, machine, load: 1)
+
+
+def test_load_model_applies_the_rule_to_torchs_own_count(fresh_rule):
+    torch.set_num_threads(2)  # torch's default here
+    assert threads.threads_for_load() == threads.ThreadChoice(1, "free cores")
+    assert torch.get_num_threads() == 1
+    assert threads.threads_for_load().n == 1  # its own count again: not mistaken for the user's
+
+
+def test_load_model_keeps_the_users_count(fresh_rule, monkeypatch):
+    from dysco_interp import load_model
+
+    torch.set_num_threads(3)
+    assert threads.threads_for_load() == threads.ThreadChoice(3, threads.TORCH_SETTING)
+    load_model("tiny-llama", device="cpu", progress=False)
+    assert torch.get_num_threads() == 3
+    load_model("tiny-llama", device="cpu", progress=False, threads=2)  # an argument wins
+    assert torch.get_num_threads() == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # so does the environment, as on the command line
+    assert threads.threads_for_load() == threads.ThreadChoice(3, "OMP_NUM_THREADS")
+    with pytest.raises(ConfigError, match="threads must be an integer"):
+        load_model("tiny-llama", device="cpu", progress=False, threads=0)
+
+
+def test_the_readme_benchmark_runs_the_block_with_and_without_a_count_of_ones_own():
+    assert bench_threads.block_command("print(1)", None)[-1] == "print(1)"
+    assert bench_threads.block_command("print(1)", 2)[-1] == "import torch\ntorch.set_num_threads(2)\nprint(1)"
+    calls = []
+
+    def run(threads):
+        calls.append(threads)
+        return {"cpu_s": 1.0, "wall_s": 1.0}
+
+    out = bench_threads.idle_then_loaded({"torch default": 2, "rule": None}, run, repeats=1, n_busy=1, warmup_s=0,
+                                         log=lambda line: None)
+    assert calls == [None, 2, None, 2, None]  # a warming run, then the settings alternating in each phase
+    assert [(r["phase"], r["setting"], r["threads"]) for r in out["rows"]] == [
+        ("idle", "torch default", 2), ("idle", "rule", None), ("loaded", "torch default", 2), ("loaded", "rule", None)]
+    assert out["summary"]["rule"]["loaded_over_idle_wall"] == 1.0 and out["torch_default_threads"] == 2

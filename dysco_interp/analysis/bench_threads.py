@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -54,8 +54,9 @@ def generate_command(model: str, prompt_file: Path, max_new_tokens: int, threads
             *(["--threads", str(threads)] if threads is not None else [])]
 
 
-def timed_child(command: Sequence[str]) -> dict:
-    """Wall seconds, user and system CPU seconds of one process, and its JSON output."""
+def timed_child(command: Sequence[str], json_out: bool = True) -> dict:
+    """Wall seconds, user and system CPU seconds of one process, and its JSON output (a `generate
+    --json` run's threads, speed and token counts) unless `json_out` is False."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         proc = subprocess.Popen(command, stdout=out, stderr=err, env=clean_env())
@@ -68,10 +69,13 @@ def timed_child(command: Sequence[str]) -> dict:
         stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
         tail = " | ".join(stderr.decode(errors="replace").strip().splitlines()[-3:])
-        raise ConfigError(f"the generate run failed ({proc.returncode}): {tail}")
+        raise ConfigError(f"the {'generate' if json_out else 'timed'} run failed ({proc.returncode}): {tail}")
+    times = {"wall_s": round(wall, 3), "user_s": round(usage.ru_utime, 3), "sys_s": round(usage.ru_stime, 3),
+             "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}
+    if not json_out:
+        return times
     result = json.loads(stdout.decode().strip().splitlines()[-1])
-    return {"wall_s": round(wall, 3), "user_s": round(usage.ru_utime, 3), "sys_s": round(usage.ru_stime, 3),
-            "cpu_s": round(usage.ru_utime + usage.ru_stime, 3), "threads": result.get("threads"),
+    return {**times, "threads": result.get("threads"),
             "decode_tok_per_s": result.get("decode_tok_per_s"), "n_prompt": result.get("n_prompt"),
             "n_new": result.get("n_new")}
 
@@ -109,14 +113,19 @@ def summarise(rows: Sequence[dict], settings: Sequence[str]) -> dict:
     return out
 
 
-def measure(model: str, prompt_file: Path, max_new_tokens: int, repeats: int, n_busy: int,
-            warmup_s: float, log=print) -> dict:
-    """Idle, then beside `n_busy` busy loops (after `warmup_s` for the load average to see
-    them): `repeats` runs of each setting, alternating. An untimed run first warms the file
-    cache, so the first timed run does not pay for reading the weights from disk."""
-    old_threads = torch_default_threads()
-    settings = {"torch default": old_threads, "free cores": None}
-    timed_child(generate_command(model, prompt_file, 2, None))
+def block_command(block: str, threads: int | None) -> list[str]:
+    """A Python block run as a fresh process, as a user pastes it; with `threads`, after
+    `torch.set_num_threads(threads)`, which `load_model` keeps as the user's own count."""
+    setup = f"import torch\ntorch.set_num_threads({threads})\n" if threads is not None else ""
+    return [sys.executable, "-c", setup + block]
+
+
+def idle_then_loaded(settings: dict[str, int | None], run: Callable[[int | None], dict], repeats: int,
+                     n_busy: int, warmup_s: float, log=print) -> dict:
+    """`run(threads)` for each setting, `repeats` times alternating, idle and then beside `n_busy`
+    busy loops (after `warmup_s` for the load average to see them); an untimed run first warms the
+    file cache, so the first timed run does not pay for reading the weights from disk."""
+    run(None)
     rows = []
 
     def phase(name: str) -> None:
@@ -124,16 +133,36 @@ def measure(model: str, prompt_file: Path, max_new_tokens: int, repeats: int, n_
             for setting, threads in settings.items():
                 load = os.getloadavg()[0]
                 row = {"phase": name, "setting": setting, "repeat": rep, "loadavg_before": round(load, 2),
-                       **timed_child(generate_command(model, prompt_file, max_new_tokens, threads))}
-                log(f"{name:6} {setting:13} {row['threads']} threads: cpu {row['cpu_s']:.1f}s, "
+                       "threads": threads, **run(threads)}
+                log(f"{name:6} {setting:17} {row['threads']} threads: cpu {row['cpu_s']:.1f}s, "
                     f"wall {row['wall_s']:.1f}s (load {load:.2f})")
                 rows.append(row)
 
     phase("idle")
     # bounded well past the loaded phase's expected length; stopped as soon as it ends
-    with busy_load(n_busy, warmup_s + 600):
+    with busy_load(n_busy, warmup_s + 900):
         time.sleep(warmup_s)
         phase("loaded")
-    return {"torch_default_threads": old_threads, "cores": os.cpu_count(), "n_busy": n_busy,
-            "warmup_s": warmup_s, "repeats": repeats, "max_new_tokens": max_new_tokens,
-            "summary": summarise(rows, list(settings)), "rows": rows}
+    return {"torch_default_threads": settings["torch default"], "cores": os.cpu_count(), "n_busy": n_busy,
+            "warmup_s": warmup_s, "repeats": repeats, "summary": summarise(rows, list(settings)), "rows": rows}
+
+
+def measure_block(block: str, repeats: int, n_busy: int, warmup_s: float, log=print) -> dict:
+    """The README's Python block as written (load_model's thread rule) and with torch's own count
+    set by hand (as before load_model applied the rule), idle and loaded (`idle_then_loaded`)."""
+    settings = {"torch default": torch_default_threads(), "load_model's rule": None}
+    return idle_then_loaded(settings, lambda threads: timed_child(block_command(block, threads), json_out=False),
+                            repeats, n_busy, warmup_s, log)
+
+
+def measure(model: str, prompt_file: Path, max_new_tokens: int, repeats: int, n_busy: int,
+            warmup_s: float, log=print) -> dict:
+    """`generate` with torch's own thread count and with the free-cores default, idle and loaded
+    (`idle_then_loaded`)."""
+    settings = {"torch default": torch_default_threads(), "free cores": None}
+
+    def run(threads: int | None) -> dict:
+        return timed_child(generate_command(model, prompt_file, max_new_tokens, threads))
+
+    out = idle_then_loaded(settings, run, repeats, n_busy, warmup_s, log)
+    return {**out, "max_new_tokens": max_new_tokens}

@@ -42,6 +42,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# what may come before the command; argparse also takes any unambiguous prefix of these
+TOP_FLAGS = ("-h", "--help", "--version")
+
+
+def stray_flag(words: list[str]) -> str | None:
+    """The first flag before the command that the top level does not know: argparse would
+    report the missing command instead, which hides the mistake."""
+    for word in words:
+        if word in ("-", "--") or not word.startswith("-"):
+            return None  # the command (or what argparse reads as one): its own parser reports the rest
+        if not any(flag == word or (len(word) > 2 and flag.startswith(word)) for flag in TOP_FLAGS):
+            return word
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command; what goes wrong on purpose ends in one line on stderr, never a traceback.
 
@@ -53,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     args = None
     try:
         try:
-            args = build_parser().parse_args(argv)
+            parser = build_parser()
+            flag = stray_flag(list(sys.argv[1:] if argv is None else argv))
+            if flag is not None:
+                parser.error(f"unrecognized arguments: {flag}")
+            args = parser.parse_args(argv)
         except SystemExit as e:  # argparse printed its one line (or the help) already
             sys.stdout.flush()
             return e.code if isinstance(e.code, int) else 0

@@ -86,6 +86,16 @@ def output_file(text: str) -> str:
     return _checked(check_output_file, text)
 
 
+def html_file(text: str) -> str:
+    """An HTML page to (over)write, named so: a browser opens a file by its extension, and one
+    without it is not opened as a page."""
+    path = output_file(text)
+    if not path.lower().endswith((".html", ".htm")):
+        raise argparse.ArgumentTypeError(f"{text} has no .html extension, and the page opens in a browser by it: "
+                                         f"name it {text}.html")
+    return path
+
+
 def output_stem(text: str) -> str:
     """A report's stem: STEM.md, STEM.json (and STEM.png, STEM.html) can each be (over)written."""
     return _checked(check_output_stem, text)

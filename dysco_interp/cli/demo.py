@@ -39,7 +39,7 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
                         "teacher forcing always feeds the whole gold route)")
     flags.add_dysco_flags(p)
     # checked when the command line is read: a folder here used to fail after the whole run
-    p.add_argument("--out", type=cli_args.output_file, default="dysco-demo/demo.html",
+    p.add_argument("--out", type=cli_args.html_file, default="dysco-demo/demo.html",
                    help="the HTML page to write (default dysco-demo/demo.html)")
     flags.add_device_flags(p)
     p.set_defaults(func=run_demo, yarn=None)

@@ -78,6 +78,7 @@ def run_evaluate(args) -> int:
         precheck,
         store_settings,
         summarise,
+        summary_notes,
     )
     from dysco_interp.models import resolve_device, resolve_dtype
     from dysco_interp.tasks import load_dataset
@@ -122,29 +123,60 @@ def run_evaluate(args) -> int:
     scores = get_task(task).metrics
     metrics = scores.forced if args.teacher_forced else scores.free
     summary = summarise(run.records, metrics)
+    notes = summary_notes(summary, metrics, scores.extraction, args.teacher_forced)
     if args.json:
         rows = [{"length": length, "method": method, **row} for (length, method), row in summary.items()]
         print(json.dumps({"results": str(run.path), "new_records": len(run.new),
-                          "preset": args.preset if needs_heads else None, "rows": rows}))
+                          "preset": args.preset if needs_heads else None, "rows": rows, "notes": notes}))
         return 0
     print(format_table(summary, metrics))
+    for note in notes:
+        print(f"note: {note}")
     dysco = f"; DySCO methods: {preset_words(args)}" if needs_heads else ""
     print(f"results: {run.path} ({len(run.new)} new records{dysco})")
     return 0
 
 
 def check_data_fits(data: dict, args) -> None:
-    """ConfigError naming the first instance whose recorded prompt length plus --max-new-tokens
-    exceeds the model's context (read from its config; unchecked when that needs the weights)."""
+    """ConfigError naming the first instance whose recorded prompt length plus the tokens it
+    decodes exceeds the model's context (read from its config; unchecked when that needs the
+    weights). Decoded freely, an instance may take --max-new-tokens; teacher-forced, only its gold
+    answer's tokens (at most --max-new-tokens), counted with the tokenizer alone where the free
+    budget would not fit."""
     window = context_window(args.model, args.yarn)
     if window is None:
         return
     limit, words = window
+    gold_tokens = GoldTokens(args) if args.teacher_forced else None
     for path, instances in data.items():
         for inst in instances:
-            if inst.n_tokens + args.max_new_tokens > limit:
+            if inst.n_tokens + args.max_new_tokens <= limit:
+                continue
+            budget, what = args.max_new_tokens, f"with --max-new-tokens {args.max_new_tokens}"
+            if gold_tokens is not None:
+                budget = min(budget, gold_tokens(inst))
+                what = f"with its {budget}-token gold answer"
+            if inst.n_tokens + budget > limit:
                 more = "a larger --yarn" if args.yarn else "--yarn FACTOR"
+                smaller = "" if gold_tokens is not None else " a smaller --max-new-tokens,"
                 raise ConfigError(
-                    f"{path}: instance {inst.id!r} has a {inst.n_tokens}-token prompt; with --max-new-tokens "
-                    f"{args.max_new_tokens} it needs {inst.n_tokens + args.max_new_tokens} tokens, more than {words}: "
-                    f"pass {more}, a smaller --max-new-tokens, or shorter data")
+                    f"{path}: instance {inst.id!r} has a {inst.n_tokens}-token prompt; {what} it needs "
+                    f"{inst.n_tokens + budget} tokens, more than {words}: pass {more},{smaller} or shorter data")
+
+
+class GoldTokens:
+    """An instance's gold answer in tokens, as teacher forcing encodes it; the tokenizer is
+    loaded (without the weights) at the first call."""
+
+    def __init__(self, args):
+        self.args = args
+        self.tokenizer = None
+
+    def __call__(self, inst) -> int:
+        from dysco_interp.chat import encode_text
+        from dysco_interp.models import load_tokenizer
+
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(self.args.model, progress=False)
+        gold = get_task(self.args.task).evaluation.gold(inst)
+        return len(encode_text(self.tokenizer, gold)[0])

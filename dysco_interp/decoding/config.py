@@ -10,7 +10,15 @@ from typing import Any
 
 from dysco_interp.checks import brief, check_bool, check_choice, check_int, check_number, check_seed, check_type
 from dysco_interp.decoding import relevance
-from dysco_interp.decoding.choices import MASKING_MODES, PRESET_NAMES, SCHEDULES, MethodName, Schedule, TemplateMasking
+from dysco_interp.decoding.choices import (
+    DEFAULT_PRESET,
+    MASKING_MODES,
+    PRESET_NAMES,
+    SCHEDULES,
+    MethodName,
+    Schedule,
+    TemplateMasking,
+)
 from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Method
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
 from dysco_interp.errors import ConfigError
@@ -18,16 +26,17 @@ from dysco_interp.errors import ConfigError
 
 @dataclass(frozen=True)
 class DecodingConfig:
-    """One decoding method and its parameters (the defaults are the paper's).
+    """One decoding method and its parameters. The defaults are the `small-budget` preset's
+    (`choices.DEFAULT_PRESET`, every command's default too); `preset("paper")` gives the paper's.
 
     Every field is type-checked on construction: a wrong type or range is a ConfigError naming
     the field (`DecodingConfig(beta="2")`, `DecodingConfig(warmup=True)`).
     """
 
     method: MethodName = "dysco"
-    beta: float = 2.0  # strength: log(beta) added to the selected keys' scores
+    beta: float = 1.5  # strength: log(beta) added to the selected keys' scores (the paper's: 2.0)
     top_p: float = 0.975  # nucleus mass of the selection
-    top_k: int = 4096  # cap on the number of selected keys
+    top_k: int = 8  # cap on the number of selected keys (the paper's: 4096)
     decay: float = 0.75  # momentum d; history weight gamma = d / (1 + d)
     warmup: int = 8  # T_w: the prefill stops T_w + n_gen tokens before the prompt's end
     # "reference": T_w - 1 unbiased warm-up tokens, then n_gen + 1 biased prompt steps (the
@@ -160,7 +169,7 @@ def method_options(method: str, defaults: Mapping[str, Any], given: Any) -> tupl
 
 PRESETS: dict[str, DecodingConfig] = {
     # the official defaults (Qwen3 / Llama-3.1 releases)
-    "paper": DecodingConfig(),
+    "paper": DecodingConfig(top_k=4096, beta=2.0),
     # the paper's other grid point: wider nucleus cap, stronger scaling
     "paper-strong": DecodingConfig(top_p=0.95, top_k=8192, beta=2.5),
     # the paper's parameter table for 64K-128K with YaRN: the nucleus kept, a larger cap, stronger scaling
@@ -169,10 +178,12 @@ PRESETS: dict[str, DecodingConfig] = {
     "quick-check": DecodingConfig(top_p=1.0, top_k=1024, beta=2.5, max_new_tokens=128),
     # chosen on a dev split for Qwen2.5-Coder 0.5B and 1.5B at 2K-8K tokens (figures/budget/), where the
     # paper's nucleus holds hundreds of keys, and again for 1.5B over 2K-128K (figures/paper_regime/):
-    # a handful of keys, gently boosted, helps where the paper's settings do not
-    "small-budget": DecodingConfig(top_k=8, beta=1.5),
+    # a handful of keys, gently boosted, helps where the paper's settings do not. DecodingConfig's
+    # defaults are its values, so Python and the command line default to one preset
+    "small-budget": DecodingConfig(),
 }
 assert tuple(PRESETS) == PRESET_NAMES
+assert PRESETS[DEFAULT_PRESET] == DecodingConfig()
 
 
 def preset(name: str, **changes) -> DecodingConfig:

@@ -266,9 +266,12 @@ def iter_methods(
     gold = None if forced is None else forced_ids(model, forced, len(prompts))
     by_thinking = _prepare_all(model, prompts, configs, prepared, chat)
     batches = {t: PromptBatch.of(p, pad_id(model)) for t, p in by_thinking.items()}
+    # teacher-forced, a row takes its gold tokens only (at most max_new_tokens): a long prompt needs room for those
+    longest_gold = None if gold is None else max(len(g) for g in gold)
     for batch in batches.values():
         for config in configs.values():
-            model.check_fits(batch.width, config.max_new_tokens)
+            model.check_fits(batch.width, config.max_new_tokens if longest_gold is None
+                             else min(config.max_new_tokens, longest_gold))
 
     def key(name: str) -> tuple:
         config = configs[name]
@@ -471,8 +474,8 @@ def dysco_generate(
     config: DecodingConfig = DecodingConfig(),
     **options,
 ) -> GenerationResult:
-    """`generate` with the heads first and DySCO's paper parameters by default (`config` None is an
-    error); `options` are `generate`'s keyword options (`hooks`, `chat`, `backend`, ...),
+    """`generate` with the heads first and DySCO's default preset (small-budget) by default
+    (`config` None is an error); `options` are `generate`'s keyword options (`hooks`, `chat`, `backend`, ...),
     `DecodingConfig` fields included."""
     check_config(config)
     return generate(model, prompt, config, heads=heads, **options)

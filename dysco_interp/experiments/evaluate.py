@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 import torch
 
-from dysco_interp.analysis.bootstrap import MIN_CI_N, NO_CI
+from dysco_interp.analysis.bootstrap import NO_CI
 from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.checks import check_bool, is_int, typed
 from dysco_interp.decoding.backends import BackendSpec
@@ -461,10 +461,37 @@ def grid_order(ids: Sequence[str], methods: Iterable[str]) -> Callable[[Mapping]
     return lambda record: position.get((record.get("method"), record.get("instance")), len(position))
 
 
+# A bootstrap of a handful of pairs draws from a handful of values: its percentile interval is
+# far too narrow and looks significant (two instances gave [+0.25, +0.50] on the default model).
+# The summary prints no interval below this many pairs, and says why.
+SUMMARY_MIN_N = 10
+
+
+def summary_notes(summary: Mapping[tuple, Mapping[str, Any]], metrics: Iterable[str], extraction: str | None,
+                  teacher_forced: bool, baseline: str = "vanilla") -> list[str]:
+    """What the summary's numbers cannot show, one line each: rows under `SUMMARY_MIN_N` instances
+    (no interval), and free-decoding rows where no answer block was found (`extraction` 0), whose
+    other scores are 0 for want of an answer to read."""
+    notes = []
+    small = sorted({row["n"] for (_, method), row in summary.items()
+                    if method != baseline and row["n"] < SUMMARY_MIN_N})
+    if small:
+        notes.append(f"n = {', '.join(map(str, small))}: too few instances for an interval ({NO_CI}; at least "
+                     f"{SUMMARY_MIN_N} are needed); these rows are an example, not evidence")
+    if not teacher_forced and extraction in set(metrics):
+        empty = [f"{method} at {length}" if length is not None else method
+                 for (length, method), row in summary.items() if row.get(extraction) == 0]
+        if empty:
+            notes.append(f"{extraction} 0 for {', '.join(empty)}: no answer block was found in any output, so the "
+                         "other scores are 0 because nothing could be read, not because the answers were wrong; "
+                         "--teacher-forced scores the model's predictions along the gold answer instead")
+    return notes
+
+
 def summarise(records: Iterable[dict], metrics: Iterable[str], baseline: str = "vanilla") -> dict[tuple, dict]:
     """Per (length, method), the baseline first: the instance count, each metric's mean and, when `baseline` ran on the
     same instances, the paired difference to it with its 95% bootstrap interval
-    (`delta_<metric>`: (mean, lo, hi); lo and hi None under `MIN_CI_N` pairs)."""
+    (`delta_<metric>`: (mean, lo, hi); lo and hi None under `SUMMARY_MIN_N` pairs)."""
     metrics = list(metrics)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
@@ -480,7 +507,7 @@ def summarise(records: Iterable[dict], metrics: Iterable[str], baseline: str = "
         if key[1] != baseline and reference:
             for m, delta in paired_deltas(rows, reference, metrics).items():
                 if delta is not None:  # one pair has no interval (a bootstrap of it is one point)
-                    interval = (delta["lo"], delta["hi"]) if delta["n"] >= MIN_CI_N else (None, None)
+                    interval = (delta["lo"], delta["hi"]) if delta["n"] >= SUMMARY_MIN_N else (None, None)
                     row[f"delta_{m}"] = (delta["mean"], *interval)
         out[key] = row
     return out
@@ -490,7 +517,7 @@ def format_table(summary: Mapping[tuple, Mapping[str, Any]], metrics: Iterable[s
                  width: int = TABLE_WIDTH) -> str:
     """The summary as text at most `width` columns wide: each metric's mean per (length, method)
     and, under a method other than `baseline`, its paired difference to it and that difference's
-    95% CI ("n too small" under two paired instances). Metrics that do not fit side by side go
+    95% CI ("n too small" under `SUMMARY_MIN_N` paired instances). Metrics that do not fit side by side go
     on in another block below, under the same row labels."""
     metrics = list(metrics)
     rows = list(summary.items())

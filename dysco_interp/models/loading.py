@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from dysco_interp.checks import check_int
 from dysco_interp.errors import ConfigError, ModelNotFoundError
 from dysco_interp.models.devices import resolve_device, resolve_dtype
 from dysco_interp.models.loaded import LoadedModel, split
@@ -17,6 +18,7 @@ from dysco_interp.models.packaged.registry import DEFAULT_MODEL, known_aliases
 from dysco_interp.models.placement import parse_devices
 from dysco_interp.models.sources import source_for
 from dysco_interp.models.spec import ModelSpec
+from dysco_interp.threads import threads_for_load
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -46,6 +48,7 @@ def load_model(
     progress: bool = True,
     yarn_factor: float | None = None,
     devices: str | Sequence[str | torch.device] | None = None,
+    threads: int | None = None,
 ) -> LoadedModel:
     """Load a model by registry alias, tiny-model name, local folder (or .gguf file) or hub id.
 
@@ -65,6 +68,10 @@ def load_model(
             list), for a model too large for one: each layer and its key/value cache on its
             device, a pass handed from device to device (`models.placement`). The model is read
             into CPU memory first. Not with `device`.
+        threads: torch's CPU thread count. By default the command line's rule
+            (`dysco_interp.threads`): OMP_NUM_THREADS if set, a count you set with
+            `torch.set_num_threads` kept as it is, else the cores free to this process now
+            (torch's own default, one per core, slows many times over on a busy machine).
 
     Returns:
         The `LoadedModel`: the TransformerLens bridge, an SDPA twin sharing its weights, the
@@ -78,6 +85,9 @@ def load_model(
             missing, or whose files are corrupt and cannot be converted again.
     """
     name = _model_name(name_or_path)
+    if threads is not None:
+        check_int("threads", threads, minimum=1)
+    threads_for_load(threads)
     if devices is None:
         dev = resolve_device(device)
         dt = resolve_dtype(dtype, dev)

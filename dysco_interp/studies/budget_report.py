@@ -39,7 +39,7 @@ from dysco_interp.analysis.result_tables import (
 )
 from dysco_interp.analysis.store_archives import stores_in
 from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, read_sourced
-from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.budget_choice import choose_config
 from dysco_interp.studies.budget_study import TAUS
@@ -169,14 +169,15 @@ def write_pair(stem: str | Path, parts: list[str], document: Mapping, notes: Seq
 
 
 def config_key(method: str, fields: Mapping[str, Any]) -> MethodKey:
-    """The MethodKey of a DySCO-family run with these DecodingConfig fields (the rest default:
-    the current schedule and template masking); ConfigError for an unknown field or value."""
+    """The MethodKey of a DySCO-family run with these DecodingConfig fields (the rest the paper
+    preset's, as the study ran them: the current schedule and template masking); ConfigError for
+    an unknown field or value."""
     fields = dict(fields)
     given = fields.pop("method", method)
     if given != method:
         raise ConfigError(f"expected a {method} configuration, got method {given!r}")
     try:
-        config = DecodingConfig(method=method, **fields)  # type: ignore[arg-type]
+        config = preset("paper", method=method, **fields)
     except TypeError:
         unknown = sorted(set(fields) - set(DecodingConfig.__dataclass_fields__))
         raise ConfigError(f"not DecodingConfig fields: {', '.join(unknown)}") from None

@@ -75,7 +75,7 @@ def named(configs: Iterable[DecodingConfig]) -> dict[str, DecodingConfig]:
 
 
 def dev_methods(grid: Grid, max_new_tokens: int) -> dict[str, DecodingConfig]:
-    base = DecodingConfig(max_new_tokens=max_new_tokens, top_p=0.975)
+    base = preset("paper", max_new_tokens=max_new_tokens)
     configs = [base.replace(method="vanilla")]
     configs += [base.replace(top_k=k, beta=b) for b in grid.betas for k in grid.k_values]
     configs += [base.replace(top_p=p, top_k=4096, beta=b) for b in (2.0, 3.0) for p in grid.p_values]
@@ -86,13 +86,13 @@ def dev_methods(grid: Grid, max_new_tokens: int) -> dict[str, DecodingConfig]:
 
 
 def chosen_config(fields: Mapping, max_new_tokens: int) -> DecodingConfig:
-    return DecodingConfig(max_new_tokens=max_new_tokens, **dict(fields))
+    return preset("paper", max_new_tokens=max_new_tokens, **dict(fields))
 
 
 def heldout_methods(model_name: str, chosen: Mapping, max_new_tokens: int) -> dict[str, DecodingConfig]:
     """vanilla, UniAttnS (the MRCR tau), the paper preset, the chosen configuration and its
     random-head and static ablations at the same budget."""
-    base = DecodingConfig(max_new_tokens=max_new_tokens)
+    base = preset("paper", max_new_tokens=max_new_tokens)
     best = chosen_config(chosen, max_new_tokens)
     configs = [base.replace(method="vanilla"), preset("paper", max_new_tokens=max_new_tokens), best,
                best.replace(method="dysco-random"), best.replace(method="dysco-static")]

@@ -25,7 +25,7 @@ from pathlib import Path
 from dysco_interp.analysis.result_tables import tau_sweep
 from dysco_interp.analysis.store_archives import stored
 from dysco_interp.analysis.stores import read_records
-from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
@@ -111,7 +111,7 @@ def run_parts(model: LoadedModel, heads: HeadSet, s: RunSettings, log: Callable[
         log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s")
 
     if "tau" in s.parts:
-        methods = {tau_label(t): DecodingConfig(method="uniattns", tau=t, max_new_tokens=s.mrcr_new_tokens)
+        methods = {tau_label(t): preset("paper", method="uniattns", tau=t, max_new_tokens=s.mrcr_new_tokens)
                    for t in s.taus}
         run("mrcr", s.tau_length, methods, s.tau_store)
     if "pt" in s.parts:
@@ -122,14 +122,14 @@ def run_parts(model: LoadedModel, heads: HeadSet, s: RunSettings, log: Callable[
             raise MissingRunInput(f"{s.tau_store} holds no UniAttnS records of {s.model_name}")
         tau = sweep["chosen_tau"]
         log(f"UniAttnS tau chosen on MRCR: {tau:g} (sweep: {sweep['rows']})")
-        base = DecodingConfig(max_new_tokens=s.pt_new_tokens)
+        base = preset("paper", max_new_tokens=s.pt_new_tokens)
         methods = {"vanilla": base.replace(method="vanilla"), "dysco": base}
         if tau != 1.0:  # tau = 1 is vanilla decoding; the table reads it from the vanilla runs
             methods[tau_label(tau)] = base.replace(method="uniattns", tau=tau)
         for length in s.pt_lengths:
             run("path_traversal", length, methods, s.out_dir / "path_traversal" / f"{s.model_name}_{length}.jsonl")
     for task in ("path_traversal", "mrcr"):
-        base = DecodingConfig(max_new_tokens=s.new_tokens(task))
+        base = preset("paper", max_new_tokens=s.new_tokens(task))
         if "ablation" in s.parts:
             methods = {"dysco": base, "dysco-random": base.replace(method="dysco-random"),
                        "dysco-static": base.replace(method="dysco-static")}

@@ -23,7 +23,7 @@ from dysco_interp.analysis.route_lines import compare_route, first_error, route_
 from dysco_interp.analysis.store_archives import stored
 from dysco_interp.analysis.stores import read_records
 from dysco_interp.chat import encode_text
-from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.config import preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.experiments.store import ResultStore
@@ -228,7 +228,7 @@ def generate_small(model: LoadedModel, model_name: str, heads: HeadSet, out_dir:
     """Vanilla and DySCO records for SMALL['n'] instances (resumable), for the smoke run."""
     path = out_dir / "evaluation.jsonl"
     data = make_dataset(TASK, model.tokenizer, length, n=SMALL["n"], seed=seed)
-    methods = {m: DecodingConfig(method=m, max_new_tokens=SMALL["max_new_tokens"]) for m in ("vanilla", "dysco")}
+    methods = {m: preset("paper", method=m, max_new_tokens=SMALL["max_new_tokens"]) for m in ("vanilla", "dysco")}
     return str(evaluate(model, model_name, TASK, data, methods, heads, path, keep_trace=True).path)
 
 

@@ -69,7 +69,7 @@ TEST_PRESETS = ("paper", "paper-long", "quick-check", "small-budget")
 
 
 def dev_methods(max_new_tokens: int) -> dict[str, DecodingConfig]:
-    base = DecodingConfig(max_new_tokens=max_new_tokens, top_p=0.975)
+    base = preset("paper", max_new_tokens=max_new_tokens)
     configs = [base.replace(method="vanilla")]
     configs += [base.replace(top_k=k, beta=b) for b in DEV_BETAS for k in DEV_K]
     configs += [base.replace(top_k=4096, top_k_fraction=f, beta=b) for b in DEV_FRACTION_BETAS for f in DEV_FRACTIONS]
@@ -78,7 +78,7 @@ def dev_methods(max_new_tokens: int) -> dict[str, DecodingConfig]:
 
 
 def tau_methods(max_new_tokens: int) -> dict[str, DecodingConfig]:
-    base = DecodingConfig(max_new_tokens=max_new_tokens)
+    base = preset("paper", max_new_tokens=max_new_tokens)
     return named([base.replace(method="vanilla")] + [base.replace(method="uniattns", tau=t) for t in TAUS])
 
 
@@ -92,7 +92,7 @@ def test_methods(choice: Mapping, max_new_tokens: int, with_ablations: bool = Tr
     """vanilla, UniAttnS at the dev tau (when it was chosen on `TAUS`), the presets, the chosen
     rule, the best candidate of the other kind (a share of the prompt if a fixed K won, and the
     reverse), and (`with_ablations`) the chosen budget with random heads and with static scaling."""
-    base = DecodingConfig(max_new_tokens=max_new_tokens)
+    base = preset("paper", max_new_tokens=max_new_tokens)
     best = chosen_config(choice["config"], max_new_tokens)
     configs = [base.replace(method="vanilla")]
     if tau_is_current(choice):

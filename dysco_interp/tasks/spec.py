@@ -73,6 +73,9 @@ class TaskMetrics:
     primary: str  # the free metric a configuration is judged by (the budget study's choice)
     primary_forced: str  # the same under teacher forcing
     tables: tuple[TableMetric, ...] = ()  # the paper tables' columns (`analysis.result_tables`)
+    # the free metric that is 1 when the answer block was found in the output: where it is 0 the
+    # other free scores are 0 for want of an answer to read, and `evaluate` says so
+    extraction: str | None = None
 
     @property
     def table_fields(self) -> tuple[str, ...]:

@@ -1,10 +1,10 @@
 """The panel model (`panels.py`) drawn by plotly, as HTML files that open offline.
 
-Every HTML file the package writes loads plotly.js from one shared `plotly.min.js` by a
-relative path (`shared_plotlyjs`), never from a CDN and never inlined: a tree of figures
-holds one 4.8 MB copy instead of one per file. The numbers travel in each file as plain JSON
-(lists of floats and nulls, never numpy arrays), readable in the file. plotly is imported
-inside the functions.
+Every HTML file the package writes loads plotly.js from a `plotly.min.js` by a relative path
+(`shared_plotlyjs`), never from a CDN and never inlined: an output folder holds one 4.8 MB copy
+instead of one per file, and a tree that says so (figures/) one copy for all its folders. The
+numbers travel in each file as plain JSON (lists of floats and nulls, never numpy arrays),
+readable in the file. plotly is imported inside the functions.
 """
 
 from __future__ import annotations
@@ -49,16 +49,20 @@ def plot_div_id(path: str | Path) -> str:
 
 
 PLOTLYJS_NAME = "plotly.min.js"
+# A folder holding this file beside its plotly.min.js lends that copy to the folders directly
+# below it (figures/ does, for figures/<kind>/). Elsewhere a copy one folder up is not used: an
+# output folder must open offline when it is moved or sent alone.
+SHARED_MARKER = ".plotlyjs-shared"
 
 
 def shared_plotlyjs(html_path: str | Path) -> str:
     """The relative `<script src>` by which the HTML file `html_path` loads plotly.js, after
     making that copy the bundled plotly.js the figure is drawn for.
 
-    The copy is the one in the file's folder, else the one in the folder above (so
-    figures/plotly.min.js serves every figures/<kind>/*.html), else a new one beside the file: an
-    output folder opens offline as it is, and a tree of figures keeps one copy. Only the folder
-    above is searched, never further, so no unrelated plotly.min.js is used or rewritten. The copy
+    The copy is the one beside the file, written there if missing: each output folder opens
+    offline on its own. Only where the folder above holds `SHARED_MARKER` and its own copy (so
+    figures/plotly.min.js serves every figures/<kind>/*.html) is that one used instead, so a
+    committed tree keeps one copy. Never further up, and never an unmarked folder's. The copy
     is written atomically, and only when missing or different (a plotly upgrade), so figures
     written side by side neither rewrite it nor ever read half of one.
     """
@@ -68,7 +72,8 @@ def shared_plotlyjs(html_path: str | Path) -> str:
     # beside the path as named, a symlink's own folder: a browser resolves the src from there
     folder = Path(html_path).absolute().parent
     copy, src = folder / PLOTLYJS_NAME, PLOTLYJS_NAME
-    if not copy.exists() and (folder.parent / PLOTLYJS_NAME).is_file():
+    if (not copy.exists() and (folder.parent / SHARED_MARKER).is_file()
+            and (folder.parent / PLOTLYJS_NAME).is_file()):
         copy, src = folder.parent / PLOTLYJS_NAME, f"../{PLOTLYJS_NAME}"
     js = get_plotlyjs()
     if not copy.is_file() or copy.read_bytes() != js.encode("utf-8"):

@@ -109,14 +109,23 @@ def _bar_style(rep: AttentionReplay, row: str, j: int):
     return values, gold, chosen, colors, outlined
 
 
+def _edge_hover(rep: AttentionReplay) -> list[str]:
+    """Each span's name and text, the part of the hover that no token changes: held once by the
+    trace (its customdata), not repeated in every frame, which would multiply the page's size."""
+    details = rep.details or rep.names
+    return [f"{_visible(name)}<br>{_visible(detail)}" for name, detail in zip(rep.names, details)]
+
+
+# what a bar shows on hover: the span (the trace's customdata), then token j's values (each frame's hovertext)
+BAR_HOVER = "%{customdata}<br>%{hovertext}<extra></extra>"
+
+
 def _bar(rep: AttentionReplay, row: str, j: int) -> dict:
     """One bar trace's data for token j: heights, gold colour, selection outline, hover."""
     values, gold, chosen, colors, outlined = _bar_style(rep, row, j)
     widths = [3 if o else 0 for o in outlined]
-    details = rep.details or rep.names
     hover = [
-        f"{_visible(rep.names[i])}<br>{_visible(details[i])}<br>"
-        + ("no value" if values[i] is None else f"value {values[i]:.4f}")
+        ("no value" if values[i] is None else f"value {values[i]:.4f}")
         + ("" if chosen[i] is None else f"<br>{_visible(selector_name(rep))} selected {chosen[i]:.0%} of its tokens")
         + ("<br><b>gold edge of this step</b>" if i == gold else "")
         for i in range(len(values))
@@ -219,8 +228,8 @@ def replay_figure(replays: AttentionReplay | Mapping[str, AttentionReplay], titl
     cells = [(r, c, row, rep) for c, rep in enumerate(runs.values(), 1) for r, row in enumerate(rows, 1)]
     for r, c, row, rep in cells:
         fig.add_trace(
-            go.Bar(x=list(range(len(rep.names))), textposition="outside", hoverinfo="text", showlegend=False,
-                   **_bar(rep, row, first)),
+            go.Bar(x=list(range(len(rep.names))), textposition="outside", customdata=_edge_hover(rep),
+                   hovertemplate=BAR_HOVER, showlegend=False, **_bar(rep, row, first)),
             row=r, col=c,
         )
         fig.update_yaxes(title_text=ROW_TITLES[row].format(who=who) if c == 1 else None, row=r, col=c)

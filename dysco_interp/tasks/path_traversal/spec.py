@@ -68,6 +68,7 @@ PATH_TRAVERSAL = TaskSpec(
         forced=("tf_step_accuracy", "tf_city_logprob", "tf_logprob", "tf_token_accuracy"),
         primary="step_accuracy",
         primary_forced="tf_step_accuracy",
+        extraction="extraction_rate",
         tables=(
             TableMetric("accuracy", "accuracy (exact)", "accuracy", compared=True),
             TableMetric("step_accuracy", "step accuracy", "step accuracy", compared=True),
