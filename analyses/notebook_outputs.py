@@ -10,8 +10,14 @@ them; the notebooks' test checks that no cell holds more than one state of a bar
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import nbformat
+
+from dysco_interp.atomic import atomic_open
+from dysco_interp.cli import args as cli_args
+from dysco_interp.errors import DataError
+from dysco_interp.jsonl import open_input, read_whole
 
 
 def is_bar_state(output) -> bool:
@@ -35,14 +41,32 @@ def final_states(outputs: list) -> list:
             for o in kept]
 
 
+def read_notebook(path: str):
+    """The notebook at `path`; DataError for anything that is no readable notebook (a FIFO, a
+    device, a file too large to be one, invalid JSON), read before anything is rewritten."""
+    with open_input(path, "{path}: no such notebook", "{path} is a folder; name a notebook (.ipynb)",
+                    "cannot read {path}: {why}", "{path} is {kind}, not a regular file; name a notebook") as f:
+        data = read_whole(f, f"notebook {path}")
+    try:
+        return nbformat.reads(data.decode("utf-8"), as_version=4)
+    except (UnicodeDecodeError, ValueError) as e:  # nbformat's NotJSONError is a ValueError
+        raise DataError(f"{path} is not a notebook ({str(e).splitlines()[0][:80]})") from None
+
+
 def main(argv=None) -> int:
-    paths = list(sys.argv[1:] if argv is None else argv)
-    for path in paths:
-        nb = nbformat.read(path, as_version=4)
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help="notebooks (.ipynb), rewritten in place")
+    args = p.parse_args(argv)
+    try:
+        notebooks = {path: read_notebook(path) for path in args.notebooks}  # every one read before any is written
+    except DataError as e:
+        p.error(str(e))
+    for path, nb in notebooks.items():
         for cell in nb.cells:
             if cell.cell_type == "code":
                 cell.outputs = final_states(cell.outputs)
-        nbformat.write(nb, path)
+        with atomic_open(Path(path)) as f:
+            nbformat.write(nb, f)
     return 0
 
 

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import io
 import sys
-from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
-try:
-    import oxipng
-except ImportError:  # pragma: no cover - the script's own tool
-    raise SystemExit("this script needs oxipng: pip install pyoxipng") from None
+from dysco_interp.atomic import atomic_write_bytes
+from dysco_interp.cli import args as cli_args
+from dysco_interp.errors import DataError
+from dysco_interp.jsonl import open_input, read_whole
 
 
 def pixels(data: bytes) -> np.ndarray:
@@ -29,17 +28,37 @@ def pixels(data: bytes) -> np.ndarray:
         return np.asarray(im.convert("RGBA"))
 
 
+def read_png(path: str) -> bytes:
+    """A PNG's bytes; DataError for anything that is no regular file of a PNG's size."""
+    with open_input(path, "{path}: no such file", "{path} is a folder; name PNG files",
+                    "cannot read {path}: {why}", "{path} is {kind}, not a regular file; name PNG files") as f:
+        data = read_whole(f, f"PNG {path}")
+    if not data.startswith(b"\x89PNG\r\n\x1a\n"):
+        raise DataError(f"{path} is not a PNG file")
+    return data
+
+
 def main(argv=None) -> int:
+    p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("pngs", nargs="+", metavar="PNG_FILE", help="PNG files, rewritten in place when smaller")
+    args = p.parse_args(argv)
+    try:
+        files = {path: read_png(path) for path in args.pngs}  # every one read before any is rewritten
+    except DataError as e:
+        p.error(str(e))
+    try:
+        import oxipng
+    except ImportError:  # the script's own tool, not the package's
+        p.error("this script needs oxipng: pip install pyoxipng")
     saved = 0
-    for path in list(sys.argv[1:] if argv is None else argv):
-        data = Path(path).read_bytes()
+    for path, data in files.items():
         # "safe" drops only chunks that do not change how the image is shown (the DPI is kept)
         smaller = oxipng.optimize_from_memory(data, level=4, strip=oxipng.StripChunks.safe())
         if len(smaller) >= len(data):
             continue
         if not np.array_equal(pixels(data), pixels(smaller)):
-            raise SystemExit(f"{path}: the recompressed pixels differ; left as it was")
-        Path(path).write_bytes(smaller)
+            p.error(f"{path}: the recompressed pixels differ; left as it was")
+        atomic_write_bytes(path, smaller)
         saved += len(data) - len(smaller)
         print(f"{path}: {len(data)} -> {len(smaller)} bytes")
     print(f"saved {saved} bytes")

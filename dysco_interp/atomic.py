@@ -18,6 +18,13 @@ def _umask() -> int:
     return mask
 
 
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """`data` replaces `path` as `atomic_open` replaces a text file (whole or not at all)."""
+    with atomic_open(path, encoding="latin-1") as f:  # latin-1 maps each byte to one character and back
+        f.write(data.decode("latin-1"))
+    return Path(path)
+
+
 @contextlib.contextmanager
 def atomic_open(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[TextIO]:
     """A text stream whose content replaces `path` when the block ends without an error.
@@ -32,7 +39,7 @@ def atomic_open(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[Te
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding=encoding) as f:
+        with os.fdopen(fd, "w", encoding=encoding, newline="") as f:
             yield f
         os.replace(tmp, path)
     except BaseException:
@@ -40,4 +47,4 @@ def atomic_open(path: str | os.PathLike, encoding: str = "utf-8") -> Iterator[Te
         raise
 
 
-__all__ = ["atomic_open"]
+__all__ = ["atomic_open", "atomic_write_bytes"]

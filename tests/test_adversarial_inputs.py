@@ -50,7 +50,7 @@ GROWTH = 96 << 20
 class Input:
     """One input of one command or script. `argv` holds "{in}" where the input goes and "{ok}" for the
     folder of valid inputs; `what` is what it should hold: "data" (a task file), "store", "bench" (a
-    benchmark JSON file) or "text" (a prompt)."""
+    benchmark JSON file), "text" (a prompt), "heads" (a head file), "notebook" or "png"."""
 
     name: str
     argv: tuple[str, ...]
@@ -89,6 +89,8 @@ INPUTS = [
     script("failure_trace --data", "data", "--results", OK_STORE, "--data", "{in}", *TINY, "--out", "{box}/f.json"),
     script("first_error --results", "store", "--results", "{in}", *TINY, "--out-dir", "{box}/fe"),
     script("first_error --data", "data", "--results", OK_STORE, "--data", "{in}", *TINY, "--out-dir", "{box}/fe"),
+    script("notebook_outputs NOTEBOOK", "notebook", "{in}"),
+    script("optimise_pngs PNG_FILE", "png", "{in}"),
 ]
 
 # inputs the grid does not feed, and why: each is read by a reader that the grid's rows exercise, or
@@ -108,12 +110,13 @@ EXEMPT = {
 }
 
 KINDS = ("fifo", "device", "oversized", "bomb")
+WHOLE = ("text", "heads", "notebook", "png")  # inputs read whole, up to MAX_WHOLE_FILE
 
 
 def applies(inp: Input, kind: str) -> bool:
-    """A prompt and a head file are read whole, up to `MAX_WHOLE_FILE`, and benchmark files are JSON read
-    as they are: none of them is ever decompressed, so no bomb for them."""
-    return not (inp.what in ("text", "heads", "bench") and kind == "bomb")
+    """A prompt, a head file, a notebook and a PNG are read whole, up to `MAX_WHOLE_FILE`, and benchmark
+    files are JSON read as they are: none of them is ever decompressed, so no bomb for them."""
+    return not (inp.what in WHOLE + ("bench",) and kind == "bomb")
 
 
 # ---------------------------------------------------------------------------- what is put there
@@ -269,7 +272,7 @@ def test_an_input_that_cannot_be_read_is_one_line_at_once(inp: Input, kind: str,
     box = tmp_path / "box"
     box.mkdir()
     name = {"store": "input.jsonl", "data": "path_traversal_1900.jsonl", "bench": "bench.json", "text": "prompt.txt",
-            "heads": "heads.json"}
+            "heads": "heads.json", "notebook": "nb.ipynb", "png": "figure.png"}
     path = box / (name[inp.what] + (".xz" if kind == "bomb" else ""))
     place(kind, inp, path, ok, bomb_tail)
     argv = [a.replace("{in}", str(path)).replace("{ok}", str(ok)).replace("{box}", str(box)) for a in inp.argv]
@@ -284,7 +287,7 @@ def test_an_input_that_cannot_be_read_is_one_line_at_once(inp: Input, kind: str,
              "oversized": f"longer than {MAX_LINE >> 20} MiB", "bomb": ""}[kind]
     if inp.what == "bench" and kind == "oversized":
         words = f"larger than {MAX_LINE >> 20} MiB"
-    if inp.what in ("text", "heads") and kind == "oversized":
+    if inp.what in WHOLE and kind == "oversized":
         words = f"larger than {MAX_WHOLE_FILE >> 20} MiB"
     assert words in lines[0], lines[0]
     assert result["growth"] < GROWTH, f"peak memory grew by {result['growth'] >> 20} MiB"
