@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from dysco_interp.analysis.bootstrap import percentiles
 from dysco_interp.analysis.logistic import cluster_rows, design, fit_logistic, odds_ratios, penalized_loglik
 from dysco_interp.analysis.step_controls import Predictor, eligible, mantel_haenszel, step_model, stratified_contrast
 from dysco_interp.analysis.step_signals import Signal
@@ -55,8 +56,10 @@ def test_a_predictor_that_splits_events_from_non_events_is_flagged_and_held_fini
     y = [0, 0, 0, 1, 1, 1, 0, 1]
     fit = fit_logistic(design([x]), y)
     assert fit.converged and fit.separated and np.isfinite(fit.coef).all() and fit.coef[1] > 5
+    assert list(fit.runs_off) == [-1, 1]  # the intercept to minus infinity, the slope to plus
     # quasi-complete: every unexposed row a non-event, so their log-odds run to minus infinity
-    assert fit_logistic(design([x + [1]]), y + [0]).separated
+    quasi = fit_logistic(design([x + [1]]), y + [0])
+    assert quasi.separated and list(quasi.runs_off) == [-1, 1]
     # an event and a non-event on each side remove it
     assert not fit_logistic(design([x + [1, 0]]), y + [0, 1]).separated
 
@@ -70,6 +73,19 @@ def test_inputs_that_cannot_be_fitted_are_refused():
         design([[1.0, float("nan")]])
     with pytest.raises(ConfigError, match="one value per row"):
         design([[1.0, 2.0], [1.0]])
+
+
+def test_a_slope_that_runs_off_in_some_resamples_gives_its_interval_an_infinite_end():
+    # 2 of 40 clusters hold the only events among the unexposed: about 1 resample in 8 has none
+    x = [1, 1, 0, 0] * 40
+    y = [v for c in range(40) for v in (int(c < 20), 0, int(c < 2), 0)]
+    out = odds_ratios(design([x]), y, [i // 4 for i in range(160)], ["exposed"], n_boot=400)
+    o = out["odds_ratios"]["exposed"]
+    assert o["or"] == pytest.approx((20 / 60) / (2 / 78), rel=1e-3)
+    assert out["boot_separated"] > 20 and o["hi"] is None and 1 < o["lo"] < o["or"]
+    assert percentiles([1.0, 2.0, np.inf], [0, 50, 75, 100]) == [1.0, 2.0, np.inf, np.inf]
+    assert percentiles([-np.inf, 0.0, float("nan")], [25]) == [-np.inf]
+    np.testing.assert_allclose(percentiles(np.arange(11.0), [2.5, 97.5]), np.percentile(np.arange(11.0), [2.5, 97.5]))
 
 
 def test_odds_ratios_resample_whole_clusters_and_are_seeded():
@@ -127,7 +143,7 @@ def test_the_stratified_contrast_counts_each_bin_and_pools_the_ratio_by_mantel_h
     # two strata of equal size with ratios 2 and 8 pool between them; a zero denominator is infinite
     counts = np.array([[2, 10, 1, 10], [8, 10, 1, 10]], dtype=float)
     assert 2 < math.exp(float(mantel_haenszel(counts))) < 8
-    assert mantel_haenszel(np.array([[1.0, 10, 0, 10]])) == 50.0
+    assert mantel_haenszel(np.array([[1.0, 10, 0, 10]])) == np.inf
 
 
 def test_the_step_model_fits_the_eligible_steps_clustered_by_instance():
@@ -147,5 +163,6 @@ def test_the_step_model_fits_the_eligible_steps_clustered_by_instance():
     out = step_model(rows, "fix", preds, n_boot=100)
     assert out["clusters"] == 60 and out["n"] == 240 and out["left_out"] == 0  # the two models' steps pool
     assert out["odds_ratios"]["qr_first"]["lo"] > 1 and out["odds_ratios"]["logp"]["lo"] > 1
+    assert step_model([r for r in rows if r["class"] != "fixed"], "fix", preds) is None
     with pytest.raises(ConfigError, match="event"):
         eligible(rows, "both")

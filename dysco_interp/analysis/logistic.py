@@ -11,13 +11,14 @@ Separation: when some combination of the predictors splits the events from the n
 maximum-likelihood slopes are infinite and only the ridge holds them. The fit is then redone
 with a ridge 100 times smaller; without separation the linear predictor barely moves, while the
 separated points' linear predictor grows by about log 100 = 4.6, so a move above
-SEPARATION_SHIFT flags the data as separated.
+SEPARATION_SHIFT flags the data as separated, and each coefficient that moves the linear
+predictor by more than half that over its column's range as running off to infinity.
 
 Intervals: rows of one cluster (the steps of one instance) are not independent, so the clusters
-are resampled with replacement and the model refitted. A resample whose data are separated
-keeps its ridge-held slope: percentiles use only ranks, and such a slope sits at the extreme the
-data point to (an odds ratio of 0 or infinity), so dropping it would narrow the interval.
-Resamples whose Newton steps did not converge are left out; both counts are reported.
+are resampled with replacement and the model refitted. In a resample whose data are separated,
+a slope that runs off counts as the infinity it runs to (an odds ratio of 0 or infinity): dropping
+it would narrow the interval, and an interval that reaches it has an infinite end. Resamples
+whose Newton steps did not converge are left out; both counts are reported.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dysco_interp.analysis.bootstrap import percentiles
 from dysco_interp.errors import ConfigError
 
 RIDGE = 1e-4
@@ -37,13 +39,15 @@ TOL = 1e-9  # on the largest Newton step of a coefficient
 
 @dataclass(frozen=True)
 class LogisticFit:
-    """Coefficients (intercept first), the penalised log-likelihood at them, and how the fit went."""
+    """Coefficients (intercept first), the penalised log-likelihood at them, and how the fit went:
+    `runs_off` is +1 or -1 for a coefficient that separation sends to that infinity, else 0."""
 
     coef: np.ndarray
     loglik: float
     iterations: int
     converged: bool
     separated: bool
+    runs_off: np.ndarray
 
 
 def penalized_loglik(beta: np.ndarray, X: np.ndarray, y: np.ndarray, ridge: float = RIDGE) -> float:
@@ -98,8 +102,11 @@ def fit_logistic(X: np.ndarray, y: Sequence[float], ridge: float = RIDGE) -> Log
         raise ConfigError(f"the ridge must be positive (it keeps every coefficient finite), got {ridge!r}")
     beta, iterations, converged = newton(X, yy, ridge)
     smaller, _, _ = newton(X, yy, ridge / 100, start=beta)
-    separated = bool(np.max(np.abs(X @ (smaller - beta))) > SEPARATION_SHIFT)
-    return LogisticFit(beta, penalized_loglik(beta, X, yy, ridge), iterations, converged, separated)
+    moved = smaller - beta
+    separated = bool(np.max(np.abs(X @ moved)) > SEPARATION_SHIFT)
+    span = np.where(np.ptp(X, axis=0) > 0, np.ptp(X, axis=0), 1.0)  # the intercept's column is constant
+    runs_off = np.sign(moved) * (separated & (np.abs(moved) * span > SEPARATION_SHIFT / 2))
+    return LogisticFit(beta, penalized_loglik(beta, X, yy, ridge), iterations, converged, separated, runs_off)
 
 
 def cluster_rows(clusters: Sequence[Hashable]) -> list[np.ndarray]:
@@ -113,7 +120,8 @@ def cluster_rows(clusters: Sequence[Hashable]) -> list[np.ndarray]:
 def odds_ratios(X: np.ndarray, y: Sequence[float], clusters: Sequence[Hashable], names: Sequence[str],
                 n_boot: int = 2000, seed: int = 0, level: float = 0.95, ridge: float = RIDGE) -> dict:
     """The fit's odds ratio per predictor (one per column of X after the intercept, named by
-    `names`) with percentile intervals from resampling `clusters` (one label per row)."""
+    `names`) with percentile intervals from resampling `clusters` (one label per row); n_boot 0
+    gives the fit alone (each interval is its estimate)."""
     if len(names) != X.shape[1] - 1 or len(clusters) != len(X):
         raise ConfigError("odds_ratios needs one name per predictor and one cluster label per row")
     yy = np.asarray(y, dtype=float)
@@ -128,15 +136,20 @@ def odds_ratios(X: np.ndarray, y: Sequence[float], clusters: Sequence[Hashable],
             failed += 1
             continue
         separated += f.separated
-        draws.append(f.coef)
+        draws.append(np.where(f.runs_off > 0, np.inf, np.where(f.runs_off < 0, -np.inf, f.coef)))
     tail = (1 - level) / 2 * 100
-    lo, hi = np.percentile(np.asarray(draws), [tail, 100 - tail], axis=0) if draws else (fit.coef, fit.coef)
+    ends = np.asarray([percentiles(col, [tail, 100 - tail]) for col in np.asarray(draws).T]) if draws else None
+    lo, hi = (fit.coef, fit.coef) if ends is None else (ends[:, 0], ends[:, 1])
+
+    def odds(b: float) -> float | None:  # None: infinite (JSON has no infinity)
+        return None if b == np.inf else round(float(np.exp(b)), 5)
+
     return {"n": int(len(yy)), "events": int(yy.sum()), "clusters": len(groups), "ridge": ridge,
             "converged": fit.converged, "separated": fit.separated, "loglik": round(fit.loglik, 4),
             "n_boot": n_boot, "seed": seed, "boot_separated": int(separated), "boot_failed": int(failed),
             "intercept": round(float(fit.coef[0]), 5),
-            "odds_ratios": {name: {"or": round(float(np.exp(fit.coef[j])), 5), "lo": round(float(np.exp(lo[j])), 5),
-                                   "hi": round(float(np.exp(hi[j])), 5), "coef": round(float(fit.coef[j]), 5)}
+            "odds_ratios": {name: {"or": odds(fit.coef[j]), "lo": odds(lo[j]), "hi": odds(hi[j]),
+                                   "coef": round(float(fit.coef[j]), 5)}
                             for j, name in enumerate(names, start=1)}}
 
 

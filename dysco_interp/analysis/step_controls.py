@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dysco_interp.analysis.bootstrap import percentiles
 from dysco_interp.analysis.logistic import design, odds_ratios
 from dysco_interp.analysis.step_signals import Signal, cluster_ratio
 from dysco_interp.errors import ConfigError
 
 EVENTS = {"fix": ("fixed", False), "break": ("broken", True)}  # event class, whether the base was right
-LOG_CAP = 50.0  # a log ratio with a zero denominator, kept finite for percentiles and printed as infinite
 
 
 @dataclass(frozen=True)
@@ -52,12 +52,15 @@ def eligible(rows: Sequence[Mapping], event: str, base: str = "vanilla") -> tupl
 
 
 def step_model(rows: Sequence[Mapping], event: str, predictors: Sequence[Predictor], n_boot: int = 2000,
-               seed: int = 0) -> dict:
+               seed: int = 0) -> dict | None:
     """The logistic model of `event` on `predictors` over the eligible rows that have every
-    predictor, with odds ratios and instance-resampled intervals (`logistic.odds_ratios`)."""
+    predictor, with odds ratios and instance-resampled intervals (`logistic.odds_ratios`); None
+    when the event never or always happens there (nothing to model)."""
     mine, y = eligible(rows, event)
     values = [[p.value(r) for p in predictors] for r in mine]
     keep = [i for i, v in enumerate(values) if all(x is not None for x in v)]
+    if len({y[i] for i in keep}) < 2:
+        return None
     X = design([[float(values[i][j]) for i in keep] for j in range(len(predictors))])  # type: ignore[arg-type]
     out = odds_ratios(X, [y[i] for i in keep], [mine[i]["instance"] for i in keep], [p.key for p in predictors],
                       n_boot=n_boot, seed=seed)
@@ -66,8 +69,7 @@ def step_model(rows: Sequence[Mapping], event: str, predictors: Sequence[Predict
 
 def _log_ratio(exposed_rate: np.ndarray, other_rate: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.log(exposed_rate) - np.log(other_rate)
-    return np.clip(out, -LOG_CAP, LOG_CAP)  # NaN (no event either way) stays NaN
+        return np.log(exposed_rate) - np.log(other_rate)  # infinite: no event on one side; NaN: on neither
 
 
 def mantel_haenszel(counts: np.ndarray) -> np.ndarray:
@@ -79,10 +81,8 @@ def mantel_haenszel(counts: np.ndarray) -> np.ndarray:
 
 
 def _ratio(log: float) -> float | None:
-    # None: infinite (or undefined); JSON has no infinity
-    if not log < LOG_CAP:
-        return None
-    return 0.0 if log <= -LOG_CAP else round(float(np.exp(log)), 5)
+    # None: infinite or undefined (JSON has no infinity)
+    return None if not log < np.inf else round(float(np.exp(log)), 5)
 
 
 def stratified_contrast(rows: Sequence[Mapping], event: str, exposed: Callable[[Mapping], bool], stratum: Signal,
@@ -116,10 +116,10 @@ def stratified_contrast(rows: Sequence[Mapping], event: str, exposed: Callable[[
     draws = mantel_haenszel(counts[rng.integers(0, len(counts), size=(n_boot, len(counts)))].sum(axis=1))
     tail = (1 - level) / 2 * 100
     defined = draws[~np.isnan(draws)]
-    lo, hi = np.percentile(defined, [tail, 100 - tail]) if len(defined) else (np.nan, np.nan)
+    lo, hi = percentiles(defined, [tail, 100 - tail])
     return {"event": event, "stratum": stratum.key, "stratum_label": stratum.label, "bins": out_bins,
             "mantel_haenszel": {"ratio": _ratio(pooled), "lo": _ratio(lo), "hi": _ratio(hi),
-                                "resamples_infinite": int((np.abs(defined) >= LOG_CAP).sum()),
+                                "resamples_infinite": int(np.isinf(defined).sum()),
                                 "resamples_undefined": int(len(draws) - len(defined)), "n_boot": n_boot,
                                 "seed": seed}}
 
