@@ -21,7 +21,7 @@ difficulty. Controls:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from dysco_interp.analysis.step_controls import Predictor, step_model, stratified_contrast
 from dysco_interp.analysis.step_signals import Signal
@@ -134,6 +134,13 @@ def render_controlled(result: Mapping) -> list[str]:
     return lines
 
 
+def rate_series(name: str, estimates: Sequence[Mapping | None], x: Sequence[str]) -> Series:
+    """Bars of rates with their intervals (`step_signals.cluster_ratio`'s estimates; None: no step)."""
+    return Series(name, [None if e is None else e["mean"] for e in estimates],
+                  lo=[None if e is None else e["lo"] for e in estimates],
+                  hi=[None if e is None else e["hi"] for e in estimates], x=x)
+
+
 def controlled_panels(result: Mapping) -> list[Panel]:
     """One panel per stratified contrast: the rate with and without the exposure in each bin."""
     panels = []
@@ -145,13 +152,12 @@ def controlled_panels(result: Mapping) -> list[Panel]:
         series = []
         for side, name in (("exposed", "yes"), ("other", "no")):
             est = [b[side] for b in c["bins"]]
-            series.append(Series(name, [None if e is None else e["mean"] for e in est],
-                                 lo=[None if e is None else e["lo"] for e in est],
-                                 hi=[None if e is None else e["hi"] for e in est], x=x))
+            series.append(rate_series(name, est, x))
         event = "fixed" if c["event"] == "fix" else "broken"
         panels.append(Panel(f"P({event}) by {c['stratum_label']}: {c['exposure_short']}?", "share of steps", series,
                             kind="bar", ylim=(0, 1)))
     return panels
 
 
-__all__ = ["CONTRASTS", "MODELS", "STRATA", "controlled", "controlled_panels", "rank_form", "render_controlled"]
+__all__ = ["CONTRASTS", "MODELS", "STRATA", "controlled", "controlled_panels", "rank_form", "rate_series",
+           "render_controlled"]

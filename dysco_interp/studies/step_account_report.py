@@ -27,10 +27,10 @@ from dysco_interp.analysis.stores import read_records
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.step_account import step_records
-from dysco_interp.studies.step_account_controls import controlled, controlled_panels, render_controlled
+from dysco_interp.studies.step_account_controls import controlled, controlled_panels, rate_series, render_controlled
 from dysco_interp.tasks.lengths import length_label
 from dysco_interp.viz.figures import save_panels
-from dysco_interp.viz.panels import Panel, Series
+from dysco_interp.viz.panels import Panel
 from dysco_interp.viz.tables import table_markdown
 
 STEERED = ("dysco", "gated")
@@ -221,10 +221,7 @@ def signals_figure(table: Mapping[str, list[dict]], control: Mapping, stem: Path
         series = []
         for kind, name in (("fix", "P(fixed | vanilla wrong)"), ("break", "P(broken | vanilla right)")):
             est = [b[kind] for b in bins]
-            series.append(Series(name, [None if e is None else e["mean"] for e in est],
-                                 lo=[None if e is None else e["lo"] for e in est],
-                                 hi=[None if e is None else e["hi"] for e in est],
-                                 x=[f"{b['bin']} (n={b['steps']})" for b in bins]))
+            series.append(rate_series(name, est, [f"{b['bin']} (n={b['steps']})" for b in bins]))
         panels.append(Panel(s.label, "share of steps", series, kind="bar", ylim=(0, 1)))
     panels += controlled_panels(control)
     return save_panels(panels, stem, title="Fix and break rates of DySCO (small-budget) against vanilla, teacher "
