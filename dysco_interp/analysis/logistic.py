@@ -5,7 +5,8 @@ The fit maximises the log-likelihood minus `ridge`/2 times the squared slopes (t
 not penalised) by Newton steps (iteratively reweighted least squares), halving a step that does
 not raise the objective. The ridge is there for stability only: it keeps the Hessian invertible
 and every coefficient finite. At the default (1e-4, a Gaussian prior of sd 100 on each slope) it
-moves a slope of data without separation by far less than any printed digit.
+moves the slopes of data without separation by about 1e-4 (the step account's models against
+the unpenalised optimum), below the digits a table prints.
 
 Separation: when some combination of the predictors splits the events from the non-events, the
 maximum-likelihood slopes are infinite and only the ridge holds them. The fit is then redone
