@@ -61,3 +61,22 @@ def bootstrap_ci(values: Sequence[float], level: float = 0.95, n_boot: int = 200
     tail = (1 - level) / 2 * 100
     lo, hi = np.percentile(means, [tail, 100 - tail])
     return BootstrapCI(mean, float(lo), float(hi), int(x.size))
+
+
+def percentiles(values: Sequence[float], qs: Sequence[float]) -> list[float]:
+    """numpy's linear percentiles of `values` (NaN left out) where infinite values count: a
+    percentile that falls on or next to an infinity is that infinity (numpy's interpolation gives
+    NaN there)."""
+    x = np.sort(np.asarray(values, dtype=float))
+    x = x[~np.isnan(x)]
+    if not len(x):
+        return [float("nan")] * len(qs)
+    out = []
+    for q in qs:
+        h = (len(x) - 1) * q / 100
+        a, b = x[int(np.floor(h))], x[int(np.ceil(h))]
+        if np.isinf(a) or np.isinf(b):
+            out.append(float(a if np.isinf(a) and a < 0 else b))  # the infinity beside it (sorted: -inf first)
+        else:
+            out.append(float(a + (b - a) * (h - np.floor(h))))
+    return out

@@ -2,8 +2,11 @@
 
 Writes into the study's folder (figures/step_account/):
 - step_account.md / .json: the classes per model and length, the fix and break rates by each
-  signal, free against forced decoding, and the gate on the test split;
-- signals.png / .html: P(fixed | vanilla wrong) and P(broken | vanilla right) by signal bin;
+  signal, the same controlled for the step's difficulty (`step_account_controls`: logistic
+  models with instance-resampled odds ratios, and rates within bins of vanilla's gold log p),
+  free against forced decoding, and the gate on the test split;
+- signals.png / .html: P(fixed | vanilla wrong) and P(broken | vanilla right) by signal bin, one
+  signal at a time (raw), then within bins of vanilla's gold log p;
 - examples.md: a few route steps of each class, as the replay shows them.
 """
 
@@ -24,9 +27,10 @@ from dysco_interp.analysis.stores import read_records
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.step_account import step_records
+from dysco_interp.studies.step_account_controls import controlled, controlled_panels, rate_series, render_controlled
 from dysco_interp.tasks.lengths import length_label
 from dysco_interp.viz.figures import save_panels
-from dysco_interp.viz.panels import Panel, Series
+from dysco_interp.viz.panels import Panel
 from dysco_interp.viz.tables import table_markdown
 
 STEERED = ("dysco", "gated")
@@ -210,20 +214,19 @@ def examples(rows: Sequence[Mapping]) -> dict[str, list[Mapping]]:
 # ---------------------------------------------------------------------------- writing
 
 
-def signals_figure(table: Mapping[str, list[dict]], stem: Path) -> tuple[Path, Path]:
+def signals_figure(table: Mapping[str, list[dict]], control: Mapping, stem: Path) -> tuple[Path, Path]:
     panels = []
     for s in SIGNALS:
         bins = table[s.key]
         series = []
         for kind, name in (("fix", "P(fixed | vanilla wrong)"), ("break", "P(broken | vanilla right)")):
             est = [b[kind] for b in bins]
-            series.append(Series(name, [None if e is None else e["mean"] for e in est],
-                                 lo=[None if e is None else e["lo"] for e in est],
-                                 hi=[None if e is None else e["hi"] for e in est],
-                                 x=[f"{b['bin']} (n={b['steps']})" for b in bins]))
+            series.append(rate_series(name, est, [f"{b['bin']} (n={b['steps']})" for b in bins]))
         panels.append(Panel(s.label, "share of steps", series, kind="bar", ylim=(0, 1)))
-    return save_panels(panels, stem, title="What predicts a fix and a break: DySCO (small-budget) against vanilla, "
-                                           "teacher forced, test split", ncols=4)
+    panels += controlled_panels(control)
+    return save_panels(panels, stem, title="Fix and break rates of DySCO (small-budget) against vanilla, teacher "
+                                           "forced, test split: by one signal at a time (raw, not controlled for the "
+                                           "step's difficulty), then within bins of vanilla's gold log p", ncols=4)
 
 
 def render(result: Mapping) -> str:
@@ -234,9 +237,11 @@ def render(result: Mapping) -> str:
              *[f"{c['counts'][k]} ({c['rates'][k]['mean']:.3f})" for k in CLASSES], _ci(c["net"])]
             for c in result["classes"]]
     lines += [table_markdown(["model", "length", "instances", "steps", *CLASSES, "net (fixed − broken)"], rows), ""]
-    lines += ["## Fix and break rates by signal (both models, every length pooled)", "",
+    lines += render_controlled(result["controlled"])
+    lines += ["## Fix and break rates by signal (both models, every length pooled; not controlled)", "",
               "P(fixed | vanilla wrong) and P(broken | vanilla right), with 95% intervals from resampling "
-              "instances; `signals.png` draws them.", ""]
+              "instances; `signals.png` draws them. Each signal alone: the section above controls for difficulty.",
+              ""]
     for s in SIGNALS:
         lines += [f"**{s.label}**", ""]
         lines += [table_markdown(["bin", "steps", "P(fixed | vanilla wrong)", "fixed/eligible",
@@ -318,7 +323,8 @@ def write_reports(folder: Path) -> list[str]:
     gates = {g["model"]: g for g in (json.loads(p.read_text()) for p in sorted(folder.glob("gate_*.json")))}
     rows = classified(test)
     result: dict[str, Any] = {
-        "classes": class_rates(rows), "signals": signal_table(rows), "free_vs_forced": free_vs_forced(test, free),
+        "classes": class_rates(rows), "signals": signal_table(rows), "controlled": controlled(rows),
+        "free_vs_forced": free_vs_forced(test, free),
         "departures": departures(test), "first_miss": first_miss_table(test), "gate": gate_table(test, free, gates),
         "instances": len(test),
         "machines": sorted({r["run"]["machine"] for r in test + free if r.get("run")})}
@@ -328,7 +334,7 @@ def write_reports(folder: Path) -> list[str]:
         with atomic_open(folder / name) as f:
             f.write(text)
         written.append(folder / name)
-    written += list(signals_figure(result["signals"], folder / "signals"))
+    written += list(signals_figure(result["signals"], result["controlled"], folder / "signals"))
     return [str(p) for p in written]
 
 
