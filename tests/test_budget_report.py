@@ -65,10 +65,13 @@ def test_paired_gain_and_interval_by_hand():
     rows = B.budget_curves(records, ci=CI)
     assert [(r["budget"], r["heads"]) for r in rows] == [(("K", 8), "qrheads"), (("K", 64), "qrheads")]
     r8, r64 = rows
-    assert r64["metric"] == "tf_step_accuracy" and r64["gain"] == {"mean": 0.25, "lo": 0.25, "hi": 0.25, "n": 4}
+    assert r64["metric"] == "tf_step_accuracy" and r64["gain"] == {
+        "mean": 0.25, "lo": 0.25, "hi": 0.25, "n": 4, "better": 4, "worse": 0, "same": 0, "p": 0.125, "draws": None,
+        "q": None}
     assert r64["gains"]["tf_logprob"]["mean"] == -0.25 and r64["gains"]["tf_exact"] is None
     assert r64["mean_selected"] == 63.0 and r64["beta"] == 2.0 and r64["top_p"] == 0.975
-    assert r8["gain"] == {"mean": 0.5, "lo": 0.0, "hi": 1.0, "n": 2} and r8["n"] == 2 and r8["n_records"] == 3
+    assert r8["gain"] == {"mean": 0.5, "lo": 0.0, "hi": 1.0, "n": 2, "better": 1, "worse": 0, "same": 1,
+                           "p": 1.0, "draws": None, "q": None} and r8["n"] == 2 and r8["n_records"] == 3
     assert r8["mean_selected"] is None
     assert r64["vanilla"]["tf_step_accuracy"]["mean"] == 0.5 and r64["n_vanilla"] == 4
     assert r64["means"]["tf_step_accuracy"]["mean"] == 0.75
@@ -190,7 +193,8 @@ def test_table_rows_by_config_and_not_run(tmp_path):
     van, uni, paper, best, rnd, static = (by_role[r] for r in B.ROLES)
     assert "delta" not in van and van["metrics"]["tf_step_accuracy"]["mean"] == 0.5
     assert van["metrics"]["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
-    assert best["delta"]["tf_step_accuracy"] == {"mean": 0.25, "lo": 0.25, "hi": 0.25, "n": 3}
+    assert best["delta"]["tf_step_accuracy"] == {"mean": 0.25, "lo": 0.25, "hi": 0.25, "n": 3, "better": 3,
+                                                 "worse": 0, "same": 0, "p": 0.25, "draws": None, "q": None}
     assert best["delta"]["tf_city_logprob"]["mean"] == 0.25
     assert best["delta"]["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
     assert best["params"]["top_k"] == 64 and best["params"]["schedule"] == "reference" and best["not_run"] == []
@@ -202,7 +206,7 @@ def test_table_rows_by_config_and_not_run(tmp_path):
     assert static["delta"]["step_accuracy"]["mean"] == pytest.approx(-1 / 6, abs=1e-5)
     assert any("schedule=paper" in n and "K/n=0.1" in n for n in notes)
     assert B.format_cell(paper, "accuracy") == "not run"
-    assert B.format_cell(best, "tf_step_accuracy") == "0.750 (Δ +0.250 [+0.250, +0.250])"
+    assert B.format_cell(best, "tf_step_accuracy") == "0.750 (Δ +0.250 [+0.250, +0.250] 3↑0↓ p=0.25)"
     assert B.format_cell(van, "tf_step_accuracy") == "0.500"
 
     md, js = B.write_heldout_table(rows, tmp_path / "test_table", notes=notes, meta={"chosen": chosen}, ci=CI)
@@ -301,7 +305,8 @@ def test_write_reports_writes_every_table_and_figure(tmp_path):
     van, paper, best, short = free["rows"]
     assert "delta" not in van and van["metrics"]["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
     assert best["delta"]["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
-    assert paper["delta"]["accuracy"] == {"mean": 0.0, "lo": 0.0, "hi": 0.0, "n": 3}
+    assert paper["delta"]["accuracy"] == {"mean": 0.0, "lo": 0.0, "hi": 0.0, "n": 3, "better": 0, "worse": 0,
+                                          "same": 3, "p": 1.0, "draws": None, "q": None}
     assert short["delta"]["step_accuracy"]["mean"] == pytest.approx(-1 / 6, abs=1e-5)
     text = (root / "dev_free.md").read_text()
     assert "| 1024 | DySCO chosen | DySCO (K=64) | 3 | - | 1.00 |" in text

@@ -97,12 +97,15 @@ def test_a_table_wider_than_its_width_goes_on_below():
 def test_under_ten_instances_print_n_too_small_instead_of_an_interval():
     metrics = ["accuracy"]
     summary = summarise(records({1024: SUMMARY_MIN_N - 1, 2048: SUMMARY_MIN_N}, metrics), metrics)
-    assert SUMMARY_MIN_N == 10 and summary[(1024, "dysco")]["delta_accuracy"][1:] == (None, None)
+    assert SUMMARY_MIN_N == 10 and summary[(1024, "dysco")]["delta_accuracy"][1:3] == (None, None)
+    better, worse, p = summary[(1024, "dysco")]["delta_accuracy"][3:]  # the exact test needs no minimum
+    assert better + worse <= SUMMARY_MIN_N - 1 and 0 < p <= 1
     lines = format_table(summary, metrics).splitlines()
     rows = [line.split()[:2] for line in lines if line[:7].strip()]
     assert rows[2:5] == [["1024", "vanilla"], ["1024", "dysco"], ["1024", "dysco-random"]]  # the baseline first
-    at_1024 = lines[lines.index(next(x for x in lines if x.split()[:2] == ["1024", "dysco"])):][:3]
+    at_1024 = lines[lines.index(next(x for x in lines if x.split()[:2] == ["1024", "dysco"])):][:4]
     assert "- vanilla" in at_1024[1] and at_1024[2].split() == ["95%", "CI", "n", "too", "small"]
+    assert at_1024[3].split()[0] == "better/worse" and f"{better}↑{worse}↓ p=" in at_1024[3]
     at_2048 = "\n".join(lines[lines.index(next(x for x in lines if x.split()[:2] == ["2048", "dysco"])):])
     assert "[" in at_2048 and "n too small" not in at_2048
     assert fmt_ci({"mean": 0.5, "lo": 0.5, "hi": 0.5, "n": 1}) == "0.500 (n too small)"

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 import torch
 
 from dysco_interp.analysis.bootstrap import NO_CI
+from dysco_interp.analysis.report import fmt_p
 from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.checks import check_bool, is_int, typed
 from dysco_interp.decoding.backends import BackendSpec
@@ -490,8 +491,9 @@ def summary_notes(summary: Mapping[tuple, Mapping[str, Any]], metrics: Iterable[
 
 def summarise(records: Iterable[dict], metrics: Iterable[str], baseline: str = "vanilla") -> dict[tuple, dict]:
     """Per (length, method), the baseline first: the instance count, each metric's mean and, when `baseline` ran on the
-    same instances, the paired difference to it with its 95% bootstrap interval
-    (`delta_<metric>`: (mean, lo, hi); lo and hi None under `SUMMARY_MIN_N` pairs)."""
+    same instances, the paired difference to it with its 95% bootstrap interval, the instances it
+    made better and worse, and the exact sign-flip p (`delta_<metric>`: (mean, lo, hi, better,
+    worse, p); lo and hi None under `SUMMARY_MIN_N` pairs)."""
     metrics = list(metrics)
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in records:
@@ -508,23 +510,31 @@ def summarise(records: Iterable[dict], metrics: Iterable[str], baseline: str = "
             for m, delta in paired_deltas(rows, reference, metrics).items():
                 if delta is not None:  # one pair has no interval (a bootstrap of it is one point)
                     interval = (delta["lo"], delta["hi"]) if delta["n"] >= SUMMARY_MIN_N else (None, None)
-                    row[f"delta_{m}"] = (delta["mean"], *interval)
+                    row[f"delta_{m}"] = (delta["mean"], *interval, delta["better"], delta["worse"], delta["p"])
         out[key] = row
     return out
+
+
+TESTED = "better/worse"  # the row under a difference's CI: instances it moved, and the sign-flip p
 
 
 def format_table(summary: Mapping[tuple, Mapping[str, Any]], metrics: Iterable[str], baseline: str = "vanilla",
                  width: int = TABLE_WIDTH) -> str:
     """The summary as text at most `width` columns wide: each metric's mean per (length, method)
-    and, under a method other than `baseline`, its paired difference to it and that difference's
-    95% CI ("n too small" under `SUMMARY_MIN_N` paired instances). Metrics that do not fit side by side go
-    on in another block below, under the same row labels."""
+    and, under a method other than `baseline`, its paired difference to it, that difference's
+    95% CI ("n too small" under `SUMMARY_MIN_N` paired instances), and the instances it made better
+    and worse with the exact sign-flip p. Metrics that do not fit side by side go on in another
+    block below, under the same row labels."""
     metrics = list(metrics)
     rows = list(summary.items())
-    label = max([len(f"- {baseline}"), len("95% CI"), *(len(method) for (_, method), _ in rows)])
+    label = max([len(f"- {baseline}"), len(TESTED), *(len(method) for (_, method), _ in rows)])
     lead = 7 + 1 + label + 1 + 4  # length, method, n
     cell = len(f"[{-1:+.3f}, {-1:+.3f}]")
-    columns = [max(cell, len(m)) for m in metrics]
+
+    def tested(d: Sequence | None) -> str:
+        return "" if d is None else f"{d[3]}↑{d[4]}↓ p={fmt_p(d[5])}"
+
+    columns = [max(cell, len(m), *(len(tested(row.get(f"delta_{m}"))) for _, row in rows)) for m in metrics]
     blocks: list[list[int]] = [[]]
     used = lead
     for i, w in enumerate(columns):
@@ -550,5 +560,6 @@ def format_table(summary: Mapping[tuple, Mapping[str, Any]], metrics: Iterable[s
                 gains = ["" if d is None else f"{d[0]:+.3f}" for d in deltas]
                 intervals = ["" if d is None else NO_CI if d[1] is None else f"[{d[1]:+.3f}, {d[2]:+.3f}]"
                              for d in deltas]
-                lines += [line("", f"- {baseline}", "", block, gains), line("", "95% CI", "", block, intervals)]
+                lines += [line("", f"- {baseline}", "", block, gains), line("", "95% CI", "", block, intervals),
+                          line("", TESTED, "", block, [tested(d) for d in deltas])]
     return "\n".join(lines)
