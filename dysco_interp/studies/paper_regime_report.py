@@ -234,6 +234,7 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
             task_rows += [{**r, "task": f"{task} ({'teacher forced' if kind == 'tf' else 'free'})",
                            "shown": list(metrics)} for r in rows]
     if task_rows:
+        with_table_q(task_rows)
         text = ["# Needle QA and MRCR-style, test split", "",
                 f"Mean over instances; {ci.description}. Δ: paired difference to vanilla on the same instances.", ""]
         if leaks:
@@ -242,7 +243,6 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
         for task in dict.fromkeys(r["task"] for r in task_rows):
             mine = [r for r in task_rows if r["task"] == task]
             text += [f"## {task}", "", model_tables(mine, mine[0]["shown"], level="###"), ""]
-        with_table_q(task_rows)
         write_json(folder / "tasks.json", {"table": "tasks", "command": COMMAND, "ci": ci.description,
                                            "rows": task_rows})
         written.append(write_text(folder / "tasks.md", "\n".join(text + [f"`{COMMAND}`", ""])))
