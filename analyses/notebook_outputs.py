@@ -17,7 +17,7 @@ import nbformat
 from dysco_interp.atomic import atomic_open
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import DataError
-from dysco_interp.jsonl import open_input, read_whole
+from dysco_interp.jsonl import read_input
 
 
 def is_bar_state(output) -> bool:
@@ -44,9 +44,7 @@ def final_states(outputs: list) -> list:
 def read_notebook(path: str):
     """The notebook at `path`; DataError for anything that is no readable notebook (a FIFO, a
     device, a file too large to be one, invalid JSON), read before anything is rewritten."""
-    with open_input(path, "{path}: no such notebook", "{path} is a folder; name a notebook (.ipynb)",
-                    "cannot read {path}: {why}", "{path} is {kind}, not a regular file; name a notebook") as f:
-        data = read_whole(f, f"notebook {path}")
+    data = read_input(path, "notebook")
     try:
         return nbformat.reads(data.decode("utf-8"), as_version=4)
     except (UnicodeDecodeError, ValueError) as e:  # nbformat's NotJSONError is a ValueError

@@ -20,7 +20,7 @@ from PIL import Image
 from dysco_interp.atomic import atomic_write_bytes
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import DataError
-from dysco_interp.jsonl import open_input, read_whole
+from dysco_interp.jsonl import read_input
 
 
 def pixels(data: bytes) -> np.ndarray:
@@ -30,9 +30,7 @@ def pixels(data: bytes) -> np.ndarray:
 
 def read_png(path: str) -> bytes:
     """A PNG's bytes; DataError for anything that is no regular file of a PNG's size."""
-    with open_input(path, "{path}: no such file", "{path} is a folder; name PNG files",
-                    "cannot read {path}: {why}", "{path} is {kind}, not a regular file; name PNG files") as f:
-        data = read_whole(f, f"PNG {path}")
+    data = read_input(path, "PNG file")
     if not data.startswith(b"\x89PNG\r\n\x1a\n"):
         raise DataError(f"{path} is not a PNG file")
     return data

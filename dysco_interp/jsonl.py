@@ -169,6 +169,14 @@ def read_whole(f: BinaryIO, what: str) -> bytes:
     return data
 
 
+def read_input(path: str | Path, what: str) -> bytes:
+    """All of the input file at `path`, `what` naming it in one-line DataErrors ("notebook", "PNG
+    file"): missing, a folder, no regular file, unreadable, or larger than MAX_WHOLE_FILE."""
+    with open_input(path, f"{{path}}: no such {what}", f"{{path}} is a folder; name a {what}",
+                    "cannot read {path}: {why}", f"{{path}} is {{kind}}, not a regular file; name a {what}") as f:
+        return read_whole(f, f"{what} {path}")
+
+
 def open_regular(path: str | Path) -> BinaryIO:
     """`path` opened for binary reading when it is a regular file, else NotRegularFileError.
 
