@@ -16,8 +16,9 @@ text is encoded on its own and forced. Either way the text holds the content the
 then the format exactly. A content name that holds the format's first characters ends at them
 (on Path Traversal "St. Louis" ends at "St", the "." that starts ".\\nFrom"): the model's stream
 cannot say which it meant. A content run also ends at `content_cap` tokens, so a model that never
-returns to the format cannot run away; the last run, when it is content, ends only at an
-end-of-sequence token or the budget, as free decoding does.
+returns to the format cannot run away. The format sets the answer's length: an end-of-sequence
+token inside a content run ends that run, not the answer. The last run, when it is content, ends
+only at an end-of-sequence token or the budget, as free decoding does.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ class RowWalk:
     writes (and is fed next), whether the model chose it, and when the row is done.
 
     `encode` gives a text's ids on its own; `decode` gives ids' text (as the result's text is
-    decoded); `budget` caps the tokens written; `eos` ends the row when the model chooses one."""
+    decoded); `budget` caps the tokens written; `eos` ends a content run when the model chooses
+    one, and the row in its last run."""
 
     def __init__(self, runs: Sequence[Run], encode: Callable[[str], list[int]],
                  decode: Callable[[list[int]], str], budget: int, eos: Collection[int]):
@@ -146,10 +148,13 @@ class RowWalk:
                     self.done = True
             return token
         last = self._run + 1 >= len(self.runs)
-        if choice in self.eos:
+        if choice in self.eos and last:
             self._write(choice, True)
             self.finished = self.done = True
             return choice
+        if choice in self.eos:  # the format sets the answer's length: an early end only ends the content
+            self._format_next()
+            return self.step(choice)
         if not last and self._in_content >= content_cap(len(run.ids)):
             self._format_next()
             return self.step(choice)
