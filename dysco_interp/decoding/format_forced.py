@@ -114,13 +114,11 @@ class RowWalk:
         self._enter(0)
 
     def _enter(self, index: int) -> None:
-        self._run = index
-        self._in_content = 0
+        """On to run `index`: a format run's gold tokens are pending; past the last run, done."""
+        self._run, self._in_content = index, 0
+        self._pending = [] if index >= len(self.runs) or self.runs[index].content else list(self.runs[index].ids)
         if index >= len(self.runs):
-            self._pending = []
-            return
-        run = self.runs[index]
-        self._pending = [] if run.content else list(run.ids)
+            self.done = True
 
     def _write(self, token: int, chosen: bool) -> int:
         self.tokens.append(token)
@@ -129,58 +127,42 @@ class RowWalk:
             self.done = True
         return token
 
-    def _format_next(self) -> None:
-        """After a content run: on to the next format run (or the end)."""
-        self._enter(self._run + 1)
-        if self._run >= len(self.runs):
-            self.done = True
-
     def step(self, choice: int) -> int:
         """The token this row writes now, given the model's `choice` from the logits that predict it."""
         assert not self.done
         run = self.runs[self._run]
         if not run.content:
-            token = self._pending.pop(0)
-            self._write(token, False)
+            token = self._write(self._pending.pop(0), False)
             if not self._pending:
                 self._enter(self._run + 1)
-                if self._run >= len(self.runs):
-                    self.done = True
             return token
-        last = self._run + 1 >= len(self.runs)
-        if choice in self.eos and last:
+        if self._run + 1 == len(self.runs):  # the answer ends in content: as free decoding does
             self._write(choice, True)
-            self.finished = self.done = True
+            self.finished = choice in self.eos
+            self.done = self.done or self.finished
             return choice
-        if choice in self.eos:  # the format sets the answer's length: an early end only ends the content
-            self._format_next()
-            return self.step(choice)
-        if not last and self._in_content >= content_cap(len(run.ids)):
-            self._format_next()
+        fmt = self.runs[self._run + 1].text
+        # the format sets the answer's length: an end of sequence ends the content, not the answer
+        if choice in self.eos or self._in_content >= content_cap(len(run.ids)):
+            self._enter(self._run + 1)
             return self.step(choice)
         # the token's text in context: a piece of a word or of a character decodes differently alone
         tail = self.tokens[-CONTEXT:]
         token_text = self.decode([*tail, choice])[len(self.decode(tail)):]
-        k = None if last else boundary(token_text, self.runs[self._run + 1].text)
+        k = boundary(token_text, fmt)
         if k is None:
             self._in_content += 1
             return self._write(choice, True)
-        if k == 0:
-            self._format_next()
+        if k == 0:  # the model starts the format: it is fed as the gold tokenisation gives it
+            self._enter(self._run + 1)
             return self.step(choice)
         # the token ends the content and starts the format: keep it, force the format's rest
-        written = len(token_text) - k
-        fmt = self.runs[self._run + 1].text
         self._write(choice, True)
-        if written >= len(fmt):
-            self._enter(self._run + 2)
-        else:
-            self._enter(self._run + 1)
-            self._pending = self.encode(fmt[written:])
-            if not self._pending:
-                self._enter(self._run + 1)
-        if self._run >= len(self.runs):
-            self.done = True
+        rest = fmt[len(token_text) - k:]
+        pending = self.encode(rest) if rest else []
+        self._enter(self._run + (1 if pending else 2))
+        if pending:
+            self._pending = pending
         return choice
 
 
