@@ -19,7 +19,7 @@ from dysco_interp.experiments.store import StoreMismatchError, read_store
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
 from dysco_interp.tasks import make_dataset
-from dysco_interp.tasks.path_traversal import gold_completion
+from dysco_interp.tasks.path_traversal import Edge, answer_segments, gold_completion
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
 
 BACKENDS = ("bridge", "sdpa", "static")
@@ -88,40 +88,69 @@ def test_a_row_walks_format_and_content():
     runs = [Run(tuple(chars("<R>")), False, "<R>"), Run(tuple(chars("ab")), True, "ab"),
             Run(tuple(chars(".\n")), False, ".\n"), Run(tuple(chars("cd")), True, "cd"),
             Run(tuple(chars("</R>")), False, "</R>")]
-    # the model writes the content and starts each format itself: its "." and "<" are replaced
-    assert walk(runs, chars("???ab.?cd<")) == ("<R>ab.\ncd</R>", [False] * 3 + [True] * 2 + [False] * 2
-                                                + [True] * 2 + [False] * 4, False)
+    F, T = False, True
+    # the model writes the content and starts each format; the format's rest is forced
+    assert walk(runs, chars("???ab.\ncd</")) == ("<R>ab.\ncd</R>", [F] * 3 + [T] * 3 + [F] + [T] * 3 + [F] * 3, F)
+    # what the model chooses where the format is forced is ignored
+    assert walk(runs, chars("!!!ab.\ncd</!!!"))[0] == "<R>ab.\ncd</R>"
+    # a "." that the model does not follow with the format's "\n" was content
+    assert walk(runs, chars("???a.b.\ncd</"))[0] == "<R>a.b.\ncd</R>"
     # other content, ended where the model starts the format
-    assert walk(runs, chars("???zzz.?q</"))[0] == "<R>zzz.\nq</R>"
-    # format choices are never the model's: what it chooses there is ignored
-    assert walk(runs, chars("!!!ab.!cd<"))[0] == "<R>ab.\ncd</R>"
+    assert walk(runs, chars("???zzz.\nq</"))[0] == "<R>zzz.\nq</R>"
     # a content run that never returns to the format ends at its cap, and the format goes on
     text, chosen, _ = walk(runs, chars("???") + chars("y" * 50))
-    assert text.startswith("<R>" + "y" * content_cap(2) + ".\n") and sum(chosen[:3 + content_cap(2) + 2]) \
-        == content_cap(2)
-    # end of sequence ends a content run (the format goes on), and the row only in its last run
-    assert walk(runs, chars("???a") + [0] + chars("?cd<")) == ("<R>a.\ncd</R>", [False] * 3 + [True] + [False] * 2
-                                                              + [True] * 2 + [False] * 4, False)
-    assert walk(runs[:4], chars("???ab.?c") + [0]) == ("<R>ab.\nc\0", [False] * 3 + [True] * 2 + [False] * 2
-                                                      + [True] * 2, True)
+    assert text.startswith("<R>" + "y" * content_cap(2) + ".\n") and chosen[3:3 + content_cap(2) + 2] \
+        == [T] * content_cap(2) + [F, F]
+    # end of sequence ends a content run (the whole format follows) or confirms a started format
+    assert walk(runs, chars("???a") + [0] + chars("?cd</")) == ("<R>a.\ncd</R>", [F] * 3 + [T, F, F] + [T] * 3
+                                                               + [F] * 3, F)
+    assert walk(runs, chars("???ab.") + [0] + chars("cd</"))[0] == "<R>ab.\ncd</R>"
+    # ... and the row only in its last run, as free decoding does
+    assert walk(runs[:4], chars("???ab.\nc") + [0]) == ("<R>ab.\nc\0", [F] * 3 + [T] * 3 + [F] + [T] * 2, T)
     # the budget ends it anywhere
     assert walk(runs, chars("???ab."), budget=4)[0] == "<R>a"
 
 
+def char_runs(segments):
+    text = "".join(t for t, _ in segments)
+    return segment_runs(chars(text), [(i, i + 1) for i in range(len(text))], segments), text
+
+
+def test_a_model_that_writes_the_gold_content_gets_the_gold_text_whatever_the_names_hold():
+    edges = [Edge("St. Louis", "Sault Ste. Marie", "bus"), Edge("Sault Ste. Marie", "St.", "plane"),
+             Edge("St.", "Rome", "ferry")]
+    runs, gold = char_runs(answer_segments(edges))
+    # the model's tokens: each name, and the first character of the format after it (which its next
+    # choice confirms); a "." inside a name is the name's
+    expected = []
+    for before, run in zip([None, *runs], runs):
+        expected += [run.content or (before is not None and i == 0) for i in range(len(run.ids))]
+    assert walk(runs, chars(gold), budget=1000) == (gold, expected, False)
+    # a model that never writes the format gets it all the same, between names cut at their cap
+    text = walk(runs, chars("~" * 1000), budget=1000)[0]
+    at = 0
+    for run in runs:
+        if not run.content:
+            at = text.index(run.text, at) + len(run.text)
+    assert at == len(text) and text.count("~") == sum(content_cap(len(r.ids)) for r in runs if r.content)
+
+
 def test_a_token_that_merges_content_and_format_is_kept_and_the_rest_forced():
-    # a tokenizer with one merged token "b." (id 1000): it ends the content and starts ".\n"
-    pieces = {1000: "b."}
+    # a tokenizer with merged tokens "b." (id 1000) and "b.\n" (id 1001)
+    pieces = {1000: "b.", 1001: "b.\n"}
 
     def decode(ids):
         return "".join(pieces.get(i, chr(i) if i < 1000 else "") for i in ids)
 
     runs = [Run(tuple(chars("ab")), True, "ab"), Run(tuple(chars(".\n")), False, ".\n"),
             Run(tuple(chars("c")), True, "c"), Run(tuple(chars("!")), False, "!")]
-    row = RowWalk(runs, chars, decode, 100, ())
-    for choice in [ord("a"), 1000, ord("?"), ord("c"), ord("!")]:
-        row.step(choice)
-    assert row.done and decode(row.tokens) == "ab.\nc!" and row.tokens[1] == 1000
-    assert row.chosen == [True, True, False, True, False]  # the merged token is the model's; "\n" is forced
+    for merged, choices, chosen in [(1000, ["\n"], [True, True, False, True, False]),
+                                    (1001, [], [True, True, True, False])]:
+        row = RowWalk(runs, chars, decode, 100, ())
+        for choice in [ord("a"), merged, *map(ord, choices), ord("c"), ord("!")]:
+            row.step(choice)
+        assert row.done and decode(row.tokens) == "ab.\nc!" and row.tokens[1] == merged
+        assert row.chosen == chosen  # the merged token is the model's; the format's rest and "!" are forced
 
 
 def test_path_traversal_names_its_cities_as_content(route_data):
@@ -149,7 +178,8 @@ def greedy_after(model, prompt_ids, ids):
 def model_led_answer(model, prompt, n_content=3):
     """An answer of forced format pieces (which the model would not write) and content that is the
     model's own greedy continuation from one plain forward pass each; each format piece starts with
-    the model's own next token, so the model itself ends each content piece."""
+    the model's own next two tokens, so the model itself ends each content piece and starts the
+    format."""
     prompt_ids = list(prepare_prompt(model, prompt).ids)
     formats = ["Route: from", " by ferry to", " then stop."]
     segments = [(formats[0], False)]
@@ -159,24 +189,28 @@ def model_led_answer(model, prompt, n_content=3):
         for _ in range(n_content):
             content.append(greedy_after(model, prompt_ids, ids + content))
         nxt = greedy_after(model, prompt_ids, ids + content)
-        piece = model.tokenizer.decode([nxt]) + fmt
+        after = greedy_after(model, prompt_ids, ids + content + [nxt])
+        piece = model.tokenizer.decode([nxt, after]) + fmt
         segments += [(model.tokenizer.decode(content), True), (piece, False)]
         ids += content + encode_text(model.tokenizer, piece)[0]
     return segments, ids
 
 
-def test_where_the_model_writes_the_gold_content_the_output_is_the_gold_answer(tiny_llama):
-    prompt = "You can travel from Rome to Berlin by train. " * 3 + "Where can you travel from Rome?"
-    segments, ids = model_led_answer(tiny_llama, prompt)
+# prompts and content lengths whose model-led answers tokenise back to the tokens they were made of
+@pytest.mark.parametrize("style, src, dst, n_content", [("llama", "Rome", "Berlin", 2), ("qwen2", "Paris", "Oslo", 3)])
+def test_where_the_model_writes_the_gold_content_the_output_is_the_gold_answer(tiny_of, style, src, dst, n_content):
+    model = tiny_of(style)
+    prompt = f"You can travel from {src} to {dst} by train. " * 3 + f"Where can you travel from {src}?"
+    segments, ids = model_led_answer(model, prompt, n_content)
     gold = "".join(t for t, _ in segments)
-    assert encode_text(tiny_llama.tokenizer, gold)[0] == ids  # the construction's tokens are the gold's
-    free = generate_batch(tiny_llama, [prompt], {"v": vanilla(len(ids))})["v"][0]
+    assert encode_text(model.tokenizer, gold)[0] == ids  # the construction's tokens are the gold's
+    free = generate_batch(model, [prompt], {"v": vanilla(len(ids))})["v"][0]
     assert not free.text.startswith(segments[0][0])  # the format is nothing the model writes
     for backend in BACKENDS:
-        out = generate_batch(tiny_llama, [prompt], {"v": vanilla()}, format_forced=[segments],
-                             backend=backend)["v"][0]
+        out = generate_batch(model, [prompt], {"v": vanilla()}, format_forced=[segments], backend=backend)["v"][0]
         assert out.tokens == ids and out.text == gold, backend
-        assert sum(out.chosen) == 6 and not out.finished  # the six content tokens are the model's
+        # the model's: its content tokens and, after each, the token that starts the format
+        assert sum(out.chosen) == 2 * (n_content + 1) and not out.finished
 
 
 @pytest.mark.parametrize("style", ["llama", "qwen2"])

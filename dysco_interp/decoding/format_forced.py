@@ -9,16 +9,23 @@ tokenisation gives it). Consecutive tokens of one kind make a run.
 
 A content run ends when the model's own token starts the next format run's text: the token's
 text (decoded in context) from some character on agrees with the start of that text, one being
-a prefix of the other. Ending at the token's first character, the token is replaced by the format
-run's gold tokens (the model only decided that the content was over); ending later, the token
-merges the end of the content with format characters, so it is kept and the rest of the format
-text is encoded on its own and forced. Either way the text holds the content the model chose and
-then the format exactly. A content name that holds the format's first characters ends at them
-(on Path Traversal "St. Louis" ends at "St", the "." that starts ".\\nFrom"): the model's stream
-cannot say which it meant. A content run also ends at `content_cap` tokens, so a model that never
-returns to the format cannot run away. The format sets the answer's length: an end-of-sequence
-token inside a content run ends that run, not the answer. The last run, when it is content, ends
-only at an end-of-sequence token or the budget, as free decoding does.
+a prefix of the other.
+- A token that holds the whole format text from its first character on is replaced by the format
+  run's gold tokens: the model only decided that the content was over.
+- A token that holds the whole format text after some content (a merged token) is kept.
+- A token that ends in a strict start of the format text (the "." of ".\\nFrom") is kept and
+  tentative: the model's next choice says whether the format began. If that choice agrees with
+  the rest of the format text (or ends the sequence), the rest of the format is encoded on its
+  own and forced; if not, the token was content ("St." of "St. Louis") and the choice is read as
+  content. So a model that writes the gold content gets the gold text for any content that does
+  not itself hold the format's start followed by its next token's text; the price is that a
+  model that writes the format's first characters and then leaves it (". From" for ".\\nFrom")
+  is not put back on the format there, only at the next boundary or the cap.
+Either way the text holds the content the model chose and then the format exactly. A content run
+also ends at `content_cap` tokens, so a model that never returns to the format cannot run away.
+The format sets the answer's length: an end-of-sequence token inside a content run ends that run,
+not the answer. The last run, when it is content, ends only at an end-of-sequence token or the
+budget, as free decoding does.
 """
 
 from __future__ import annotations
@@ -111,6 +118,7 @@ class RowWalk:
         self._run = -1
         self._pending: list[int] = []  # format tokens still to force
         self._in_content = 0  # tokens the current content run has taken
+        self._tentative: str | None = None  # the format's rest after a token that may have started it
         self._enter(0)
 
     def _enter(self, index: int) -> None:
@@ -127,43 +135,63 @@ class RowWalk:
             self.done = True
         return token
 
-    def step(self, choice: int) -> int:
-        """The token this row writes now, given the model's `choice` from the logits that predict it."""
+    def _text(self, choice: int) -> str:
+        """The choice's text in context: a piece of a word or of a character decodes differently alone."""
+        tail = self.tokens[-CONTEXT:]
+        return self.decode([*tail, choice])[len(self.decode(tail)):]
+
+    def _force(self, rest: str) -> None:
+        """The model has started the format: its rest, encoded on its own, is forced from here."""
+        pending = self.encode(rest)
+        self._enter(self._run + (1 if pending else 2))
+        if pending:
+            self._pending = pending
+
+    def step(self, choice: int) -> None:
+        """Write the next token, given the model's `choice` from the logits that predict it (the
+        format's token, or the model's own, `tokens[-1]`); sets `done` when the row ends."""
         assert not self.done
         run = self.runs[self._run]
         if not run.content:
-            token = self._write(self._pending.pop(0), False)
+            self._write(self._pending.pop(0), False)
             if not self._pending:
                 self._enter(self._run + 1)
-            return token
+            return
         if self._run + 1 == len(self.runs):  # the answer ends in content: as free decoding does
             self._write(choice, True)
             self.finished = choice in self.eos
             self.done = self.done or self.finished
-            return choice
+            return
         fmt = self.runs[self._run + 1].text
+        text = self._text(choice)
+        if self._tentative is not None:
+            rest, self._tentative = self._tentative, None
+            if choice in self.eos or rest.startswith(text) or text.startswith(rest):
+                self._force(rest)
+                if not self.done:
+                    self.step(choice)
+                return
         # the format sets the answer's length: an end of sequence ends the content, not the answer
         if choice in self.eos or self._in_content >= content_cap(len(run.ids)):
             self._enter(self._run + 1)
-            return self.step(choice)
-        # the token's text in context: a piece of a word or of a character decodes differently alone
-        tail = self.tokens[-CONTEXT:]
-        token_text = self.decode([*tail, choice])[len(self.decode(tail)):]
-        k = boundary(token_text, fmt)
+            self.step(choice)
+            return
+        k = boundary(text, fmt)
         if k is None:
             self._in_content += 1
-            return self._write(choice, True)
-        if k == 0:  # the model starts the format: it is fed as the gold tokenisation gives it
+            self._write(choice, True)
+            return
+        held = len(text) - k  # characters of the format the token holds
+        if held < len(fmt):  # a strict start of the format: the next choice says whether it began
+            self._in_content += 1
+            self._tentative = fmt[held:]
+            self._write(choice, True)
+        elif k == 0:  # the model starts the format: it is fed as the gold tokenisation gives it
             self._enter(self._run + 1)
-            return self.step(choice)
-        # the token ends the content and starts the format: keep it, force the format's rest
-        self._write(choice, True)
-        rest = fmt[len(token_text) - k:]
-        pending = self.encode(rest) if rest else []
-        self._enter(self._run + (1 if pending else 2))
-        if pending:
-            self._pending = pending
-        return choice
+            self.step(choice)
+        else:  # the token ends the content and holds the whole format
+            self._write(choice, True)
+            self._enter(self._run + 2)
 
 
 __all__ = ["FORMAT_FORCED", "Run", "RowWalk", "Segment", "boundary", "check_segments", "content_cap",

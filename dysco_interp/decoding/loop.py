@@ -215,7 +215,8 @@ def _format_forced(model: LoadedModel, stepper: Stepper, state: DecodeState, log
         choices = sampler(logits).tolist()  # drawn for every row, as free decoding draws them
         for i, walk in enumerate(walks):
             if not walk.done:
-                fed[i] = walk.step(choices[i])
+                walk.step(choices[i])
+                fed[i] = walk.tokens[-1]
         active = [not w.done for w in walks]
         if not any(active):
             return [w.tokens for w in walks], [w.finished for w in walks], [w.chosen for w in walks]
