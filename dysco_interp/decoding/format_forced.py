@@ -38,6 +38,7 @@ from dysco_interp.errors import ConfigError
 
 Segment = tuple[str, bool]  # (text, is_content)
 FORMAT_FORCED = "format-forced"  # the mode's name in records and store settings
+BOTH_FORCED = "teacher forcing and format forcing exclude each other"
 CONTEXT = 16  # tokens before a choice decoded with it to read its text
 
 
@@ -194,5 +195,5 @@ class RowWalk:
             self._enter(self._run + 2)
 
 
-__all__ = ["FORMAT_FORCED", "Run", "RowWalk", "Segment", "boundary", "check_segments", "content_cap",
+__all__ = ["BOTH_FORCED", "FORMAT_FORCED", "Run", "RowWalk", "Segment", "boundary", "check_segments", "content_cap",
            "segment_runs"]

@@ -37,7 +37,7 @@ from dysco_interp.decoding.backends import (
     DecodeState,
 )
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.format_forced import RowWalk, Run, Segment
+from dysco_interp.decoding.format_forced import BOTH_FORCED, RowWalk, Run, Segment
 from dysco_interp.decoding.passes import scheduled
 from dysco_interp.decoding.plan import PassPlan, Read
 from dysco_interp.decoding.prompts import (
@@ -119,7 +119,7 @@ def _decode_batch(model, batch, config, heads, prefix, backend: BackendSpec, spa
                   read_out, on_read, format_forced) -> list[GenerationResult]:
     assert batch.prepared is not None
     if forced is not None and format_forced is not None:
-        raise ConfigError("teacher forcing and format forcing exclude each other: pass forced or format_forced")
+        raise ConfigError(f"{BOTH_FORCED}: pass forced or format_forced")
     n_rows, width = len(batch.lengths), batch.width
     runner = backend.make(model, tau=config.temperature, hooks=hooks)
     if runner.max_batch is not None and n_rows > runner.max_batch:
@@ -286,7 +286,8 @@ def iter_methods(
     chat: bool = True,
     progress: bool = False,
     read_out: Read | None = None,
-    on_read: OnRead | None = None,    format_forced: Sequence[Sequence[Segment]] | None = None,
+    on_read: OnRead | None = None,
+    format_forced: Sequence[Sequence[Segment]] | None = None,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
     spec = BackendSpec.of(backend, graphs, decode_attention)
@@ -307,7 +308,7 @@ def iter_methods(
     if spans is not None and len(spans) != len(prompts):
         raise ConfigError(f"{len(spans)} span sets for {len(prompts)} prompts")
     if forced is not None and format_forced is not None:
-        raise ConfigError("teacher forcing and format forcing exclude each other: pass forced or format_forced")
+        raise ConfigError(f"{BOTH_FORCED}: pass forced or format_forced")
     gold = None if forced is None else forced_ids(model, forced, len(prompts))
     runs = None if format_forced is None else format_runs(model, format_forced, len(prompts))
     by_thinking = _prepare_all(model, prompts, configs, prepared, chat)
@@ -360,7 +361,8 @@ def generate_batch(
     chat: bool = True,
     progress: bool = False,
     read_out: Read | None = None,
-    on_read: OnRead | None = None,    format_forced: Sequence[Sequence[Segment]] | None = None,
+    on_read: OnRead | None = None,
+    format_forced: Sequence[Sequence[Segment]] | None = None,
 ) -> dict[str, list[GenerationResult]]:
     """Several methods on several prompts decoded together; one result per prompt per method.
 

@@ -29,7 +29,7 @@ from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.checks import check_bool, is_int, typed
 from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.config import DecodingConfig
-from dysco_interp.decoding.format_forced import FORMAT_FORCED
+from dysco_interp.decoding.format_forced import BOTH_FORCED, FORMAT_FORCED
 from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
@@ -90,10 +90,11 @@ def check_modes(task: str, teacher_forced: bool, format_forced: bool) -> None:
     check_bool("teacher_forced", teacher_forced)
     check_bool("format_forced", format_forced)
     if teacher_forced and format_forced:
-        raise ConfigError("teacher forcing and format forcing exclude each other: choose one")
+        raise ConfigError(f"{BOTH_FORCED}: choose one")
     if format_forced and evaluated_task(task).evaluation.segments is None:
+        named = ", ".join(name for name, spec in TASKS.items() if spec.evaluation.segments is not None)
         raise ConfigError(f"task {task!r} names no format and content segments in its answers: format forcing "
-                          "runs only on tasks that do (path_traversal)")
+                          f"runs only on tasks that do ({named})")
 
 
 def instance_id(instance) -> str:
@@ -268,13 +269,13 @@ def decode_instances(model: LoadedModel, evaluation: Evaluation, batch: Sequence
     # span masses cost a host copy of the relevance every step: only for traces that are kept
     spans = [evaluation.spans(inst) for inst in batch] if keep_trace else None
     forced = [evaluation.gold(inst) for inst in batch] if teacher_forced else None
-    segments = [answer_segments(evaluation, inst) for inst in batch] if format_forced else None
+    segments = [segments_of(evaluation, inst) for inst in batch] if format_forced else None
     for method, rows in iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
                                      forced=forced, format_forced=segments):
         yield method, configs[method], rows
 
 
-def answer_segments(evaluation: Evaluation, instance) -> list[tuple[str, bool]]:
+def segments_of(evaluation: Evaluation, instance) -> list[tuple[str, bool]]:
     """The instance's answer segments; a task whose segments do not join to its gold answer is a bug."""
     assert evaluation.segments is not None
     segments = evaluation.segments(instance)
