@@ -2,6 +2,7 @@
 method's own; equal to teacher forcing when everything is format and to free decoding when
 everything is content, the same on every backend and in batches, and run from `evaluate`."""
 
+import dataclasses
 import json
 
 import pytest
@@ -13,8 +14,8 @@ from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.format_forced import RowWalk, Run, boundary, content_cap, segment_runs
 from dysco_interp.decoding.loop import generate_batch
 from dysco_interp.decoding.prompts import prepare_prompt
-from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.evaluate import evaluate
+from dysco_interp.errors import ConfigError, DataError
+from dysco_interp.experiments.evaluate import evaluate, segments_of
 from dysco_interp.experiments.store import StoreMismatchError, read_store
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
@@ -346,3 +347,12 @@ def test_cli_format_forced_runs_and_is_refused_in_one_line(data_dir, tmp_path, c
         assert main(args) == 2
         line = error_line(capsys.readouterr().err)
         assert (words or "decoding") in line
+
+
+def test_segments_that_do_not_join_to_the_gold_answer_are_refused(route_data):
+    _, data = route_data
+    evaluation = PATH_TRAVERSAL.evaluation
+    assert segments_of(evaluation, data[0]) == evaluation.segments(data[0])
+    broken = dataclasses.replace(evaluation, segments=lambda x: evaluation.segments(x)[1:])
+    with pytest.raises(DataError, match="do not join to its gold answer"):
+        segments_of(broken, data[0])
