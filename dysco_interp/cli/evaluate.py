@@ -43,6 +43,10 @@ def add_evaluate_parser(subparsers) -> argparse.ArgumentParser:
                    help="feed each instance's gold answer through every method's steps and score the predictions "
                         "(argmax agreement, gold log-probability; Path Traversal: step accuracy) instead of decoding "
                         "freely; at most --max-new-tokens gold tokens")
+    p.add_argument("--format-forced", action="store_true",
+                   help="force each answer's format (Path Traversal: the tags, the step template and the means of "
+                        "transport) and let each method write its content (the cities), then score the text as free "
+                        "output; tasks that name their answers' segments only; not with --teacher-forced")
     p.add_argument("--batch-size", type=cli_args.positive_int, default=1,
                    help="instances decoded together (backends sdpa and static)")
     p.add_argument("--if-settings-differ", choices=["error", "new"], default="error",
@@ -69,6 +73,7 @@ def task_name(text: str) -> str:
 def run_evaluate(args) -> int:
     from dysco_interp.experiments import distributed
     from dysco_interp.experiments.evaluate import (
+        check_modes,
         check_store_files,
         check_task,
         evaluate,
@@ -91,6 +96,7 @@ def run_evaluate(args) -> int:
     args.device = distributed.rank_device(launch, args.device)
     backend = backend_from_flags(args)
     task = get_task(args.task).name
+    check_modes(task, args.teacher_forced, args.format_forced)
     folder = Path(args.data).is_dir()
     files = sorted(Path(args.data).glob(f"{task}_*.jsonl")) if folder else [Path(args.data)]
     # what is there is judged by the data reader: a FIFO or a device is no regular file, not "no data"
@@ -108,7 +114,7 @@ def run_evaluate(args) -> int:
     if args.if_settings_differ == "error":
         device = args.devices[0] if args.devices else resolve_device(args.device)
         known = store_settings(args.model, task, backend, resolve_dtype(args.dtype, device), device,
-                               teacher_forced=args.teacher_forced)
+                               teacher_forced=args.teacher_forced, format_forced=args.format_forced)
         precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()}, traces_for)
     else:
         check_store_files(args.out, task, args.if_settings_differ)
@@ -117,7 +123,8 @@ def run_evaluate(args) -> int:
         heads = heads_from_flags(model, args, heads_line is not None) if needs_heads else None
         run = evaluate(model, args.model, task, instances, methods, heads, args.out, keep_trace=args.keep_trace,
                        backend=backend, batch_size=args.batch_size, if_differs=args.if_settings_differ,
-                       teacher_forced=args.teacher_forced, command=args.command_line)
+                       teacher_forced=args.teacher_forced, command=args.command_line,
+                       format_forced=args.format_forced)
     if not world.is_main:
         return 0  # rank 0 reports the whole run
     scores = get_task(task).metrics

@@ -13,6 +13,7 @@ from dysco_interp.chat import encode_text
 from dysco_interp.checks import brief, check_type, is_int, typed
 from dysco_interp.decoding.backends import REGISTRY, check_backend, no_hooks_message
 from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.format_forced import Run, check_segments, segment_runs
 from dysco_interp.decoding.prompts import outside_vocab
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, resolve_heads
@@ -67,6 +68,21 @@ def forced_ids(model: LoadedModel, forced: Sequence[str | Sequence[int]], n_prom
         if bad:
             raise ConfigError(f"forced answer #{i} has token ids outside the vocabulary: {brief(bad)}")
         out.append([int(t) for t in ids])
+    return out
+
+
+def format_runs(model: LoadedModel, segments, n_prompts: int) -> list[list[Run]]:
+    """Each prompt's answer segments (`format_forced.check_segments`) as token runs: the joined
+    text is encoded on its own after the prompt, as a teacher-forced answer is."""
+    if isinstance(segments, (str, Mapping)) or not isinstance(segments, Sequence):
+        raise ConfigError(f"format_forced must be a list with one answer's segments per prompt, got {typed(segments)}")
+    if len(segments) != n_prompts:
+        raise ConfigError(f"{len(segments)} segmented answers for {n_prompts} prompts")
+    out = []
+    for i, answer in enumerate(segments):
+        answer = check_segments(answer, f"format_forced #{i}")
+        ids, offsets = encode_text(model.tokenizer, "".join(t for t, _ in answer))
+        out.append(segment_runs(ids, offsets, answer))
     return out
 
 

@@ -21,13 +21,23 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from dysco_interp.chat import encode_text
 from dysco_interp.checks import check_bool
-from dysco_interp.decoding.arguments import as_heads, check_config, check_configs, check_hooks, forced_ids, with_fields
+from dysco_interp.decoding.arguments import (
+    as_heads,
+    check_config,
+    check_configs,
+    check_hooks,
+    forced_ids,
+    format_runs,
+    with_fields,
+)
 from dysco_interp.decoding.backends import (
     BackendSpec,
     DecodeState,
 )
 from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.format_forced import BOTH_FORCED, RowWalk, Run, Segment
 from dysco_interp.decoding.passes import scheduled
 from dysco_interp.decoding.plan import PassPlan, Read
 from dysco_interp.decoding.prompts import (
@@ -91,20 +101,25 @@ def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
                  forced: Sequence[Sequence[int]] | None = None,
                  hooks: Sequence[Hook] = (), name: str | None = None,
                  read_out: Read | None = None,
-                 on_read: OnRead | None = None) -> list[GenerationResult]:
+                 on_read: OnRead | None = None,
+                 format_forced: Sequence[Sequence[Run]] | None = None) -> list[GenerationResult]:
     """One method on every row, from a copy of the prefix; with `forced`, each row is fed its
-    gold tokens instead of its own (teacher forcing through the method's steps). `hooks` run in
+    gold tokens instead of its own (teacher forcing through the method's steps); with
+    `format_forced` (each row's answer as `format_forced.Run`s), its format tokens and its own
+    content tokens (`format_forced` says where content ends). `hooks` run in
     every pass (bridge only); `name` is the method's name for `current_pass` (config.method if None);
     `backend` is a name or a `BackendSpec` with its options; `read_out` and `on_read` are
     `Stepper`'s."""
     with scheduled(method=config.method if name is None else name):
         return _decode_batch(model, batch, config, heads, prefix, BackendSpec.of(backend), spans, forced, hooks,
-                             read_out, on_read)
+                             read_out, on_read, format_forced)
 
 
 def _decode_batch(model, batch, config, heads, prefix, backend: BackendSpec, spans, forced, hooks,
-                  read_out, on_read) -> list[GenerationResult]:
+                  read_out, on_read, format_forced) -> list[GenerationResult]:
     assert batch.prepared is not None
+    if forced is not None and format_forced is not None:
+        raise ConfigError(f"{BOTH_FORCED}: pass forced or format_forced")
     n_rows, width = len(batch.lengths), batch.width
     runner = backend.make(model, tau=config.temperature, hooks=hooks)
     if runner.max_batch is not None and n_rows > runner.max_batch:
@@ -137,10 +152,12 @@ def _decode_batch(model, batch, config, heads, prefix, backend: BackendSpec, spa
     assert logits is not None  # at least one prompt token is fed one at a time
 
     t0 = time.perf_counter()
-    scores: list[ForcedScores] | list[None]
-    if forced is None:
+    scores: list[ForcedScores] | list[None] = [None] * n_rows
+    chosen: list[list[bool]] | list[None] = [None] * n_rows
+    if format_forced is not None:
+        outs, finished, chosen = _format_forced(model, stepper, state, logits, config, format_forced, keep)
+    elif forced is None:
         outs, finished = _free(model, stepper, state, logits, config, keep)
-        scores = [None] * n_rows
     else:
         outs = [list(g)[: config.max_new_tokens] for g in forced]
         scores = _forced(stepper, state, logits, outs, keep)
@@ -153,7 +170,8 @@ def _decode_batch(model, batch, config, heads, prefix, backend: BackendSpec, spa
                           n_prompt=len(p.ids), n_new=len(outs[i]), batch_size=n_rows)
         text = model.tokenizer.decode(outs[i], skip_special_tokens=True)
         results.append(GenerationResult(text, outs[i], list(p.ids), finished[i], timings, trace=traces[i],
-                                        method=config.method, forced=scores[i], prompt_text=p.text))
+                                        method=config.method, forced=scores[i], prompt_text=p.text,
+                                        chosen=chosen[i]))
     return results
 
 
@@ -179,6 +197,31 @@ def _free(model: LoadedModel, stepper: Stepper, state: DecodeState, logits: torc
         if not any(active):
             return outs, finished
         logits, records = stepper.step(state, tokens, DECODE)  # finished rows idle along
+        keep(records, active)
+
+
+def _format_forced(model: LoadedModel, stepper: Stepper, state: DecodeState, logits: torch.Tensor,
+                   config: DecodingConfig, runs: Sequence[Sequence[Run]],
+                   keep: Keep) -> tuple[list[list[int]], list[bool], list[list[bool]]]:
+    """Each row's format tokens forced and its content tokens its own (`format_forced.RowWalk`):
+    (tokens, finished on EOS, per token whether the model chose it)."""
+    sampler = Sampler(config.sampling, logits.device)
+    tokenizer = model.tokenizer
+    walks = [RowWalk(r, lambda text: encode_text(tokenizer, text)[0],
+                     lambda ids: tokenizer.decode(ids, skip_special_tokens=True), config.max_new_tokens,
+                     model.eos_token_ids) for r in runs]
+    fed = [0] * len(walks)
+    while True:
+        choices = sampler(logits).tolist()  # drawn for every row, as free decoding draws them
+        for i, walk in enumerate(walks):
+            if not walk.done:
+                walk.step(choices[i])
+                fed[i] = walk.tokens[-1]
+        active = [not w.done for w in walks]
+        if not any(active):
+            return [w.tokens for w in walks], [w.finished for w in walks], [w.chosen for w in walks]
+        # a finished row is fed its last token again; its records are dropped
+        logits, records = stepper.step(state, torch.tensor(fed, device=logits.device), DECODE)
         keep(records, active)
 
 
@@ -244,6 +287,7 @@ def iter_methods(
     progress: bool = False,
     read_out: Read | None = None,
     on_read: OnRead | None = None,
+    format_forced: Sequence[Sequence[Segment]] | None = None,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
     spec = BackendSpec.of(backend, graphs, decode_attention)
@@ -263,7 +307,10 @@ def iter_methods(
         check_prompt(prompt, "prompt" if len(prompts) == 1 else f"prompt #{i}")
     if spans is not None and len(spans) != len(prompts):
         raise ConfigError(f"{len(spans)} span sets for {len(prompts)} prompts")
+    if forced is not None and format_forced is not None:
+        raise ConfigError(f"{BOTH_FORCED}: pass forced or format_forced")
     gold = None if forced is None else forced_ids(model, forced, len(prompts))
+    runs = None if format_forced is None else format_runs(model, format_forced, len(prompts))
     by_thinking = _prepare_all(model, prompts, configs, prepared, chat)
     batches = {t: PromptBatch.of(p, pad_id(model)) for t, p in by_thinking.items()}
     # teacher-forced, a row takes its gold tokens only (at most max_new_tokens): a long prompt needs room for those
@@ -290,7 +337,8 @@ def iter_methods(
                 shared[key(name)] = prefill_prefix(model, batch, config, spec, hooks=user_hooks,
                                                    name=users[0] if len(users) == 1 else None)
             results = decode_batch(model, batch, config, heads, shared[key(name)], spec, spans, gold,
-                                   hooks=user_hooks, name=name, read_out=read_out, on_read=on_read)
+                                   hooks=user_hooks, name=name, read_out=read_out, on_read=on_read,
+                                   format_forced=runs)
             bar.update()
             yield name, results
             if len(sharing[key(name)]) == 1:
@@ -314,6 +362,7 @@ def generate_batch(
     progress: bool = False,
     read_out: Read | None = None,
     on_read: OnRead | None = None,
+    format_forced: Sequence[Sequence[Segment]] | None = None,
 ) -> dict[str, list[GenerationResult]]:
     """Several methods on several prompts decoded together; one result per prompt per method.
 
@@ -324,6 +373,12 @@ def generate_batch(
     decoding (relevance, selection, bias, cache), but the token fed next is the gold one; each
     result's `forced` holds the argmax and the gold token's log-probability at every gold token
     (at most `max_new_tokens` of them; `tokens` are the gold tokens fed).
+
+    With `format_forced`, each answer's format is forced and its content decoded: every token of a
+    format segment is fed as the gold answer's tokenisation gives it, and inside a content segment
+    the method chooses, until its token starts the next format segment's text (or it has taken
+    3x the gold segment's tokens + 8); `decoding.format_forced` says how a boundary is read. Each
+    result's `chosen` says which of its tokens the method chose.
 
     Args:
         model: the loaded model.
@@ -355,13 +410,17 @@ def generate_batch(
             trace step's `read_mass`.
         on_read: called with (trace step, `readout.ReadOut`) after each such pass, e.g. to keep
             the rank of a key or to draw a replay at lengths the bridge cannot reach.
+        format_forced: per prompt, its answer as consecutive (text, is_content) segments (the
+            joined text encoded on its own after the prompt, as `forced` text is); None decodes
+            freely. Not with `forced`.
 
     Returns:
         name -> one `GenerationResult` per prompt, in order.
     """
     return dict(iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
                              graphs=graphs, decode_attention=decode_attention, forced=forced, hooks=hooks,
-                             chat=chat, progress=progress, read_out=read_out, on_read=on_read))
+                             chat=chat, progress=progress, read_out=read_out, on_read=on_read,
+                             format_forced=format_forced))
 
 
 def compare_methods(

@@ -154,6 +154,8 @@ class GenerationResult:
     # the prompt as text: the rendered chat template (chat=True), the text as given (chat=False),
     # or the token ids decoded; `prompt_ids` are its tokens
     prompt_text: str | None = None
+    # format-forced decoding: per token, whether the model chose it (content) or it was forced (format)
+    chosen: list[bool] | None = None
 
     def token_steps(self, tokenizer=None) -> list[TokenStep]:
         """Every generated token with the step (selection, nucleus mass, top spans) that chose it;
@@ -176,6 +178,7 @@ class GenerationResult:
             "timings": asdict(self.timings),
             "trace": None if self.trace is None else self.trace.to_dict(),
             "forced": None if self.forced is None else self.forced.to_dict(),
+            "chosen": None if self.chosen is None else list(self.chosen),
         }
 
     @classmethod
@@ -191,6 +194,7 @@ class GenerationResult:
             timing_names = {f.name for f in fields(Timings)}
             trace, forced = d["trace"], d["forced"]
             prompt_text = d.get("prompt_text")  # absent from results saved before it was kept
+            chosen = d.get("chosen")  # likewise
             return cls(
                 text=str(d["text"]),
                 tokens=[int(t) for t in d["tokens"]],
@@ -202,6 +206,7 @@ class GenerationResult:
                 forced=None if forced is None else ForcedScores(list(forced["argmax"]), list(forced["logprob"]),
                                                                 list(forced.get("margin", []))),
                 prompt_text=None if prompt_text is None else str(prompt_text),
+                chosen=None if chosen is None else [bool(c) for c in chosen],
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise DataError(f"{source}: malformed generation result ({type(e).__name__}: {e})") from None

@@ -29,6 +29,7 @@ from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.checks import check_bool, is_int, typed
 from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.format_forced import BOTH_FORCED, FORMAT_FORCED
 from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
@@ -68,17 +69,32 @@ def method_settings(config: DecodingConfig, heads: HeadSet | None) -> dict:
 
 def store_settings(model_name: str, task: str, backend: BackendSpec | str, dtype: torch.dtype,
                    device: torch.device, weights: str | None = None, teacher_forced: bool = False,
-                   decode_attention: str | None = None) -> dict:
+                   decode_attention: str | None = None, format_forced: bool = False) -> dict:
     """What every record of an evaluation store shares: the model and its weights, the numeric
     format, the device type, the task, the backend (`BackendSpec.store_settings`), and whether
-    decoding was teacher-forced. Without `weights` (before the model is loaded) the rest, for
-    `precheck`. `decode_attention` goes with a backend's name."""
+    decoding was teacher-forced or format-forced. Without `weights` (before the model is loaded)
+    the rest, for `precheck`. `decode_attention` goes with a backend's name."""
     settings = {"model": model_name, "dtype": dtype_name(dtype), "device": device.type, "task": task,
                 **BackendSpec.of(backend, decode_attention=decode_attention).store_settings()}
-    # only when set, so stores made before the option existed stay resumable
+    # only when set, so stores made before the options existed stay resumable
     if teacher_forced:
         settings["teacher_forced"] = True
+    if format_forced:
+        settings["decoding"] = FORMAT_FORCED
     return settings if weights is None else {**settings, "weights": weights}
+
+
+def check_modes(task: str, teacher_forced: bool, format_forced: bool) -> None:
+    """ConfigError for both forcing modes at once, or format forcing on a task that names no
+    format and content segments in its answers (before anything is loaded or decoded)."""
+    check_bool("teacher_forced", teacher_forced)
+    check_bool("format_forced", format_forced)
+    if teacher_forced and format_forced:
+        raise ConfigError(f"{BOTH_FORCED}: choose one")
+    if format_forced and evaluated_task(task).evaluation.segments is None:
+        named = ", ".join(name for name, spec in TASKS.items() if spec.evaluation.segments is not None)
+        raise ConfigError(f"task {task!r} names no format and content segments in its answers: format forcing "
+                          f"runs only on tasks that do ({named})")
 
 
 def instance_id(instance) -> str:
@@ -216,7 +232,7 @@ def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str
         if contents is None:
             continue
         check_records(file, contents.records, task_metrics(str(known.get("task"))))
-        # settings written only when set (teacher_forced, decode_attention) count when absent
+        # settings written only when set (teacher_forced, decoding, decode_attention) count when absent
         theirs = {k: v for k, v in (contents.settings or {}).items() if k != "weights"}
         if theirs != dict(known):
             raise StoreMismatchError(f"{file} holds results computed with other settings "
@@ -237,9 +253,10 @@ def warn_leakage(heads: HeadSet | None, instances: Sequence, methods: Mapping[st
 
 def decode_instances(model: LoadedModel, evaluation: Evaluation, batch: Sequence,
                      methods: Mapping[str, DecodingConfig], heads: HeadSet | None, keep_trace: bool,
-                     backend: BackendSpec, teacher_forced: bool = False):
-    """Decode instances together under each method (teacher-forced on their gold answers, or
-    freely): yields (name, config as run, results) as each method finishes."""
+                     backend: BackendSpec, teacher_forced: bool = False, format_forced: bool = False):
+    """Decode instances together under each method (teacher-forced on their gold answers,
+    format-forced on their answers' segments, or freely): yields (name, config as run, results)
+    as each method finishes."""
     thinking = {inst.enable_thinking for inst in batch}
     if len(thinking) != 1:
         raise ConfigError("instances decoded together must share enable_thinking")
@@ -252,9 +269,19 @@ def decode_instances(model: LoadedModel, evaluation: Evaluation, batch: Sequence
     # span masses cost a host copy of the relevance every step: only for traces that are kept
     spans = [evaluation.spans(inst) for inst in batch] if keep_trace else None
     forced = [evaluation.gold(inst) for inst in batch] if teacher_forced else None
+    segments = [segments_of(evaluation, inst) for inst in batch] if format_forced else None
     for method, rows in iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
-                                     forced=forced):
+                                     forced=forced, format_forced=segments):
         yield method, configs[method], rows
+
+
+def segments_of(evaluation: Evaluation, instance) -> list[tuple[str, bool]]:
+    """The instance's answer segments; a task whose segments do not join to its gold answer is a bug."""
+    assert evaluation.segments is not None
+    segments = evaluation.segments(instance)
+    if "".join(text for text, _ in segments) != evaluation.gold(instance):
+        raise DataError(f"instance {instance.id!r}: its answer's segments do not join to its gold answer")
+    return segments
 
 
 def mean_selected(res: GenerationResult) -> float | None:
@@ -290,12 +317,14 @@ def open_results(
     teacher_forced: bool = False,
     order: Callable[[Mapping], Any] | None = None,
     traces_for: Iterable[str] | None = None,
+    format_forced: bool = False,
 ) -> ResultStore:
     """The evaluation store at `path` (or a sibling with if_differs="new") for these settings;
     `methods` maps each method name to its `method_settings`. Shards a killed data-parallel run
     left beside the store are folded into it first (sorted by `order`), then checked with it.
     With `traces_for` (instance hashes), a store holding their records without traces differs."""
-    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced)
+    settings = store_settings(model_name, task, backend, model.dtype, model.device, model.weights_id, teacher_forced,
+                              format_forced=format_forced)
     instances = None if traces_for is None else list(traces_for)
     check_store_files(path, task, if_differs)
 
@@ -325,6 +354,7 @@ def evaluate(
     teacher_forced: bool = False,
     decode_attention: str | None = None,
     command: str | None = None,
+    format_forced: bool = False,
 ) -> EvaluationRun:
     """Run every method on every instance not yet in the store at `out`.
 
@@ -352,6 +382,10 @@ def evaluate(
         teacher_forced: feed each instance's gold answer through the method's steps and score
             the model's predictions of it (at most `max_new_tokens` gold tokens); a store holds
             either teacher-forced or free results, never both.
+        format_forced: force each answer's format (its tags and template; on Path Traversal the
+            means of transport too) and let the method write its content (the cities), then score
+            the text with the task's free scores (`decoding.format_forced`; tasks whose spec names
+            `segments`); a store holds one decoding mode. Not with `teacher_forced`.
         decode_attention: with a backend's name, the static backend's decoding attention, "sdpa"
             (fused, the default) or "float32" (bitwise repeatable on a GPU, so reruns and
             data-parallel shards give identical records); a store holds one of them.
@@ -369,11 +403,11 @@ def evaluate(
         raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
     instances = list(instances)
     check_task(task, instances)
+    check_modes(task, teacher_forced, format_forced)
     warn_leakage(heads, instances, methods)
     evaluation = TASKS[task].evaluation
     ids = [instance_id(inst) for inst in instances]
     wanted = {m: method_settings(c, heads) for m, c in methods.items()}
-    check_bool("teacher_forced", teacher_forced)
     spec = BackendSpec.of(backend, decode_attention=decode_attention)
     world = current_world()
     order = grid_order(ids, methods)
@@ -384,7 +418,7 @@ def evaluate(
 
     def open_main() -> ResultStore:
         return open_results(out, model, model_name, task, wanted, spec, if_differs, teacher_forced, order,
-                            traces_for=ids if keep_trace else None)
+                            traces_for=ids if keep_trace else None, format_forced=format_forced)
 
     def decode_missing(todo: list[tuple[Any, str]], done: ResultStore | Shard, sink: ResultStore) -> list[dict]:
         """Decode the (instance, hash) pairs in `todo` under each method not `done` yet into `sink`."""
@@ -402,7 +436,8 @@ def evaluate(
                     bar.set_postfix_str(f"{names[0]}, {where}")
                 # each method's records are stored as soon as it finishes, so a kill loses at most one
                 for method, config, rows in decode_instances(model, evaluation, [inst for inst, _ in batch], pending,
-                                                             heads, keep_trace, spec, teacher_forced):
+                                                             heads, keep_trace, spec, teacher_forced,
+                                                             format_forced):
                     for (inst, h), res in zip(batch, rows):
                         if key(h, method) in done:
                             continue
@@ -413,6 +448,9 @@ def evaluate(
                             # forced: what greedy would write at each gold position, for reading
                             **({"output": res.text} if res.forced is None else
                                {"argmax_text": model.tokenizer.decode(res.forced.argmax)}),
+                            # format-forced: the format was fed, the content the method's own
+                            **({"decoding": FORMAT_FORCED, "n_chosen": sum(res.chosen)} if res.chosen is not None
+                               else {}),
                             "finished": res.finished,
                             **scores_of(evaluation, res, inst, model.tokenizer),
                             "mean_selected": mean_selected(res),
@@ -442,7 +480,8 @@ def evaluate(
             records = [store.get(key(h, m)) for h in dict.fromkeys(ids) for m in methods]
             return EvaluationRun(records, new, store.path)
     # data-parallel (see experiments.distributed): this rank's share of what the store lacks, into its shard
-    settings = store_settings(model_name, task, spec, model.dtype, model.device, model.weights_id, teacher_forced)
+    settings = store_settings(model_name, task, spec, model.dtype, model.device, model.weights_id, teacher_forced,
+                              format_forced=format_forced)
     with sharded_store(world, open_main, lambda p: ResultStore(p, KEY, settings, purpose="evaluate"), order) as shard:
         by_hash = dict(zip(ids, instances))  # an instance listed twice is decoded once
         todo = [(by_hash[h], h) for h in dict.fromkeys(ids) if any(key(h, m) not in shard for m in methods)]

@@ -52,6 +52,9 @@ class Evaluation:
     # scores those, else gold tokens), the position whose decoding step predicted it and the name of its
     # gold span among `spans`; None when the task marks no gold span
     gold_steps: Callable[[Any, int], list[tuple[int, str]] | None] = no_gold_steps
+    # the gold answer as consecutive (text, is_content) pieces whose texts join to `gold`: format-forced
+    # decoding forces the format and lets the model write the content; None: the task names none
+    segments: Callable[[Any], list[tuple[str, bool]]] | None = None
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,19 @@ def format_prompt(context_nl: str, src: str, dst: str) -> str:
 CONTEXT_OFFSET = USER_PROMPT.index("{city_context}")  # no placeholder comes before it
 
 
+def answer_segments(steps: Sequence[Edge]) -> list[tuple[str, bool]]:
+    """`gold_completion(format_answer(steps))` as (text, is_content) pieces: each city name is
+    content, the tags, the step template and the means of transport are format."""
+    pieces: list[tuple[str, bool]] = []
+    before = f"{ROUTE_OPEN}\n"
+    for e in steps:
+        head, tail = STEP_TEMPLATE.split("{src}")
+        middle, end = tail.split("{dst}")
+        pieces += [(before + head, False), (e.src, True), (middle.format(transit=e.transit), False), (e.dst, True)]
+        before = end + "\n"
+    return [*pieces, (before + ROUTE_CLOSE, False)]
+
+
 def gold_completion(answer_nl: str) -> str:
     """The gold assistant output: the route inside the tags, as the prompt's example shows."""
     return f"{ROUTE_OPEN}\n{answer_nl}\n{ROUTE_CLOSE}"

@@ -10,6 +10,7 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.path_traversal.generate import generate_instance
 from dysco_interp.tasks.path_traversal.graph import TOPOLOGIES
 from dysco_interp.tasks.path_traversal.instance import TASK, PathTraversalInstance
+from dysco_interp.tasks.path_traversal.longproc import Edge, answer_segments
 from dysco_interp.tasks.path_traversal.score import score_route
 from dysco_interp.tasks.path_traversal.teacher_forcing import forced_step_scores, teacher_forced_inputs
 from dysco_interp.tasks.spec import DataFlag, Evaluation, TableMetric, TaskMetrics, TaskSpec
@@ -41,6 +42,11 @@ def route_scores(text: str, instance: PathTraversalInstance) -> dict[str, float]
     return {k: v for k, v in score_route(text, instance).to_dict().items() if k != "parsed"}
 
 
+def route_segments(instance: PathTraversalInstance) -> list[tuple[str, bool]]:
+    """The gold route's format (tags, step template, means of transport) and content (the cities)."""
+    return answer_segments([Edge.from_dict(e) for e in instance.answer_repr])
+
+
 def route_steps(result: GenerationResult, instance: PathTraversalInstance, tokenizer) -> Mapping[str, float | None]:
     """Teacher-forced step accuracy and city log-probability of a forced result."""
     assert result.forced is not None
@@ -62,6 +68,7 @@ PATH_TRAVERSAL = TaskSpec(
         score=route_scores,
         gold=lambda x: x.completion,
         score_forced=route_steps,
+        segments=route_segments,
     ),
     metrics=TaskMetrics(
         free=("accuracy", "partial_accuracy", "step_accuracy", "extraction_rate"),
@@ -83,4 +90,4 @@ PATH_TRAVERSAL = TaskSpec(
     aliases=("path-traversal", "pathtraversal", "pt", "longproc"),
 )
 
-__all__ = ["PATH_TRAVERSAL", "parse_hops", "route_scores", "route_steps"]
+__all__ = ["PATH_TRAVERSAL", "parse_hops", "route_scores", "route_segments", "route_steps"]
