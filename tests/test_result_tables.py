@@ -149,6 +149,20 @@ def test_a_run_stored_twice_counts_once():
     assert {k.method: len(v) for k, v in cells[cell].items()} == {"vanilla": 2, "dysco": 2}
 
 
+def test_free_and_format_forced_records_are_never_pooled():
+    free = pt("dysco", [1, 0])
+    forced = [dict(r, decoding="format-forced") for r in pt("dysco", [0, 0])]
+    for tabulate in (T.group, T.by_cell):
+        with pytest.raises(ConfigError, match="free and format-forced records"):
+            tabulate(free + forced)
+    assert T.decoding_mode(forced[0]) == "format-forced" and T.decoding_mode(free[0]) == "free"
+    assert T.decoding_mode(dict(free[0], settings={"teacher_forced": True})) == "teacher-forced"
+    # on other instances too: a method's mean over both modes would mean nothing
+    with pytest.raises(ConfigError, match="free and format-forced records"):
+        T.by_cell(forced + [dict(r, index=r["index"] + 5, id=f"x-{r['index']}") for r in free])
+    assert len(T.by_cell(forced + pt("vanilla", [1, 1]))[0]) == 1  # vanilla decoded freely beside them is fine
+
+
 def test_pt_table_uses_the_chosen_tau_and_pairs_deltas_by_instance():
     records = (pt("vanilla", [1, 0, 0, 1]) + pt("dysco", [1, 1, 0, 1], label="dysco (fast backend)")
                + pt("uniattns", [0, 0, 0, 1], tau=0.85) + pt("uniattns", [1, 1, 1, 1], tau=0.7)

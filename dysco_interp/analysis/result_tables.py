@@ -36,6 +36,7 @@ from dysco_interp.analysis.method_key import (
 )
 from dysco_interp.analysis.multiplicity import bh_q_values
 from dysco_interp.analysis.paired import paired_comparison, significant
+from dysco_interp.decoding.format_forced import FORMAT_FORCED
 from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.mrcr.spec import MRCR
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
@@ -88,10 +89,35 @@ def instance_of(record: Mapping) -> tuple:
     return (record.get("seed"), record.get("index"), record.get("id"))
 
 
+def decoding_mode(record: Mapping) -> str:
+    """How the record was decoded: "free", "teacher-forced" or "format-forced"."""
+    if record.get("decoding") == FORMAT_FORCED:
+        return FORMAT_FORCED
+    return "teacher-forced" if (record.get("settings") or {}).get("teacher_forced") else "free"
+
+
+class OneMode:
+    """Refuses records of one method in one cell decoded in two modes: free and format-forced
+    records share their score fields, so pooled they would be averaged, or one dropped as a repeat."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple, str] = {}
+
+    def check(self, where: Any, key: MethodKey, record: Mapping) -> None:
+        mode = decoding_mode(record)
+        first = self.seen.setdefault((where, key), mode)
+        if first != mode:
+            raise ConfigError(f"{key.label} ({record.get('model')}, {record.get('task')}, {record.get('length')} "
+                              f"tokens) has {first} and {mode} records: table the two modes' stores apart")
+
+
 def group(records: Iterable[Mapping]) -> dict[Cell, dict[MethodKey, list[Mapping]]]:
     out: dict[Cell, dict[MethodKey, list[Mapping]]] = defaultdict(lambda: defaultdict(list))
+    modes = OneMode()
     for r in records:
-        out[cell_of(r)][method_key(r)].append(r)
+        cell, key = cell_of(r), method_key(r)
+        modes.check(cell, key, r)
+        out[cell][key].append(r)
     return {c: dict(m) for c, m in sorted(out.items())}
 
 
@@ -108,10 +134,12 @@ def by_cell(records: Iterable[Mapping]) -> tuple[dict[CellKey, ByKey], int]:
     first kept: a run stored twice must not weigh double); and how many repeats were dropped."""
     out: dict[CellKey, ByKey] = defaultdict(lambda: defaultdict(list))
     seen: set[tuple] = set()
+    modes = OneMode()
     dropped = 0
     for r in records:
         cell = (str(r["model"]), str(r["task"]), int(r.get("length") or 0))
         key = method_key(r)
+        modes.check(cell, key, r)
         if (cell, key, instance_of(r)) in seen:
             dropped += 1
             continue
