@@ -153,12 +153,12 @@ def test_free_and_format_forced_records_are_never_pooled():
     free = pt("dysco", [1, 0])
     forced = [dict(r, decoding="format-forced") for r in pt("dysco", [0, 0])]
     for tabulate in (T.group, T.by_cell):
-        with pytest.raises(ConfigError, match="free and format-forced records"):
+        with pytest.raises(ConfigError, match="has free and format-forced records: table the two modes"):
             tabulate(free + forced)
     assert T.decoding_mode(forced[0]) == "format-forced" and T.decoding_mode(free[0]) == "free"
     assert T.decoding_mode(dict(free[0], settings={"teacher_forced": True})) == "teacher-forced"
     # on other instances too: a method's mean over both modes would mean nothing
-    with pytest.raises(ConfigError, match="free and format-forced records"):
+    with pytest.raises(ConfigError, match="has format-forced and free records: table the two modes"):
         T.by_cell(forced + [dict(r, index=r["index"] + 5, id=f"x-{r['index']}") for r in free])
     assert len(T.by_cell(forced + pt("vanilla", [1, 1]))[0]) == 1  # vanilla decoded freely beside them is fine
 

@@ -12,7 +12,7 @@ import pytest
 from dysco_interp.analysis.report import fmt_ci, fmt_delta
 from dysco_interp.cli.app import build_parser
 from dysco_interp.experiments import demo as demo_job
-from dysco_interp.experiments.evaluate import SUMMARY_MIN_N, TABLE_WIDTH, format_table, summarise, summary_notes
+from dysco_interp.experiments.summary import SUMMARY_MIN_N, TABLE_WIDTH, format_table, summarise, summary_notes
 from dysco_interp.tasks.registry import TASKS
 
 HEAVY = ("torch", "transformers", "transformer_lens")

@@ -77,14 +77,12 @@ def run_evaluate(args) -> int:
         check_store_files,
         check_task,
         evaluate,
-        format_table,
         instance_id,
         method_settings,
         precheck,
         store_settings,
-        summarise,
-        summary_notes,
     )
+    from dysco_interp.experiments.summary import format_table, summarise, summary_notes
     from dysco_interp.models import resolve_device, resolve_dtype
     from dysco_interp.tasks import load_dataset
 
