@@ -12,7 +12,9 @@ pieces. Nothing here imports a study.
 - reading a run: `route_lines` (a route line by line, where it first goes wrong),
   `step_mechanism` (an instance step by step, from a replay);
 - results read back and summarised: `stores` and `store_archives` (reading and pooling stores),
-  `method_key`, `result_tables`, `bootstrap`, `bench_results`, `flops`,
+  `method_key`, `result_tables`, `bootstrap`, `bench_results`, `flops`, the exact statistics of
+  a paired comparison `paired` (counts and a sign-flip p), `multiplicity` (Benjamini-Hochberg q
+  over a table) and `equivalence` (TOST at a stated margin),
   `logistic` (a logistic model with instance-resampled odds ratios), `step_signals` and
   `step_controls` (fix and break rates by signal, and controlled for a step's difficulty);
 - `report`: the Markdown and JSON outputs of tables with intervals.
