@@ -2,7 +2,7 @@
 
     python analyses/run_all.py                      # from the stores in figures/, into figures/
     python analyses/run_all.py --out-dir DIR        # the same, into a copy of figures/ in DIR
-    python analyses/run_all.py --small --out-dir DIR  # smollm2-135m on the CPU, a few minutes
+    python analyses/run_all.py --small --out-dir DIR  # smollm2-135m on the CPU, 16 min at load 3-6
 
 Default mode reads only stored results (loads no model): the Path Traversal table with
 the MRCR tau choice, the ablation table, the robustness figure, the overhead figure, the
@@ -81,7 +81,8 @@ def redraw_root(figures: Path, out_dir: str | None, stack: contextlib.ExitStack)
 
 def main(argv=None) -> int:
     p = cli_args.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--small", action="store_true", help="run the whole pipeline small on the CPU (a few minutes)")
+    p.add_argument("--small", action="store_true",
+                   help="run the whole pipeline small on the CPU (16 minutes on a loaded 2-core machine)")
     p.add_argument("--out-dir", type=cli_args.output_folder, default=None,
                    help="--small: where everything goes (default: a new temp folder); default mode: redraw a copy "
                         "of the figures folder here instead of the folder itself")
