@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.paired import paired_comparison
 from dysco_interp.analysis.teacher_forced import path_traversal_step_accuracy
 from dysco_interp.detection import random_head_sets
 from dysco_interp.errors import ConfigError
@@ -265,6 +266,11 @@ def fake_records(model: str = "m-test") -> list[dict]:
     return recs
 
 
+def interval(estimate: dict) -> dict:
+    """The bootstrap part of a tested difference (its mean, interval and n)."""
+    return {k: estimate[k] for k in ("mean", "lo", "hi", "n")}
+
+
 def test_summary_drops_and_paired_intervals_by_hand():
     s = summary_mod.summarise(fake_records(), "m-test", n_boot=500, seed=3)
     assert [(r["task"], r["length"], r["n"]) for r in s["rows"]] == [
@@ -272,16 +278,20 @@ def test_summary_drops_and_paired_intervals_by_hand():
     m = s["rows"][0]["metrics"]["accuracy"]
     assert m["baseline"]["mean"] == 0.75
     qr_drops = [1.0, 0.5, 0.0, 0.5]
-    assert m["sets"]["qrheads"]["drop"] == bootstrap_ci(qr_drops, n_boot=500, seed=3).as_dict()
+    assert interval(m["sets"]["qrheads"]["drop"]) == bootstrap_ci(qr_drops, n_boot=500, seed=3).as_dict()
+    exact = paired_comparison(qr_drops, n_boot=500, seed=3)  # the drop is a paired difference: tested exactly
+    assert (m["sets"]["qrheads"]["drop"]["better"], m["sets"]["qrheads"]["drop"]["p"]) == (exact.better, exact.p)
+    assert 0 < m["sets"]["qrheads"]["drop"]["q"] <= 1  # BH over the summary's differences
     assert m["groups"]["qrheads"]["drop"]["mean"] == 0.5
     # random pooled per instance over its two draws, then bootstrapped over instances
     pooled = [0.25, 0.0, 0.0, 0.125]
     assert m["groups"]["random"]["members"] == ["random#0", "random#1"]
-    assert m["groups"]["random"]["drop"] == bootstrap_ci(pooled, n_boot=500, seed=3).as_dict()
-    assert m["sets"]["random#0"]["drop"] == {"mean": 0.0, "lo": 0.0, "hi": 0.0, "n": 4}
+    assert interval(m["groups"]["random"]["drop"]) == bootstrap_ci(pooled, n_boot=500, seed=3).as_dict()
+    assert interval(m["sets"]["random#0"]["drop"]) == {"mean": 0.0, "lo": 0.0, "hi": 0.0, "n": 4}
+    assert m["sets"]["random#0"]["drop"]["p"] == 1.0
     assert m["groups"]["random"]["ablated"]["mean"] == pytest.approx(0.75 - 0.09375)
     diff = [a - b for a, b in zip(qr_drops, pooled)]
-    assert m["contrasts"]["qrheads - random"] == bootstrap_ci(diff, n_boot=500, seed=3).as_dict()
+    assert interval(m["contrasts"]["qrheads - random"]) == bootstrap_ci(diff, n_boot=500, seed=3).as_dict()
     assert m["contrasts"]["copy_paste - random"]["mean"] == pytest.approx(np.mean([0.0, 0.5, 0.0, 0.0]) - 0.09375)
     lp = s["rows"][2]["metrics"]["logprob"]
     assert lp["groups"]["qrheads"]["drop"]["mean"] == pytest.approx(2 * 0.5)  # log-prob falls by 2x the accuracy

@@ -10,7 +10,7 @@ at a cost of about ln m in power).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -37,3 +37,11 @@ def bh_q_values(p_values: Sequence[float]) -> list[float]:
     q = np.empty(m)
     q[order] = np.minimum(monotone, 1.0)
     return q.tolist()
+
+
+def fill_q(estimates: Iterable[dict], digits: int = 5) -> None:
+    """Set `q` on every tested estimate (a dict with a `p`, as `PairedComparison.as_dict` gives) of
+    one family, in place, to `digits` significant digits."""
+    tested = [e for e in estimates if e and e.get("p") is not None]
+    for e, q in zip(tested, bh_q_values([e["p"] for e in tested])):
+        e["q"] = float(f"{q:.{digits}g}")

@@ -34,8 +34,8 @@ from dysco_interp.analysis.method_key import (
     method_key,
     setting_of,
 )
-from dysco_interp.analysis.multiplicity import bh_q_values
-from dysco_interp.analysis.paired import paired_comparison, significant
+from dysco_interp.analysis.multiplicity import fill_q
+from dysco_interp.analysis.paired import paired_comparison
 from dysco_interp.decoding.format_forced import FORMAT_FORCED
 from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.mrcr.spec import MRCR
@@ -180,9 +180,7 @@ def paired_deltas(records: Sequence[Mapping], reference: Sequence[Mapping], metr
 def with_table_q(rows: Iterable[Mapping], key: str = "delta") -> None:
     """Fill the BH q of every paired difference in one table's rows (each row's `key`: metric ->
     difference), in place: the table is the family a reader scans for starred cells."""
-    tested = [d for row in rows for d in (row.get(key) or {}).values() if d and d.get("p") is not None]
-    for d, q in zip(tested, bh_q_values([d["p"] for d in tested])):
-        d["q"] = significant(q, 5)
+    fill_q(d for row in rows for d in (row.get(key) or {}).values())
 
 
 def method_rows(cells: Mapping[CellKey, ByKey], metrics: Sequence[str], ci: CIOptions = CIOptions(),

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.multiplicity import fill_q
+from dysco_interp.analysis.paired import paired_comparison
 from dysco_interp.analysis.report import fmt_delta
 from dysco_interp.analysis.store_archives import stored, stores_in
 from dysco_interp.atomic import atomic_open
@@ -64,6 +66,11 @@ def _ci(values: Iterable[float], n_boot: int, seed: int) -> dict:
     return bootstrap_ci(list(values), n_boot=n_boot, seed=seed).as_dict()
 
 
+def _paired(differences: Iterable[float], n_boot: int, seed: int) -> dict:
+    """A per-instance difference's mean and interval, with the instances it moved and its exact p."""
+    return paired_comparison(list(differences), n_boot=n_boot, seed=seed).as_dict()
+
+
 def summarise_group(records: list[dict], metric: str, n_boot: int = 2000, seed: int = 0) -> dict:
     """One (task, length): baseline, every head set, every pooled group and the contrasts."""
     by_set: dict[str, dict[tuple, float]] = {}
@@ -76,7 +83,7 @@ def summarise_group(records: list[dict], metric: str, n_boot: int = 2000, seed: 
     for name, vals in sorted(by_set.items()):
         keys = sorted(set(vals) & set(base))
         out["sets"][name] = {"ablated": _ci((vals[k] for k in keys), n_boot, seed),
-                             "drop": _ci((base[k] - vals[k] for k in keys), n_boot, seed)}
+                             "drop": _paired((base[k] - vals[k] for k in keys), n_boot, seed)}
     members: dict[str, list[str]] = {}
     for name in sorted(by_set):
         members.setdefault(group_of(name), []).append(name)
@@ -84,13 +91,14 @@ def summarise_group(records: list[dict], metric: str, n_boot: int = 2000, seed: 
     for group, names in members.items():
         keys = sorted(set(base).intersection(*(by_set[n] for n in names)))
         drops[group] = {k: float(np.mean([base[k] - by_set[n][k] for n in names])) for k in keys}
-        out["groups"][group] = {"members": names, "drop": _ci(drops[group].values(), n_boot, seed),
+        out["groups"][group] = {"members": names, "drop": _paired(drops[group].values(), n_boot, seed),
                                 "ablated": _ci((base[k] - drops[group][k] for k in keys), n_boot, seed)}
     if RANDOM in drops:
         for group, d in drops.items():
             keys = sorted(set(d) & set(drops[RANDOM]))
             if group != RANDOM and keys:
-                out["contrasts"][f"{group} - {RANDOM}"] = _ci((d[k] - drops[RANDOM][k] for k in keys), n_boot, seed)
+                out["contrasts"][f"{group} - {RANDOM}"] = _paired((d[k] - drops[RANDOM][k] for k in keys), n_boot,
+                                                                   seed)
     return out
 
 
@@ -109,8 +117,14 @@ def summarise(records: list[dict], model: str, n_boot: int = 2000, seed: int = 0
                      "dtype": sorted({r["dtype"] for r in recs}),
                      "n_tokens": [min(r["n_tokens"] for r in recs), max(r["n_tokens"] for r in recs)],
                      "metrics": {m: summarise_group(recs, m, n_boot, seed) for m in metrics}})
+    # one family: every drop and contrast this model's summary reports
+    fill_q(e for row in rows for m in row["metrics"].values()
+           for e in (*(s["drop"] for s in m["sets"].values()), *(g["drop"] for g in m["groups"].values()),
+                     *m["contrasts"].values()))
     return {"model": model, "drop": "unablated minus ablated (positive: the ablation hurts)",
-            "ci": "95% percentile bootstrap over instances of the per-instance (paired) differences",
+            "ci": "95% percentile bootstrap over instances of the per-instance (paired) differences; each "
+                  "difference also carries the instances it moved, the exact sign-flip p and the "
+                  "Benjamini-Hochberg q over this summary's differences",
             "n_boot": n_boot, "bootstrap_seed": seed, "rows": rows}
 
 
