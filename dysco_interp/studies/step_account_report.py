@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.multiplicity import fill_q
+from dysco_interp.analysis.paired import paired_comparison
 from dysco_interp.analysis.report import fmt_delta
 from dysco_interp.analysis.step_classes import CLASSES, class_rates
 from dysco_interp.analysis.step_signals import SIGNALS, classified, rates_by_bin
@@ -74,7 +76,7 @@ def paired(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, fl
     common = sorted(set(a) & set(b))
     if len(common) < 2:
         return None
-    return bootstrap_ci([b[i][field] - a[i][field] for i in common]).as_dict()
+    return paired_comparison([b[i][field] - a[i][field] for i in common]).as_dict()
 
 
 def free_by_instance(records: Sequence[Mapping], method: str) -> dict[str, dict[str, float]]:
@@ -121,6 +123,8 @@ def free_vs_forced(steps: Sequence[Mapping], free: Sequence[Mapping]) -> list[di
                     "free_partial": paired(freed["vanilla"], g, "partial_accuracy") if g else None,
                     "free_exact": paired(freed["vanilla"], g, "accuracy") if g else None}
         out.append(row)
+    # the table's family: every steered method's gain at every model and length
+    fill_q(g for row in out for m in row["methods"].values() for g in (m.get("gain") or {}).values())
     return out
 
 
