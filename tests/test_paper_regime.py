@@ -69,6 +69,9 @@ def test_the_tau_is_the_best_mean_mrcr_gain_and_needs_a_sweep():
     assert best_tau(records) == 0.9  # a tie goes to the gentler change
     with pytest.raises(ConfigError, match="tau part"):
         best_tau([r for r in records if r["method"] == "vanilla"])
+    # the choice reads only the current grid: 0.7 and 0.8 are off it, whatever they scored
+    kept = {(r["config"]["method"], r["config"]["tau"]) for r in records if paper_regime.on_grid(r)}
+    assert kept == {("vanilla", 1.0), ("uniattns", 0.9)} and records[1]["method"] == "uniattns tau=0.7"
 
 
 def test_the_test_methods_hold_every_preset_the_choice_and_its_ablations():

@@ -156,7 +156,8 @@ def choose(s: RegimeSettings) -> dict:
 
 def on_grid(record: Mapping) -> bool:
     """A tau-sweep record the choice reads: vanilla, or UniAttnS at a temperature of `TAUS`."""
-    return record.get("method") != "uniattns" or float((record.get("config") or {}).get("tau", -1)) in TAUS
+    config = record.get("config") or {}  # the record's own "method" is its label ("uniattns tau=0.9")
+    return config.get("method") != "uniattns" or float(config.get("tau", -1)) in TAUS
 
 
 def run_regime(model: LoadedModel, heads: HeadSet, s: RegimeSettings, parts: Sequence[str],
