@@ -66,15 +66,16 @@ class SteeringMethod(Method):
             raise ConfigError(f"method {self.name!r}: passes is 'two', 'one' or 'none', not {self.passes!r}")
         self.reads = None if heads is None or self.passes == "none" else HeadReads(heads)
         source: Literal["tensor", "rule"] = "rule" if self.passes == "one" else "tensor"
+        where = "bias_heads()"
         try:
             chosen = self.bias_heads()
             if chosen is None:
+                where = "bias_layers()"
                 bias = Bias(self.bias_layers(), source=source)
             else:  # chosen heads name their own layers
                 pairs = head_pairs(chosen, "bias_heads()")
                 bias = Bias({layer for layer, _ in pairs}, pairs, source=source)
         except ConfigError as e:  # what bias_layers() or bias_heads() returned is not layers or heads
-            where = "bias_layers()" if chosen is None else "bias_heads()"
             raise ConfigError(f"method {self.name!r}: {e} (what its {where} returned)") from None
         outside = [layer for layer in bias.layers if not 0 <= layer < spec.n_layers]
         if outside:
