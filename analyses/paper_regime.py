@@ -2,7 +2,7 @@
 the quick check, the small budget and one rule chosen on a dev split from 2K to 128K
 (dysco_interp/studies/paper_regime.py says what each part runs).
 
-Data (--data-dir): dev/ (seed 1, never reported), test/ (seed 0), free/ (seed 0, many short
+Data (--data-dir): dev/ (seed 1, never reported), test/ (seed 0), free/ (seed 0, many
 instances) and heldout/ (Needle QA's test split: seed 2, since the shipped QRHeads were detected on
 needle_qa seed 0), e.g. for the lengths past 32K add `--yarn 4` to make-data:
 
@@ -10,7 +10,7 @@ needle_qa seed 0), e.g. for the lengths past 32K add `--yarn 4` to make-data:
     dysco-interp make-data path_traversal --model qwen2.5-coder-1.5b --lengths 127k --n 16 --seed 1 --yarn 4 \\
         --out DATA/dev
     (mrcr likewise; test/: path_traversal 16k,31k,64k,127k --n 30, mrcr 31k,127k --n 20;
-     heldout/: needle_qa 31k --n 50 and 127k --n 20 --seed 2; free/: path_traversal 1k,2k --n 200)
+     heldout/: needle_qa 31k --n 50 and 127k --n 20 --seed 2; free/: path_traversal 1k,2k,16k,31k --n 200)
 
 One call per YaRN setting; the choice needs every dev cell:
 
@@ -19,6 +19,8 @@ One call per YaRN setting; the choice needs every dev cell:
     python analyses/paper_regime.py --model qwen2.5-coder-1.5b --parts choose --budget-dev figures/budget/dev
     python analyses/paper_regime.py --model qwen2.5-coder-1.5b --data-dir DATA --parts test --lengths 16k,31k
     python analyses/paper_regime.py --model qwen2.5-coder-1.5b --data-dir DATA --parts test --lengths 64k,127k --yarn 4
+    python analyses/paper_regime.py --model qwen2.5-coder-1.5b --data-dir DATA --parts free,format-forced \\
+        --lengths 16k,31k
     python analyses/paper_regime.py --figures-only      # tables and figures from the stores
 """
 

@@ -6,7 +6,9 @@ import json
 import pytest
 
 from dysco_interp.decoding.config import DecodingConfig, preset
+from dysco_interp.decoding.format_forced import FORMAT_FORCED
 from dysco_interp.errors import ConfigError
+from dysco_interp.experiments.store_format import read_header
 from dysco_interp.studies import budget_study, paper_regime
 from dysco_interp.studies.budget_study import Grid, label
 from dysco_interp.studies.length_rule import best_tau, choose_rule, winners_by_length
@@ -122,6 +124,15 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path, monkeypatch):
     again: list[str] = []
     paper_regime.run_regime(tiny_llama, heads, settings, ["test"], log=again.append)
     assert " 0 new records" in again[0]
+    # free and format-forced decoding of one free/ instance, each in its own store
+    save_dataset(data / "free" / "path_traversal_1950.jsonl",
+                 make_dataset("path_traversal", tiny_llama.tokenizer, 1950, n=1, seed=0, progress=False))
+    decoded: list[str] = []
+    paper_regime.run_regime(tiny_llama, heads, settings, ["free", "format-forced"], log=decoded.append)
+    assert len(decoded) == 2 and all(" 4 new records" in line for line in decoded)
+    free, ff = (settings.store("test", "path_traversal", "1950", kind) for kind in ("free", "ff"))
+    assert "decoding" not in read_header(free)["settings"]
+    assert read_header(ff)["settings"]["decoding"] == FORMAT_FORCED
     with pytest.raises(ConfigError, match="--yarn"):
         paper_regime.run_regime(tiny_llama, heads, settings, ["yarn-cost"])
     with pytest.raises(ConfigError, match="unknown part"):

@@ -11,8 +11,11 @@ Parts (each writes resumable stores under `<out>/paper_regime/`, one record per 
              the budget study's 2K and 8K cells included) and the tau -> chosen_<model>.json
 - test:      Path Traversal, teacher forced, on the test split (seed 0): every preset, UniAttnS,
              the chosen rule and its random-head and static ablations -> test/<model>_path_traversal_<len>_tf.jsonl
-- free:      Path Traversal decoded freely at short lengths with many instances (the free-generation
-             effect is small) -> test/<model>_path_traversal_<len>_free.jsonl
+- free:      Path Traversal decoded freely with many instances (the free-generation effect is
+             small) -> test/<model>_path_traversal_<len>_free.jsonl
+- format-forced: the same instances and methods with each answer's format forced and its cities
+             decoded (does a teacher-forced city gain survive decoding once the format is given?)
+             -> test/<model>_path_traversal_<len>_ff.jsonl
 - tasks:     Needle QA and MRCR-style on the test split, teacher forced (Needle QA also freely)
              -> test/<model>_<task>_<len>_{tf,free}.jsonl
 - yarn-cost: vanilla under YaRN at lengths the native window holds: what the stretch itself costs
@@ -49,7 +52,7 @@ from dysco_interp.studies.budget_study import (
 )
 from dysco_interp.studies.length_rule import best_tau, choose_rule
 
-PARTS = ("dev", "tau", "choose", "test", "free", "tasks", "yarn-cost")
+PARTS = ("dev", "tau", "choose", "test", "free", "format-forced", "tasks", "yarn-cost")
 # a slice of the budget study's grid (every point of it was swept at 2K and 8K), so that the
 # rule can rank each candidate over 2K-128K
 DEV_K = (8, 32, 128, 1024, 4096)
@@ -167,12 +170,13 @@ def run_regime(model: LoadedModel, heads: HeadSet, s: RegimeSettings, parts: Seq
     stretch = yarn_factor(model.hf_config)
 
     def run(split: str, task: str, length: str, kind: str, methods: dict[str, DecodingConfig], forced: bool,
-            data_split: str | None = None) -> None:
+            data_split: str | None = None, format_forced: bool = False) -> None:
         t0 = time.perf_counter()
         instances = split_instances(s.data_dir, data_split or split, task, length, s.n, "analyses/paper_regime.py")
         batch = batch_for(instances, s.tokens_per_batch)
         done = evaluate(model, s.model_name, task, instances, methods, heads, s.store(split, task, length, kind),
-                        backend=s.backend, batch_size=batch, teacher_forced=forced, command=s.command)
+                        backend=s.backend, batch_size=batch, teacher_forced=forced, command=s.command,
+                        format_forced=format_forced)
         log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s (batch {batch})")
 
     if "dev" in parts:
@@ -185,18 +189,20 @@ def run_regime(model: LoadedModel, heads: HeadSet, s: RegimeSettings, parts: Seq
     if "choose" in parts:
         choice = choose(s)
         log(f"chosen on the dev split: {choice['config']}, UniAttnS tau {choice['tau']} ({s.choice_path})")
-    if {"test", "free", "tasks"} & set(parts):
+    if {"test", "free", "format-forced", "tasks"} & set(parts):
         choice = s.read_choice()
         for length in s.lengths:
             if "test" in parts:
                 run("test", "path_traversal", length, "tf", test_methods(choice, FORCED_TOKENS["path_traversal"]),
                     True)
-            if "free" in parts:
-                tokens = FREE_TOKENS["path_traversal"]
-                configs = [DecodingConfig(method="vanilla", max_new_tokens=tokens)]
-                configs += [preset(n, max_new_tokens=tokens) for n in ("paper", "small-budget")]
-                configs.append(chosen_config(choice["config"], tokens))
-                run("test", "path_traversal", length, "free", named(configs), False, data_split="free")
+            for kind in ("free", "format-forced"):
+                if kind in parts:
+                    tokens = FREE_TOKENS["path_traversal"]
+                    configs = [DecodingConfig(method="vanilla", max_new_tokens=tokens)]
+                    configs += [preset(n, max_new_tokens=tokens) for n in ("paper", "small-budget")]
+                    configs.append(chosen_config(choice["config"], tokens))
+                    run("test", "path_traversal", length, "free" if kind == "free" else "ff", named(configs), False,
+                        data_split="free", format_forced=kind == "format-forced")
             if "tasks" in parts:
                 for task in s.tasks:
                     split = NEEDLE_TEST_SPLIT if task == "needle_qa" else None

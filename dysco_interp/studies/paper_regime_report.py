@@ -4,7 +4,9 @@ Under `<folder>` (figures/paper_regime):
 - `test_tf.{md,json}` and `effect.{png,html}`: Path Traversal teacher forced, every method against
   vanilla per length, and the paired effect against length for each preset;
 - `yarn_cost.{md,json}`: vanilla under YaRN against vanilla natively, where the window holds both;
-- `free.{md,json}`: Path Traversal decoded freely at 1K-2K (200 instances per length);
+- `free.{md,json}`: Path Traversal decoded freely at 1K-31K (200 instances per length);
+- `format_forced.{md,json}`: the same instances with each answer's format forced and its cities
+  decoded (`evaluate --format-forced`);
 - `tasks.{md,json}`: Needle QA and MRCR-style against vanilla;
 - `dev_choice.md`: the dev split's ranking, its choice and each length's winner;
 - `gold_rank.{png,html}`: how often the QRHeads, all heads and random heads put the gold edge in
@@ -221,9 +223,12 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
         written.append(section(folder, "yarn_cost", "What YaRN costs where the native window holds the prompt",
                                yarn_rows, forced, ci))
     free = TASKS["path_traversal"].metrics.free[:3]
-    rows = rows_of(by_cell(records_of(test, "*_path_traversal_*_free.jsonl"))[0], free)
-    if rows:
-        written.append(section(folder, "free", "Path Traversal decoded freely, test split", rows, free, ci))
+    for kind, name, title in (("free", "free", "Path Traversal decoded freely, test split"),
+                              ("ff", "format_forced", "Path Traversal with each answer's format forced and its "
+                                                      "cities decoded, test split")):
+        rows = rows_of(by_cell(records_of(test, f"*_path_traversal_*_{kind}.jsonl"))[0], free)
+        if rows:
+            written.append(section(folder, name, title, rows, free, ci))
     task_rows, leaks = [], []
     for task in ("needle_qa", "mrcr"):
         for kind in ("tf", "free"):
