@@ -67,11 +67,12 @@ def test_paired_gain_and_interval_by_hand():
     r8, r64 = rows
     assert r64["metric"] == "tf_step_accuracy" and r64["gain"] == {
         "mean": 0.25, "lo": 0.25, "hi": 0.25, "n": 4, "better": 4, "worse": 0, "same": 0, "p": 0.125, "draws": None,
-        "q": None}
+        "q": None, "margin": 0.03, "eq_p": 1.0, "eq_q": None}  # a gain of 0.25 is no equivalence within 0.03
     assert r64["gains"]["tf_logprob"]["mean"] == -0.25 and r64["gains"]["tf_exact"] is None
     assert r64["mean_selected"] == 63.0 and r64["beta"] == 2.0 and r64["top_p"] == 0.975
     assert r8["gain"] == {"mean": 0.5, "lo": 0.0, "hi": 1.0, "n": 2, "better": 1, "worse": 0, "same": 1,
-                           "p": 1.0, "draws": None, "q": None} and r8["n"] == 2 and r8["n_records"] == 3
+                           "p": 1.0, "draws": None, "q": None, "margin": 0.03, "eq_p": 0.74016, "eq_q": None} \
+        and r8["n"] == 2 and r8["n_records"] == 3
     assert r8["mean_selected"] is None
     assert r64["vanilla"]["tf_step_accuracy"]["mean"] == 0.5 and r64["n_vanilla"] == 4
     assert r64["means"]["tf_step_accuracy"]["mean"] == 0.75
@@ -194,7 +195,8 @@ def test_table_rows_by_config_and_not_run(tmp_path):
     assert "delta" not in van and van["metrics"]["tf_step_accuracy"]["mean"] == 0.5
     assert van["metrics"]["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
     assert best["delta"]["tf_step_accuracy"] == {"mean": 0.25, "lo": 0.25, "hi": 0.25, "n": 3, "better": 3,
-                                                 "worse": 0, "same": 0, "p": 0.25, "draws": None, "q": None}
+                                                 "worse": 0, "same": 0, "p": 0.25, "draws": None, "q": None,
+                                                 "margin": 0.03, "eq_p": 1.0, "eq_q": None}
     assert best["delta"]["tf_city_logprob"]["mean"] == 0.25
     assert best["delta"]["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
     assert best["params"]["top_k"] == 64 and best["params"]["schedule"] == "reference" and best["not_run"] == []
@@ -305,8 +307,10 @@ def test_write_reports_writes_every_table_and_figure(tmp_path):
     van, paper, best, short = free["rows"]
     assert "delta" not in van and van["metrics"]["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
     assert best["delta"]["accuracy"]["mean"] == pytest.approx(1 / 3, abs=1e-5)
+    # no instance changed: equivalent within any margin (TOST p 0), though the table's q is left to it
     assert paper["delta"]["accuracy"] == {"mean": 0.0, "lo": 0.0, "hi": 0.0, "n": 3, "better": 0, "worse": 0,
-                                          "same": 3, "p": 1.0, "draws": None, "q": None}
+                                          "same": 3, "p": 1.0, "draws": None, "q": None, "margin": 0.03,
+                                          "eq_p": 0.0, "eq_q": None}
     assert short["delta"]["step_accuracy"]["mean"] == pytest.approx(-1 / 6, abs=1e-5)
     text = (root / "dev_free.md").read_text()
     assert "| 1024 | DySCO chosen | DySCO (K=64) | 3 | - | 1.00 |" in text

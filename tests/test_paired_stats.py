@@ -12,7 +12,8 @@ from scipy import stats
 
 from dysco_interp.analysis.bootstrap import NO_CI
 from dysco_interp.analysis.equivalence import tost
-from dysco_interp.analysis.multiplicity import bh_q_values
+from dysco_interp.analysis.margins import margin_of
+from dysco_interp.analysis.multiplicity import bh_q_values, fill_q
 from dysco_interp.analysis.paired import (
     EXACT_MAX,
     N_DRAWS,
@@ -22,7 +23,8 @@ from dysco_interp.analysis.paired import (
     sign_flip_test,
     with_q,
 )
-from dysco_interp.analysis.report import fmt_delta, fmt_p
+from dysco_interp.analysis.report import equivalent, fmt_delta, fmt_p
+from dysco_interp.analysis.result_tables import paired_deltas
 from dysco_interp.errors import ConfigError
 
 
@@ -198,6 +200,36 @@ def test_tost_edge_cases_and_its_margin_is_always_stated():
         with pytest.raises(ConfigError):
             tost([0.1, 0.2], margin=bad)
     assert json.loads(json.dumps(inside.as_dict(), allow_nan=False)) == inside.as_dict()
+
+
+def test_a_margin_carries_the_tost_into_each_comparison_and_its_table():
+    near = [0.01, -0.02, 0.03, 0.0, 0.015, -0.01, 0.02, 0.005, -0.005, 0.01]
+    far = [0.01, -0.15, 0.03, 0.0, 0.015, -0.12, 0.02, 0.005, -0.18, 0.01]
+    plain = paired_comparison(near)
+    assert plain.eq_p is None and "margin" not in plain.as_dict()  # records without a margin keep their keys
+    a, b = paired_comparison(near, margin=0.05), paired_comparison(far, margin=0.05)
+    assert a.eq_p == tost(near, margin=0.05).p and b.eq_p == tost(far, margin=0.05).p
+    # the equivalence tests are a family of their own, BH-corrected like the sign-flip tests
+    filled = with_q([a, plain, b])
+    qa, qb = bh_q_values([a.eq_p, b.eq_p])
+    assert (filled[0].eq_q, filled[1].eq_q, filled[2].eq_q) == (pytest.approx(qa), None, pytest.approx(qb))
+    dicts = [a.as_dict(), plain.as_dict(), b.as_dict()]
+    fill_q(iter(dicts))  # a generator, as the table builders pass it
+    assert dicts[0]["eq_q"] == pytest.approx(filled[0].eq_q, rel=1e-4) and "eq_q" not in dicts[1]
+    assert dicts[0]["q"] == pytest.approx(filled[0].q, rel=1e-4)
+    # the table marks only the difference shown equivalent, with its margin
+    assert fmt_delta(dicts[0]).endswith(" ≡±0.05") and "≡" not in fmt_delta(dicts[2])
+    assert "≡" not in fmt_delta(dicts[1]) and not equivalent(None)
+
+
+def test_a_table_tests_equivalence_at_each_metrics_own_margin():
+    records = [{"id": str(i), "index": i, "tf_logprob": -1.0 + d, "tf_token_accuracy": 0.5, "mystery": 1.0}
+               for i, d in enumerate([0.004, -0.003, 0.002, 0.0, 0.001, -0.002])]
+    reference = [{**r, "tf_logprob": -1.0, "mystery": 0.5} for r in records]
+    deltas = paired_deltas(records, reference, ["tf_logprob", "tf_token_accuracy", "mystery"])
+    assert deltas["tf_logprob"]["margin"] == margin_of("tf_logprob") == 0.03
+    assert equivalent(deltas["tf_logprob"]) and equivalent(deltas["tf_token_accuracy"])
+    assert "margin" not in deltas["mystery"] and margin_of("mystery") is None
 
 
 # ---------------------------------------------------------------------------- bad input

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dysco_interp.analysis.bootstrap import finite_values
-from dysco_interp.analysis.paired import significant
+from dysco_interp.analysis.multiplicity import significant
 from dysco_interp.errors import ConfigError
 
 

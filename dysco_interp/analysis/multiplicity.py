@@ -39,9 +39,18 @@ def bh_q_values(p_values: Sequence[float]) -> list[float]:
     return q.tolist()
 
 
+def significant(x: float, digits: int) -> float:
+    """`x` to `digits` significant digits: p- and q-values keep them where rounding to decimals
+    would print 2e-6 as 0."""
+    return float(f"{x:.{digits}g}")
+
+
 def fill_q(estimates: Iterable[dict], digits: int = 5) -> None:
     """Set `q` on every tested estimate (a dict with a `p`, as `PairedComparison.as_dict` gives) of
-    one family, in place, to `digits` significant digits."""
-    tested = [e for e in estimates if e and e.get("p") is not None]
-    for e, q in zip(tested, bh_q_values([e["p"] for e in tested])):
-        e["q"] = float(f"{q:.{digits}g}")
+    one family, in place, to `digits` significant digits; likewise `eq_q` from the equivalence
+    tests' `eq_p` where a margin was set (a separate family: equivalence claims are discoveries too)."""
+    estimates = [e for e in estimates if e]  # once: a generator is read a single time
+    for p_key, q_key in (("p", "q"), ("eq_p", "eq_q")):
+        tested = [e for e in estimates if e.get(p_key) is not None]
+        for e, q in zip(tested, bh_q_values([e[p_key] for e in tested])):
+            e[q_key] = significant(q, digits)

@@ -31,7 +31,8 @@ from typing import TypeVar, overload
 import numpy as np
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci, finite_values
-from dysco_interp.analysis.multiplicity import bh_q_values
+from dysco_interp.analysis.equivalence import tost
+from dysco_interp.analysis.multiplicity import bh_q_values, significant
 from dysco_interp.errors import ConfigError
 
 EXACT_MAX = 20  # nonzero differences enumerated exactly: 2^19 sums, 4 MB and some milliseconds
@@ -69,17 +70,20 @@ class PairedComparison:
     p: float
     draws: int | None
     q: float | None = None
+    margin: float | None = None  # with a margin: the TOST p of equivalence within it, and its q
+    eq_p: float | None = None
+    eq_q: float | None = None
 
     def as_dict(self, digits: int = 5) -> dict:
         # p and q keep significant digits: rounding 2e-6 to 5 decimals would print p = 0
-        return {"mean": round(self.mean, digits), "lo": round(self.lo, digits), "hi": round(self.hi, digits),
-                "n": self.n, "better": self.better, "worse": self.worse, "same": self.same,
-                "p": significant(self.p, digits), "draws": self.draws,
-                "q": None if self.q is None else significant(self.q, digits)}
-
-
-def significant(x: float, digits: int) -> float:
-    return float(f"{x:.{digits}g}")
+        out = {"mean": round(self.mean, digits), "lo": round(self.lo, digits), "hi": round(self.hi, digits),
+               "n": self.n, "better": self.better, "worse": self.worse, "same": self.same,
+               "p": significant(self.p, digits), "draws": self.draws,
+               "q": None if self.q is None else significant(self.q, digits)}
+        if self.margin is not None:  # only then, so comparisons without a margin keep their old records
+            out |= {"margin": self.margin, "eq_p": None if self.eq_p is None else significant(self.eq_p, digits),
+                    "eq_q": None if self.eq_q is None else significant(self.eq_q, digits)}
+        return out
 
 
 def paired_differences(baseline: Sequence[float], method: Sequence[float]) -> np.ndarray:
@@ -123,15 +127,19 @@ def sign_flip_test(differences: Sequence[float], *, exact_max: int = EXACT_MAX, 
 
 
 def paired_comparison(differences: Sequence[float], *, level: float = 0.95, n_boot: int = 2000, seed: int = 0,
-                      exact_max: int = EXACT_MAX, n_draws: int = N_DRAWS) -> PairedComparison:
+                      exact_max: int = EXACT_MAX, n_draws: int = N_DRAWS,
+                      margin: float | None = None) -> PairedComparison:
     """The mean of `differences` (method - baseline per instance) with its percentile-bootstrap
     interval (`bootstrap_ci`'s conventions), the instances better, worse and the same, and the
-    sign-flip p (`sign_flip_test`); q stays None until `with_q` sees the whole table."""
+    sign-flip p (`sign_flip_test`); q stays None until `with_q` sees the whole table. With a
+    `margin` (`analysis.margins`), also the TOST p of equivalence within it (`equivalence.tost`)."""
     ci = bootstrap_ci(differences, level=level, n_boot=n_boot, seed=seed)
     test = sign_flip_test(differences, exact_max=exact_max, n_draws=n_draws, seed=seed)
     d = np.asarray(differences, dtype=float)
     better, worse = int((d > 0).sum()), int((d < 0).sum())
-    return PairedComparison(ci.mean, ci.lo, ci.hi, ci.n, better, worse, ci.n - better - worse, test.p, test.draws)
+    eq_p = None if margin is None else tost(d, margin=margin).p
+    return PairedComparison(ci.mean, ci.lo, ci.hi, ci.n, better, worse, ci.n - better - worse, test.p, test.draws,
+                            margin=margin, eq_p=eq_p)
 
 
 K = TypeVar("K")
@@ -142,8 +150,12 @@ def with_q(comparisons: Mapping[K, PairedComparison]) -> dict[K, PairedCompariso
 @overload
 def with_q(comparisons: Sequence[PairedComparison]) -> list[PairedComparison]: ...
 def with_q(comparisons):
-    """The comparisons of one table with q filled: BH over all their p-values (`bh_q_values`).
-    A mapping comes back as a dict with the same keys, a sequence as a list in the same order."""
+    """The comparisons of one table with q filled: BH over all their p-values (`bh_q_values`), and
+    eq_q likewise over the equivalence p-values of those with a margin. A mapping comes back as a
+    dict with the same keys, a sequence as a list in the same order."""
     items = list(comparisons.values()) if isinstance(comparisons, Mapping) else list(comparisons)
     filled = [replace(c, q=q) for c, q in zip(items, bh_q_values([c.p for c in items]))]
+    with_margin = [i for i, c in enumerate(filled) if c.eq_p is not None]
+    for i, q in zip(with_margin, bh_q_values([filled[i].eq_p for i in with_margin])):
+        filled[i] = replace(filled[i], eq_q=q)
     return dict(zip(comparisons, filled)) if isinstance(comparisons, Mapping) else filled

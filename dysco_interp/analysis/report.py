@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.bootstrap import MIN_CI_N, NO_CI
+from dysco_interp.analysis.margins import EQUIVALENCE_LEVEL
 from dysco_interp.atomic import atomic_open
 
 
@@ -37,7 +38,23 @@ def fmt_delta(est: Mapping | None, digits: int = 3) -> str:
     if not est or est.get("p") is None:
         return text
     text = f"{text} {est['better']}↑{est['worse']}↓ p={fmt_p(est['p'])}"
-    return text if est.get("q") is None else f"{text} q={fmt_p(est['q'])}"
+    text = text if est.get("q") is None else f"{text} q={fmt_p(est['q'])}"
+    return f"{text} ≡±{est['margin']:g}" if equivalent(est) else text
+
+
+def equivalent(est: Mapping | None) -> bool:
+    """Whether a paired difference is shown equivalent to no change within its metric's margin:
+    its TOST q over the table (its p where no table was formed) below `EQUIVALENCE_LEVEL`."""
+    if not est or est.get("margin") is None:
+        return False
+    p = est.get("eq_q") if est.get("eq_q") is not None else est.get("eq_p")
+    return p is not None and p < EQUIVALENCE_LEVEL
+
+
+# what a table's differences carry, said once under each table that prints them
+DELTA_LEGEND = ("b↑w↓: instances the method made better and worse; p: exact sign-flip test; q: Benjamini-Hochberg "
+                f"over the table; ≡±m: equivalent to no change within ±m (paired t TOST, its BH q over the table "
+                f"below {EQUIVALENCE_LEVEL:g}; margins in `analysis/margins.py`).")
 
 
 def store_notes(unmatched: Sequence[str], dropped: int) -> list[str]:
@@ -74,7 +91,19 @@ def write_text(path: str | Path, text: str) -> Path:
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
-    return write_text(path, json.dumps(obj, indent=1, allow_nan=False))
+    return write_text(path, json_lines(obj) + "\n")
+
+
+def json_lines(obj: Any, depth: int = 2) -> str:
+    """`obj` as JSON with its top `depth` levels one item a line and everything below compact: a
+    table row is one line, so a diff shows which rows changed while the committed tables stay a
+    third smaller than indented JSON."""
+    if depth and isinstance(obj, dict) and obj:
+        items = [f"{json.dumps(k)}:{json_lines(v, depth - 1)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n}"
+    if depth and isinstance(obj, list) and obj:
+        return "[\n" + ",\n".join(json_lines(v, depth - 1) for v in obj) + "\n]"
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
 
 
 def command_line(script: str, argv: Sequence[str]) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.margins import margin_of
 from dysco_interp.analysis.method_key import (
     ROBUSTNESS_PARAMS,
     MethodKey,
@@ -166,14 +167,16 @@ def metric_estimates(records: Sequence[Mapping], metrics: Sequence[str], ci: CIO
 def paired_deltas(records: Sequence[Mapping], reference: Sequence[Mapping], metrics: Sequence[str],
                   ci: CIOptions = CIOptions()) -> dict:
     """{metric: the paired difference record - reference over instances present in both}: its
-    mean and bootstrap interval, the instances better, worse and the same, and the exact sign-flip
-    p (`analysis.paired`); `with_table_q` adds the BH q once a table's comparisons are all made."""
+    mean and bootstrap interval, the instances better, worse and the same, the exact sign-flip p
+    and, where the metric has a margin (`analysis.margins`), the TOST p of equivalence within it
+    (`analysis.paired`); `with_table_q` adds the BH q once a table's comparisons are all made."""
     ref = {instance_of(r): r for r in reference}
     pairs = [(r, ref[instance_of(r)]) for r in records if instance_of(r) in ref]
     out = {}
     for m in metrics:
         diffs = [float(a[m]) - float(b[m]) for a, b in pairs if a.get(m) is not None and b.get(m) is not None]
-        out[m] = paired_comparison(diffs, n_boot=ci.n_boot, seed=ci.seed).as_dict() if diffs else None
+        out[m] = paired_comparison(diffs, n_boot=ci.n_boot, seed=ci.seed, margin=margin_of(m)).as_dict() \
+            if diffs else None
     return out
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.margins import margin_of
 from dysco_interp.analysis.multiplicity import fill_q
 from dysco_interp.analysis.paired import paired_comparison
 from dysco_interp.analysis.report import fmt_delta
@@ -66,9 +67,10 @@ def _ci(values: Iterable[float], n_boot: int, seed: int) -> dict:
     return bootstrap_ci(list(values), n_boot=n_boot, seed=seed).as_dict()
 
 
-def _paired(differences: Iterable[float], n_boot: int, seed: int) -> dict:
-    """A per-instance difference's mean and interval, with the instances it moved and its exact p."""
-    return paired_comparison(list(differences), n_boot=n_boot, seed=seed).as_dict()
+def _paired(differences: Iterable[float], n_boot: int, seed: int, metric: str) -> dict:
+    """A per-instance difference's mean and interval, with the instances it moved, its exact p and,
+    where the metric has a margin, its equivalence p."""
+    return paired_comparison(list(differences), n_boot=n_boot, seed=seed, margin=margin_of(metric)).as_dict()
 
 
 def summarise_group(records: list[dict], metric: str, n_boot: int = 2000, seed: int = 0) -> dict:
@@ -83,7 +85,7 @@ def summarise_group(records: list[dict], metric: str, n_boot: int = 2000, seed: 
     for name, vals in sorted(by_set.items()):
         keys = sorted(set(vals) & set(base))
         out["sets"][name] = {"ablated": _ci((vals[k] for k in keys), n_boot, seed),
-                             "drop": _paired((base[k] - vals[k] for k in keys), n_boot, seed)}
+                             "drop": _paired((base[k] - vals[k] for k in keys), n_boot, seed, metric)}
     members: dict[str, list[str]] = {}
     for name in sorted(by_set):
         members.setdefault(group_of(name), []).append(name)
@@ -91,14 +93,14 @@ def summarise_group(records: list[dict], metric: str, n_boot: int = 2000, seed: 
     for group, names in members.items():
         keys = sorted(set(base).intersection(*(by_set[n] for n in names)))
         drops[group] = {k: float(np.mean([base[k] - by_set[n][k] for n in names])) for k in keys}
-        out["groups"][group] = {"members": names, "drop": _paired(drops[group].values(), n_boot, seed),
+        out["groups"][group] = {"members": names, "drop": _paired(drops[group].values(), n_boot, seed, metric),
                                 "ablated": _ci((base[k] - drops[group][k] for k in keys), n_boot, seed)}
     if RANDOM in drops:
         for group, d in drops.items():
             keys = sorted(set(d) & set(drops[RANDOM]))
             if group != RANDOM and keys:
                 out["contrasts"][f"{group} - {RANDOM}"] = _paired((d[k] - drops[RANDOM][k] for k in keys), n_boot,
-                                                                   seed)
+                                                                   seed, metric)
     return out
 
 
@@ -124,7 +126,8 @@ def summarise(records: list[dict], model: str, n_boot: int = 2000, seed: int = 0
     return {"model": model, "drop": "unablated minus ablated (positive: the ablation hurts)",
             "ci": "95% percentile bootstrap over instances of the per-instance (paired) differences; each "
                   "difference also carries the instances it moved, the exact sign-flip p and the "
-                  "Benjamini-Hochberg q over this summary's differences",
+                  "Benjamini-Hochberg q over this summary's differences, and where its metric has a margin "
+                  "(analysis/margins.py) the TOST p and q of equivalence within it",
             "n_boot": n_boot, "bootstrap_seed": seed, "rows": rows}
 
 

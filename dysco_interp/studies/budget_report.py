@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.method_key import MethodKey
-from dysco_interp.analysis.report import fmt_ci, fmt_delta, write_json, write_text
+from dysco_interp.analysis.report import DELTA_LEGEND, fmt_ci, fmt_delta, write_json, write_text
 from dysco_interp.analysis.result_tables import (
     PAPER_PRESET,
     VANILLA,
@@ -300,7 +300,7 @@ def write_heldout_table(rows: Sequence[Mapping], stem: str | Path, *, notes: Seq
     with_table_q(rows)
     parts = ["# Path Traversal, test split: vanilla, UniAttnS, DySCO preset and chosen, ablations", "",
              f"Means over instances; Δ: paired difference to vanilla on the same instances, {ci.description}. "
-             "TF: teacher forced (gold route given); exact / partial / step accuracy: free generation. "
+             f"{DELTA_LEGEND} TF: teacher forced (gold route given); exact / partial / step accuracy: free generation. "
              "n: instances teacher forced / generated; boosted: keys boosted per step (mean)."]
     for model in dict.fromkeys(r["model"] for r in rows):
         body = [[r["length"], r["name"], r["config"], f"{r['n_tf']}/{r['n_free']}",
@@ -385,9 +385,9 @@ def write_dev_free(rows: Sequence[Mapping], stem: str | Path, *, notes: Sequence
     """<stem>.md (one table per model and task) and <stem>.json (`meta`, rows, notes) of `dev_free_table`."""
     parts = ["# Selection budget (dev split, free generation): vanilla, the paper preset, the shortlist", "",
              f"Means over instances; Δ: paired difference to vanilla on the same instances, {ci.description}. "
-             "The shortlist is the best-ranked configurations of the teacher-forced sweep; TF rank: their mean "
-             "rank there (the choice rule). Free generation is reported beside the choice, not used for it. "
-             "boosted: keys boosted per step (mean)."]
+             f"{DELTA_LEGEND} The shortlist is the best-ranked configurations of the teacher-forced sweep; "
+             "TF rank: their mean rank there (the choice rule). Free generation is reported beside the choice, "
+             "not used for it. boosted: keys boosted per step (mean)."]
     for model, task in dict.fromkeys((r["model"], r["task"]) for r in rows):
         cell = [r for r in rows if (r["model"], r["task"]) == (model, task)]
         metrics = list(cell[0]["metrics"])

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.method_key import MethodKey
-from dysco_interp.analysis.report import fmt_ci, fmt_delta, write_json, write_text
+from dysco_interp.analysis.report import DELTA_LEGEND, fmt_ci, fmt_delta, write_json, write_text
 from dysco_interp.analysis.result_tables import (
     VANILLA,
     CIOptions,
@@ -144,8 +144,8 @@ def section(folder: Path, name: str, title: str, rows: list[dict], metrics: Sequ
     with_table_q(rows)
     text = "\n".join([f"# {title}", "", f"Mean over instances; {ci.description}. Δ: paired difference to "
                       "vanilla on the same instances. YaRN: the model stretched by factor 4 past its "
-                      "32,768-token window.", "", *notes, model_tables(rows, metrics, with_task), "", f"`{COMMAND}`",
-                      ""])
+                      f"32,768-token window. {DELTA_LEGEND}", "", *notes, model_tables(rows, metrics, with_task), "",
+                      f"`{COMMAND}`", ""])
     write_json(folder / f"{name}.json", {"table": title, "command": COMMAND, "ci": ci.description, "rows": rows})
     return write_text(folder / f"{name}.md", text)
 
@@ -241,7 +241,8 @@ def write_reports(folder: Path, ci: CIOptions = CIOptions()) -> list[str]:
     if task_rows:
         with_table_q(task_rows)
         text = ["# Needle QA and MRCR-style, test split", "",
-                f"Mean over instances; {ci.description}. Δ: paired difference to vanilla on the same instances.", ""]
+                f"Mean over instances; {ci.description}. Δ: paired difference to vanilla on the same instances. "
+                f"{DELTA_LEGEND}", ""]
         if leaks:
             text += ["Not held out (the instances are among those the model's shipped QRHeads were detected on; "
                      "read these cells as in-sample):", "", *leaks, ""]

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.bootstrap import bootstrap_ci
+from dysco_interp.analysis.margins import margin_of
 from dysco_interp.analysis.multiplicity import fill_q
 from dysco_interp.analysis.paired import paired_comparison
-from dysco_interp.analysis.report import fmt_delta
+from dysco_interp.analysis.report import DELTA_LEGEND, fmt_delta
 from dysco_interp.analysis.step_classes import CLASSES, class_rates
 from dysco_interp.analysis.step_signals import SIGNALS, classified, rates_by_bin
 from dysco_interp.analysis.store_archives import glob_stores
@@ -72,11 +73,13 @@ def per_instance(records: Sequence[Mapping], method: str) -> dict[str, dict[str,
     return out
 
 
-def paired(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, float]], field: str) -> dict | None:
+def paired(a: Mapping[str, Mapping[str, float]], b: Mapping[str, Mapping[str, float]], field: str,
+           metric: str) -> dict | None:
+    """b - a on `field` over the instances both hold, tested as the table's `metric` (its margin)."""
     common = sorted(set(a) & set(b))
     if len(common) < 2:
         return None
-    return paired_comparison([b[i][field] - a[i][field] for i in common]).as_dict()
+    return paired_comparison([b[i][field] - a[i][field] for i in common], margin=margin_of(metric)).as_dict()
 
 
 def free_by_instance(records: Sequence[Mapping], method: str) -> dict[str, dict[str, float]]:
@@ -117,11 +120,12 @@ def free_vs_forced(steps: Sequence[Mapping], free: Sequence[Mapping]) -> list[di
             }
             if m != "vanilla":
                 row["methods"][m]["gain"] = {
-                    "tf_step_accuracy": paired(forced["vanilla"], f, "step_accuracy"),
-                    "tf_city_logprob": paired(forced["vanilla"], f, "city_logprob"),
-                    "tf_leading": paired(forced["vanilla"], f, "leading"),
-                    "free_partial": paired(freed["vanilla"], g, "partial_accuracy") if g else None,
-                    "free_exact": paired(freed["vanilla"], g, "accuracy") if g else None}
+                    "tf_step_accuracy": paired(forced["vanilla"], f, "step_accuracy", "tf_step_accuracy"),
+                    "tf_city_logprob": paired(forced["vanilla"], f, "city_logprob", "tf_city_logprob"),
+                    "tf_leading": paired(forced["vanilla"], f, "leading", "tf_leading"),
+                    "free_partial": paired(freed["vanilla"], g, "partial_accuracy", "partial_accuracy")
+                    if g else None,
+                    "free_exact": paired(freed["vanilla"], g, "accuracy", "accuracy") if g else None}
         out.append(row)
     # the table's family: every steered method's gain at every model and length
     fill_q(g for row in out for m in row["methods"].values() for g in (m.get("gain") or {}).values())
@@ -199,10 +203,11 @@ def gate_table(steps: Sequence[Mapping], free: Sequence[Mapping], gates: Mapping
         out.append({"model": model, "min_mass": gate["min_mass"], "helps_on_dev": gate["helps_on_dev"],
                     "rule": gate["rule"], "dev_scores": gate["scores"],
                     "steps_same_as_dysco": None if not n else round(same / n, 4),
-                    "gated_minus_dysco": {"tf_step_accuracy": paired(f_dysco, f_gated, "step_accuracy"),
-                                          "tf_city_logprob": paired(f_dysco, f_gated, "city_logprob"),
-                                          "free_partial": paired(g_dysco, g_gated, "partial_accuracy"),
-                                          "free_exact": paired(g_dysco, g_gated, "accuracy")}})
+                    "gated_minus_dysco": {
+                        "tf_step_accuracy": paired(f_dysco, f_gated, "step_accuracy", "tf_step_accuracy"),
+                        "tf_city_logprob": paired(f_dysco, f_gated, "city_logprob", "tf_city_logprob"),
+                        "free_partial": paired(g_dysco, g_gated, "partial_accuracy", "partial_accuracy"),
+                        "free_exact": paired(g_dysco, g_gated, "accuracy", "accuracy")}})
     return out
 
 
@@ -259,7 +264,8 @@ def render(result: Mapping) -> str:
               "`tf leading`: the route steps before the line of the first gold token the forced argmax misses, as a "
               "share of the route: what greedy free decoding keeps of the teacher-forced steps. `free partial`: "
               "LongProc's partial accuracy of the free route. `agrees`: share of instances whose free route has "
-              "exactly that many right steps before its first error.", ""]
+              "exactly that many right steps before its first error. Δ: paired difference to vanilla on the same "
+              f"instances; {DELTA_LEGEND}", ""]
     rows = []
     for c in result["free_vs_forced"]:
         for m, v in c["methods"].items():

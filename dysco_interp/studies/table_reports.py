@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, MethodKey, default_value
-from dysco_interp.analysis.report import fmt_ci, fmt_delta, with_footer
+from dysco_interp.analysis.report import DELTA_LEGEND, fmt_ci, fmt_delta, with_footer
 from dysco_interp.analysis.result_tables import delta_metrics
 from dysco_interp.analysis.stores import display_path, load_deduplicated, load_pooled
 from dysco_interp.cli import args as cli_args
@@ -107,7 +107,8 @@ def render_pt_table(result: dict) -> str:
                      fmt_ci(m.get("accuracy")), fmt_ci(m.get("step_accuracy")), fmt_ci(m.get("partial_accuracy")),
                      fmt_delta(d.get("accuracy")), fmt_delta(d.get("step_accuracy"))])
     parts = ["# Path Traversal: vanilla / UniAttnS / DySCO", "",
-             f"Mean over instances; {result['ci']}. Δ: paired difference to vanilla on the same instances.", "",
+             f"Mean over instances; {result['ci']}. Δ: paired difference to vanilla on the same instances. "
+             f"{DELTA_LEGEND}", "",
              table_markdown(["model", "length", "new tokens", "method", "n", "accuracy (exact)", "step accuracy",
                              "partial accuracy", "Δ accuracy", "Δ step accuracy"], body), "",
              "## UniAttnS temperature, chosen on MRCR-style data", "", result["tau_rule"], ""]
@@ -142,7 +143,8 @@ def ablation_result(stores: Sequence[str], ci: T.CIOptions, command: str, root: 
 
 def render_ablation_table(result: dict) -> str:
     parts = ["# Ablations: DySCO vs random heads vs static selection vs one-pass reuse", "",
-             f"Mean over instances; {result['ci']}. Δ: paired difference to DySCO on the same instances."]
+             f"Mean over instances; {result['ci']}. Δ: paired difference to DySCO on the same instances. "
+             f"{DELTA_LEGEND}"]
     tasks = {r["task"] for r in result["rows"]}
     titles = reported_tasks()
     for task in [t for t in titles if t in tasks] + sorted(tasks - set(titles)):
@@ -263,7 +265,8 @@ def robustness_panels(points: list[dict]) -> list[Panel]:
 def render_robustness(result: dict) -> str:
     parts = ["# DySCO hyper-parameter robustness (one parameter at a time)", "",
              f"Mean over instances; {result['ci']}. Defaults: p=0.975, K=4096, beta=2. "
-             "Δ vs vanilla: paired difference to vanilla decoding on the same instances (what the figure shows)."]
+             "Δ vs vanilla: paired difference to vanilla decoding on the same instances (what the figure shows). "
+             f"{DELTA_LEGEND}"]
     for param in ROBUSTNESS_PARAMS:
         pts = [p for p in result["points"] if p["param"] == param]
         body = [[p["model"], p["task"], p["length"], p["setting"].get("max_new_tokens"),
