@@ -6,7 +6,7 @@ import torch
 from dysco_interp.decoding import backends, relevance
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import compare_methods, generate_batch
-from dysco_interp.decoding.plan import Bias, PassPlan, Read
+from dysco_interp.decoding.plan import Bias, PassPlan, Read, Scale
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import STYLES, tiny_model
@@ -244,11 +244,15 @@ def test_every_backend_has_one_interface_and_refuses_the_same_things(tiny_llama)
 def test_the_llama_family_prefills_in_chunks_through_the_written_out_layers(style):
     model = tiny_model(style)
     ids = torch.randint(20, 500, (2, 50), generator=torch.Generator().manual_seed(3))
-    for tau in (1.0, 0.5):
-        static = backends.make_backend(model, "static", tau=tau)
+    layers = range(model.spec.n_layers)
+    # none; a temperature (UniAttnS); one on some heads of some layers with log-n growth past 20 keys
+    for scale in (None, Scale(layers, temperature=0.5), Scale([1, 2], heads=[(1, 0), (2, 3)], temperature=0.8,
+                                                               log_n=20)):
+        plan = PassPlan(scale=scale)
+        static = backends.make_backend(model, "static")
         assert (static.decoder is None) == (style == "gemma3")  # sliding windows take the transformers forward
-        ours = static.prefill(ids, None, chunk_size=7)  # seven chunks, the last one short
-        ref = backends.make_backend(model, "sdpa", tau=tau).prefill(ids, None, chunk_size=50)
+        ours = static.prefill(ids, None, chunk_size=7, scale=scale)  # seven chunks, the last one short
+        ref = backends.make_backend(model, "sdpa").prefill(ids, None, chunk_size=50, scale=scale)
         assert ours.n_keys == ref.n_keys == 50
         for layer in range(model.spec.n_layers):
             if ref.cache.layers[layer].keys.shape[2] < 50:  # a sliding layer's cache keeps its window only
@@ -258,8 +262,8 @@ def test_the_llama_family_prefills_in_chunks_through_the_written_out_layers(styl
             torch.testing.assert_close(values[:, :, :50], ref.cache.layers[layer].values, atol=2e-5, rtol=1e-4)
         # the first decoding step reads those buffers: its logits are the SDPA backend's
         token = torch.tensor([77, 78])
-        torch.testing.assert_close(static.run(ours, token, PassPlan()).logits,
-                                   backends.make_backend(model, "sdpa", tau=tau).run(ref, token, PassPlan()).logits,
+        torch.testing.assert_close(static.run(ours, token, plan).logits,
+                                   backends.make_backend(model, "sdpa").run(ref, token, plan).logits,
                                    atol=2e-5, rtol=1e-4)
 
 

@@ -115,7 +115,7 @@ def test_bias_of_the_wrong_length_is_refused(tiny_llama):
     writer.set_bias(torch.zeros(1, 1, 1, N + 1))
     with pytest.raises(ValueError, match="announced"):
         frozen_logits(tiny_llama, cache, ids[:, -1:], writer.hooks())
-    with pytest.raises(ValueError, match="batch, 1, 1, n_keys"):
+    with pytest.raises(ValueError, match=r"batch, 1 or n_heads, 1, n_keys"):
         writer.set_bias(torch.zeros(1, N))
 
 

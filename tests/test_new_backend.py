@@ -17,21 +17,27 @@ PROMPT = "You can travel from Paris to Berlin by train. Rome is quiet. " * 4 + "
 
 
 class HookBackend(Backend):
-    """Each pass through the bridge with hooks of its own: UniAttnS's temperature in every layer,
-    one that reads the last query's pattern row of the read heads, one that adds the bias to the
-    scores of the biased layers (and heads)."""
+    """Each pass through the bridge with hooks of its own: a plan's temperature on whole layers
+    (UniAttnS's; this small backend refuses finer scales), one that reads the last query's pattern
+    row of the read heads, one that adds the bias to the scores of the biased layers (and heads)."""
 
     name = "test-hooks"
     max_batch = 1
 
-    def temperature(self):
-        def scale(scores, hook):
-            return scores / self.tau
+    @staticmethod
+    def temperature(scale):
+        if scale is None:
+            return []
+        if not scale.uniform:
+            raise ConfigError("this backend scales whole layers by a temperature only")
 
-        return [] if self.tau == 1.0 else [(scores_name(layer), scale) for layer in range(self.model.spec.n_layers)]
+        def divide(scores, hook):
+            return scores / scale.temperature
 
-    def prefill(self, ids, valid, *, chunk_size=None, reserve=0):
-        cache, _ = runtime.prefill(self.model, ids, hooks=self.temperature())
+        return [(scores_name(layer), divide) for layer in scale.layers]
+
+    def prefill(self, ids, valid, *, chunk_size=None, reserve=0, scale=None):
+        cache, _ = runtime.prefill(self.model, ids, hooks=self.temperature(self.prefill_scale(scale)))
         return DecodeState(cache, ids.shape[1])
 
     def run(self, state, tokens, plan):
@@ -53,7 +59,7 @@ class HookBackend(Backend):
         def rule(resid, hook):
             bias["now"] = self.ruled_bias(plan, read_outs(plan, rows, n_keys, device, first_only=True)[0], 1, n_keys)
 
-        hooks = self.temperature() + [(pattern_name(layer), read) for layer in wanted]
+        hooks = self.temperature(plan.scale) + [(pattern_name(layer), read) for layer in wanted]
         if plan.bias is not None:
             hooks += [(scores_name(layer), add) for layer in plan.bias.layers]
             if plan.bias.source == "rule":

@@ -23,6 +23,9 @@ from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Meth
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
 from dysco_interp.errors import ConfigError
 
+# the layer count a method's prefill scale is asked with before any model is known (`changes_prefill`)
+ANY_DEPTH = 1024
+
 
 @dataclass(frozen=True)
 class DecodingConfig:
@@ -112,8 +115,10 @@ class DecodingConfig:
 
     @property
     def changes_prefill(self) -> bool:
-        """UniAttnS rescales the prompt's attention too, so it cannot share a vanilla prefill."""
-        return self.temperature != 1.0
+        """Whether the method scales the prompt's attention too (UniAttnS), so that it cannot share
+        a vanilla prefill."""
+        # asked before a model is known: at a depth no model reaches, so any layer range a method names exists
+        return self.strategy.prefill_scale(self, ANY_DEPTH) is not None
 
     def replace(self, **changes) -> "DecodingConfig":
         return dataclasses.replace(self, **changes)

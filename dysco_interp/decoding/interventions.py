@@ -10,7 +10,8 @@ the order they were added, each seeing the previous one's output).
   query row; `attention()` aggregates them onto absolute key positions.
 - `BiasWriter` (hook_attn_scores of every layer): adds a float32 bias on absolute
   key positions, sliced to the keys each layer sees (sliding-window layers).
-- `AttentionTemperature` (hook_attn_scores of every layer): scores / tau (UniAttnS).
+- `LogitScale` (hook_attn_scores of a plan scale's layers): scores / temperature, times the
+  log-n factor (a pass's `plan.Scale`; UniAttnS's temperature).
 
 Sliding-window layers (Gemma-3): at decode time their key axis holds only the last
 `sliding_window` keys; full layers hold all of them. For the last query row both
@@ -26,6 +27,8 @@ from typing import Iterable, Mapping, Sequence
 import torch
 
 from dysco_interp.decoding import relevance
+from dysco_interp.decoding.logit_scale import logn_of
+from dysco_interp.decoding.plan import Scale
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook, head_label, head_out_of_range, is_sliding, layer_of, pattern_name, scores_name
@@ -111,9 +114,9 @@ class RelevanceReader:
 class BiasWriter:
     """Adds a float32 bias on absolute key positions to the attention scores of some layers.
 
-    `set_bias(bias)` with `[B or 1, 1, 1, n_keys]` (from `relevance.scaling_bias`), or
-    None to pass scores through untouched. Each layer gets the bias's last k entries,
-    k being the width of its key axis (all keys on full layers, the window on sliding
+    `set_bias(bias)` with `[B or 1, 1, 1, n_keys]` (from `relevance.scaling_bias`), or one row
+    per head `[B or 1, heads, 1, n_keys]`, or None to pass scores through untouched. Each layer
+    gets the bias's last k entries, k being the width of its key axis (all keys on full layers, the window on sliding
     ones). `heads` (layer -> query heads) limits a layer to those heads; a layer it does not
     name gets every head. Scores are returned in float32 (a bf16 sum would round log(beta) away).
     """
@@ -129,8 +132,8 @@ class BiasWriter:
         return [(scores_name(layer), self) for layer in self.layers]
 
     def set_bias(self, bias: torch.Tensor | None) -> None:
-        if bias is not None and (bias.ndim != 4 or bias.shape[1] != 1 or bias.shape[2] != 1):
-            raise ValueError(f"bias must be [batch, 1, 1, n_keys], got {tuple(bias.shape)}")
+        if bias is not None and (bias.ndim != 4 or bias.shape[1] not in (1, self.spec.n_heads) or bias.shape[2] != 1):
+            raise ValueError(f"bias must be [batch, 1 or n_heads, 1, n_keys], got {tuple(bias.shape)}")
         self.bias = None if bias is None else bias.float()
 
     def __call__(self, scores: torch.Tensor, hook) -> torch.Tensor:
@@ -144,29 +147,70 @@ class BiasWriter:
         if heads is None:
             return scores.float() + bias
         out = scores.float()
-        out[:, heads.to(scores.device)] += bias
+        index = heads.to(scores.device)
+        out[:, index] += bias[:, index] if bias.shape[1] > 1 else bias
         return out
 
 
-class AttentionTemperature:
-    """UniAttnS: every head of every layer attends with softmax(scores / tau).
+class LogitScale:
+    """A `plan.Scale` on the scores of its layers (and heads): `scores / temperature`, times the
+    log-n factor of each query's key count.
 
-    Shape-agnostic, so it works in prefill (through the hooked bridge) and decoding.
-    tau = 1 returns the scores unchanged.
+    Shape-agnostic, so it works in prefill (through the hooked bridge) and decoding. Log-n needs
+    each query's absolute position: `at(first)` announces the first one of the next forward (one
+    prompt, no pads, as the bridge runs them); a sliding-window layer's key axis cannot tell it.
     """
 
-    def __init__(self, spec: ModelSpec, tau: float):
-        if isinstance(tau, bool) or not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
-            raise ConfigError(f"attention temperature tau must be a finite number > 0, got {tau!r}")
-        self.spec = spec
-        self.tau = float(tau)
+    def __init__(self, spec: ModelSpec, scale: Scale):
+        self.spec, self.scale = spec, scale
+        self.chosen = {layer: torch.tensor(scale.heads_in(layer) or (), dtype=torch.long) for layer in scale.layers} \
+            if scale.heads is not None else {}
+        self.first: int | None = None
+
+    def at(self, first: int) -> "LogitScale":
+        """The absolute position of the next forward's first query."""
+        self.first = first
+        return self
+
+    @classmethod
+    def temperature(cls, spec: ModelSpec, tau: float) -> "LogitScale":
+        """Every head of every layer at temperature `tau` (UniAttnS)."""
+        return cls(spec, Scale(range(spec.n_layers), temperature=tau))
 
     def hooks(self) -> list[Hook]:
-        return [(scores_name(layer), self) for layer in range(self.spec.n_layers)]
+        return [(scores_name(layer), self) for layer in self.scale.layers]
 
     def __call__(self, scores: torch.Tensor, hook) -> torch.Tensor:
-        if self.tau == 1.0:
-            return scores
-        # Keep masked keys at the dtype's minimum: with tau < 1 they would overflow to
-        # -inf, and a fully masked row (a left pad's query) would softmax to NaN.
-        return (scores / self.tau).clamp_min(torch.finfo(scores.dtype).min)
+        scale = self.scale
+        logn = None
+        if scale.log_n is not None:
+            if self.first is None:
+                raise RuntimeError("LogitScale: announce the first query's position with at() before a log-n forward")
+            counts = torch.arange(self.first + 1, self.first + scores.shape[-2] + 1, device=scores.device)
+            logn = logn_of(scale, counts[None])
+        chosen = self.chosen.get(layer_of(hook))
+        if chosen is None:
+            out = scores / scale.temperature if scale.temperature != 1.0 else scores
+            if logn is not None:
+                out = out * logn.to(scores.dtype)
+        else:
+            index = chosen.to(scores.device)
+            part = scores[:, index] / scale.temperature
+            if logn is not None:
+                part = part * logn.to(scores.dtype)
+            out = scores.clone()
+            out[:, index] = part
+        # Keep masked keys at the dtype's minimum: with a temperature below 1 they would overflow
+        # to -inf, and a fully masked row (a left pad's query) would softmax to NaN.
+        return out.clamp_min(torch.finfo(scores.dtype).min)
+
+
+def AttentionTemperature(spec: ModelSpec, tau: float) -> LogitScale:  # noqa: N802 (the old class's name)
+    """UniAttnS's temperature as a hook: deprecated, use `LogitScale.temperature(spec, tau)`."""
+    import warnings
+
+    warnings.warn("AttentionTemperature is deprecated and goes in the next release: use "
+                  "LogitScale.temperature(spec, tau) or a plan.Scale", DeprecationWarning, stacklevel=2)
+    if isinstance(tau, bool) or not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
+        raise ConfigError(f"attention temperature tau must be a finite number > 0, got {tau!r}")
+    return LogitScale.temperature(spec, tau)

@@ -86,13 +86,14 @@ def prefill_prefix(model: LoadedModel, batch: PromptBatch, config: DecodingConfi
     """Prefill everything but the warm-up and generation-prompt tokens (`name`: the method it
     serves, for `current_pass`; None when several share it)."""
     n_prefix = batch.n_prefix(config.warmup)
-    runner = BackendSpec.of(backend).make(model, tau=config.temperature, hooks=hooks)
+    runner = BackendSpec.of(backend).make(model, hooks=hooks)
     valid = batch.valid
     t0 = time.perf_counter()
     reserve = batch.width - n_prefix + config.max_new_tokens
     with scheduled(method=name):
         state = runner.prefill(batch.ids[:, :n_prefix].to(model.device),
-                               None if valid is None else valid[:, :n_prefix], chunk_size=chunk_size, reserve=reserve)
+                               None if valid is None else valid[:, :n_prefix], chunk_size=chunk_size, reserve=reserve,
+                               scale=config.strategy.prefill_scale(config, model.spec.n_layers))
     return Prefix(state, n_prefix, time.perf_counter() - t0)
 
 
@@ -121,7 +122,7 @@ def _decode_batch(model, batch, config, heads, prefix, backend: BackendSpec, spa
     if forced is not None and format_forced is not None:
         raise ConfigError(f"{BOTH_FORCED}: pass forced or format_forced")
     n_rows, width = len(batch.lengths), batch.width
-    runner = backend.make(model, tau=config.temperature, hooks=hooks)
+    runner = backend.make(model, hooks=hooks)
     if runner.max_batch is not None and n_rows > runner.max_batch:
         raise ConfigError(f"the {backend.name} backend decodes at most {runner.max_batch} prompt(s) at a time")
     span_mass = None

@@ -24,7 +24,7 @@ from dysco_interp.checks import check_number
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.backends.base import StepOutput
 from dysco_interp.decoding.choices import METHOD_NAMES
-from dysco_interp.decoding.plan import Bias, PassPlan, Read
+from dysco_interp.decoding.plan import Bias, PassPlan, Read, Scale
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, random_like
 from dysco_interp.models import LoadedModel, ModelSpec
@@ -92,6 +92,12 @@ class Method:
         return 1.0
 
     @classmethod
+    def prefill_scale(cls, config: DecodingConfig, n_layers: int) -> Scale | None:
+        """The logit scale of the prompt's prefill (None: the model's own attention, which any
+        method that keeps it shares)."""
+        return None
+
+    @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
         """Refuse bad option values when the config is made (before any model loads)."""
 
@@ -125,9 +131,17 @@ class UniAttnS(Method):
     description = "uniform attention temperature tau in every head and layer, prefill included"
     fields = frozenset({"tau"})
 
+    def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
+        super().__init__(config, heads, spec)
+        self.plain = PassPlan(scale=self.prefill_scale(config, spec.n_layers))
+
     @classmethod
     def temperature_of(cls, config: DecodingConfig) -> float:
         return config.tau
+
+    @classmethod
+    def prefill_scale(cls, config: DecodingConfig, n_layers: int) -> Scale | None:
+        return None if config.tau == 1.0 else Scale(range(n_layers), temperature=config.tau)
 
 
 def checked_heads(name: str, model: LoadedModel, heads: HeadSet | None) -> HeadSet:

@@ -7,8 +7,16 @@ a researcher's own, is a program of plans (`decoding/methods.py`). A plan says:
 - `stop_after`: the last layer to run (None: all of them, and the logits);
 - `write_cache`: whether the token's keys and values stay in the cache;
 - `bias`: an additive bias on the pre-softmax scores of some layers (and optionally only some
-  of their heads): a tensor the caller gives, or one a rule builds from this pass's own first
-  read once its layers have run (what "dysco-reuse" does).
+  of their heads), shared by those heads or one row per head: a tensor the caller gives, or
+  one a rule builds from this pass's own first read once its layers have run ("dysco-reuse");
+- `mask`: keys some layers' heads may not attend to (-inf on their scores), given per step;
+- `scale`: a multiplicative change of the scores of some layers (and heads): a temperature,
+  and optionally Qwen's log-n growth past a training length. A method's prefill may carry a
+  scale too (UniAttnS's temperature, log-n scaling), nothing else.
+
+What a plan cannot express: additive query or key vectors, per-head position ids, edits of the
+values or of a head's output. Those are TransformerLens hooks on the bridge backend
+(`docs/guide/methods.md` shows how).
 
 Equality and hash are the plan's structure only. The data a pass carries, a given bias tensor
 or a rule, are left out, so that one plan built once per run keys the static backend's CUDA
@@ -18,6 +26,7 @@ graphs and the same structure with new data replays them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -56,13 +65,13 @@ def head_pairs(heads: Iterable, what: str) -> tuple[tuple[int, int], ...]:
     return tuple(pairs)
 
 
-def _layers(layers: Iterable[int]) -> tuple[int, ...]:
+def _layers(layers: Iterable[int], what: str = "bias") -> tuple[int, ...]:
     try:
         out = tuple(sorted({_index(layer) for layer in layers}))
     except (TypeError, ValueError):
-        raise ConfigError("a bias's layers must be integers (a range or a set)") from None
+        raise ConfigError(f"a {what}'s layers must be integers (a range or a set)") from None
     if not out:
-        raise ConfigError("a bias needs at least one layer: its layer set is empty")
+        raise ConfigError(f"a {what} needs at least one layer: its layer set is empty")
     return out
 
 
@@ -113,6 +122,96 @@ class Read:
 BiasRule = Callable[["ReadOut"], "torch.Tensor"]
 
 
+def _heads_in_layers(heads: Iterable[tuple[int, int]] | None, layers: tuple[int, ...],
+                     what: str) -> tuple[tuple[int, int], ...] | None:
+    """A part's head pairs (None: every head of its layers), each in one of its layers."""
+    pairs = None if heads is None else head_pairs(heads, f"a {what}'s head set")
+    outside = [head_label(layer, h) for layer, h in pairs or () if layer not in layers]
+    if outside:
+        raise ConfigError(f"{what} heads {', '.join(outside)} are in layers the {what} does not apply to")
+    return pairs
+
+
+def _heads_of(pairs: tuple[tuple[int, int], ...] | None, layer: int) -> tuple[int, ...] | None:
+    return None if pairs is None else tuple(h for l_, h in pairs if l_ == layer)
+
+
+@dataclass(frozen=True, init=False)
+class Scale:
+    """A multiplicative change of the pre-softmax attention scores: `scores / temperature`,
+    then, with `log_n`, times max(1, ln n / ln log_n), n being the number of keys the query
+    sees (its position + 1): the logit growth Qwen's `use_logn_attn` applies past the
+    training length `log_n`.
+
+    Args:
+        layers: the layers it applies to (a range or a set; not empty).
+        heads: only these `(layer, head)` pairs of those layers (None: every head).
+        temperature: a finite number > 0 (1: none).
+        log_n: the training length past which log-n scaling grows the scores (None: none).
+    """
+
+    layers: tuple[int, ...]
+    heads: tuple[tuple[int, int], ...] | None
+    temperature: float
+    log_n: int | None
+
+    def __init__(self, layers: Iterable[int], heads: Iterable[tuple[int, int]] | None = None,
+                 temperature: float = 1.0, log_n: int | None = None):
+        object.__setattr__(self, "layers", _layers(layers, "scale"))
+        object.__setattr__(self, "heads", _heads_in_layers(heads, self.layers, "scale"))
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+                or not (math.isfinite(temperature) and temperature > 0):
+            raise ConfigError(f"a scale's temperature must be a finite number > 0, got {temperature!r}")
+        if log_n is not None and (isinstance(log_n, bool) or not isinstance(log_n, int) or log_n < 2):
+            raise ConfigError(f"a scale's log_n is a training length (an integer >= 2) or None, got {log_n!r}")
+        object.__setattr__(self, "temperature", float(temperature))
+        object.__setattr__(self, "log_n", log_n)
+
+    def heads_in(self, layer: int) -> tuple[int, ...] | None:
+        """The query heads scaled in `layer` (None: all of them)."""
+        return _heads_of(self.heads, layer)
+
+    @property
+    def uniform(self) -> bool:
+        """Only a temperature on whole layers: a backend folds it into its softmax scale, as exact
+        as the model's own 1/sqrt(d)."""
+        return self.heads is None and self.log_n is None
+
+
+def logn_factor(key_counts: torch.Tensor, train_length: int) -> torch.Tensor:
+    """max(1, ln n / ln train_length) for each key count n, float32 (Qwen's log-n scaling)."""
+
+    n = key_counts.float().clamp_min(1.0)
+    return (n.log() / math.log(train_length)).clamp_min(1.0)
+
+
+@dataclass(frozen=True, init=False)
+class Mask:
+    """Keys some layers' heads may not attend to: -inf on their scores where `values` is False.
+
+    `values`: bool `[B, 1, 1, n_keys]` (or `[B, n_heads, 1, n_keys]`, `per_head`) on absolute key
+    positions, True where a key may be attended to; every row must keep its own key. A plan's
+    mask and its bias apply to the same layers and heads.
+    """
+
+    layers: tuple[int, ...]
+    heads: tuple[tuple[int, int], ...] | None
+    per_head: bool
+    values: torch.Tensor | None = field(compare=False, repr=False)
+
+    def __init__(self, layers: Iterable[int], heads: Iterable[tuple[int, int]] | None = None,
+                 values: torch.Tensor | None = None, per_head: bool = False):
+        object.__setattr__(self, "layers", _layers(layers, "mask"))
+        object.__setattr__(self, "heads", _heads_in_layers(heads, self.layers, "mask"))
+        if not isinstance(per_head, bool):
+            raise ConfigError(f"a mask's per_head is True or False, not {per_head!r}")
+        object.__setattr__(self, "per_head", per_head)
+        object.__setattr__(self, "values", values)
+
+    def given(self, values: torch.Tensor) -> "Mask":
+        return dataclasses.replace(self, values=values)
+
+
 @dataclass(frozen=True, init=False)
 class Bias:
     """An additive bias on the pre-softmax attention scores.
@@ -122,34 +221,36 @@ class Bias:
         heads: only these `(layer, head)` pairs of those layers (None: every head).
         source: "tensor" (the caller's `values`) or "rule" (`rule(read)` on the pass's first
             read, run once that read's layers are done; every biased layer must come after them).
-        values: float32 `[B, 1, 1, n_keys]` on absolute key positions (the token's own key last).
-        rule: `ReadOut -> [B, 1, 1, n_keys]`.
+        per_head: the values hold one row per query head of the model (`[B, n_heads, 1, n_keys]`,
+            row h applied to head h in every biased layer) instead of one row for all of them.
+        values: float32 `[B, 1, 1, n_keys]` (or `[B, n_heads, 1, n_keys]` per head) on absolute
+            key positions (the token's own key last); a batch of 1 applies to every row.
+        rule: `ReadOut -> ` the same shape.
     """
 
     layers: tuple[int, ...]
     heads: tuple[tuple[int, int], ...] | None
     source: Literal["tensor", "rule"]
+    per_head: bool
     values: torch.Tensor | None = field(compare=False, repr=False)
     rule: BiasRule | None = field(compare=False, repr=False)
 
     def __init__(self, layers: Iterable[int], heads: Iterable[tuple[int, int]] | None = None,
                  source: Literal["tensor", "rule"] = "tensor", values: torch.Tensor | None = None,
-                 rule: BiasRule | None = None):
+                 rule: BiasRule | None = None, per_head: bool = False):
         object.__setattr__(self, "layers", _layers(layers))
-        pairs = None if heads is None else head_pairs(heads, "a bias's head set")
-        outside = [head_label(layer, h) for layer, h in pairs or () if layer not in self.layers]
-        if outside:
-            raise ConfigError(f"bias heads {', '.join(outside)} are in layers the bias does not apply to")
+        pairs = _heads_in_layers(heads, self.layers, "bias")
         if source not in ("tensor", "rule"):
             raise ConfigError(f"a bias's source is 'tensor' or 'rule', not {source!r}")
-        for name, value in (("heads", pairs), ("source", source), ("values", values), ("rule", rule)):
+        if not isinstance(per_head, bool):
+            raise ConfigError(f"a bias's per_head is True or False, not {per_head!r}")
+        for name, value in (("heads", pairs), ("source", source), ("per_head", per_head), ("values", values),
+                            ("rule", rule)):
             object.__setattr__(self, name, value)
 
     def heads_in(self, layer: int) -> tuple[int, ...] | None:
         """The query heads biased in `layer` (None: all of them)."""
-        if self.heads is None:
-            return None
-        return tuple(h for l_, h in self.heads if l_ == layer)
+        return _heads_of(self.heads, layer)
 
     def given(self, values: torch.Tensor) -> "Bias":
         return dataclasses.replace(self, values=values)
@@ -166,11 +267,23 @@ class PassPlan:
     stop_after: int | None = None
     write_cache: bool = True
     bias: Bias | None = None
+    mask: Mask | None = None
+    scale: Scale | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", tuple(self.reads))
+        for name, kind in (("bias", Bias), ("mask", Mask), ("scale", Scale)):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise ConfigError(f"a plan's {name} is a plan.{kind.__name__}, got {type(value).__name__}")
         if self.stop_after is not None and self.write_cache:
             raise ConfigError("a pass that stops early cannot write the cache: the later layers' keys would be missing")
+        if self.mask is not None and self.bias is not None:
+            if (self.mask.layers, self.mask.heads) != (self.bias.layers, self.bias.heads):
+                raise ConfigError("a plan's mask and bias apply to the same layers and heads (a backend adds them "
+                                  "as one term)")
+            if self.bias.source == "rule":
+                raise ConfigError("a plan with a mask takes a given bias, not a rule's")
         if self.bias is not None and self.bias.source == "rule":
             if not self.reads:
                 raise ConfigError("a bias built by a rule needs a read in the same pass")
@@ -186,12 +299,21 @@ class PassPlan:
 
     @property
     def kind(self) -> PassKind:
-        """What `passes.current_pass().kind` calls it."""
+        """What `passes.current_pass().kind` calls it (a scale alone leaves a pass "plain")."""
         if self.stop_after is not None:
             return "partial"
         if self.bias is None:
-            return "plain"
+            return "plain" if self.mask is None else "biased"
         return "reuse" if self.bias.source == "rule" else "biased"
+
+    @property
+    def additive(self) -> Bias | None:
+        """What a backend adds to the scores, as one structure: the bias, the mask's -inf, or
+        both (`additive_values` makes its tensor)."""
+        if self.mask is None:
+            return self.bias
+        per_head = self.mask.per_head or (self.bias is not None and self.bias.per_head)
+        return Bias(self.mask.layers, self.mask.heads, per_head=per_head)
 
     def last_layer(self, n_layers: int) -> int:
         return n_layers - 1 if self.stop_after is None else self.stop_after
@@ -213,19 +335,27 @@ class PassPlan:
             raise ConfigError("this plan has no tensor bias to give values to")
         return dataclasses.replace(self, bias=self.bias.given(values))
 
+    def with_mask(self, values: torch.Tensor) -> "PassPlan":
+        """The same plan carrying this step's mask (bool, True where a key may be attended to)."""
+        if self.mask is None:
+            raise ConfigError("this plan has no mask to give values to")
+        return dataclasses.replace(self, mask=self.mask.given(values))
+
     def check(self, n_layers: int, n_heads: int) -> "PassPlan":
         """This plan if it fits a model of `n_layers` x `n_heads`; else a ConfigError naming what does not."""
         if self.stop_after is not None and not 0 <= self.stop_after < n_layers:
             raise ConfigError(f"stop_after={self.stop_after} is outside the model's {n_layers} layers")
         pairs = [p for read in self.reads for p in read.heads]
-        if self.bias is not None:
-            wide = [layer for layer in self.bias.layers if not 0 <= layer < n_layers]
+        for what, part in (("bias", self.bias), ("mask", self.mask), ("scale", self.scale)):
+            if part is None:
+                continue
+            wide = [layer for layer in part.layers if not 0 <= layer < n_layers]
             if wide:
-                raise ConfigError(f"bias layer {wide[0]} is outside the model's {n_layers} layers")
-            if self.stop_after is not None and self.bias.layers[-1] > self.stop_after:
-                raise ConfigError(f"the pass stops after layer {self.stop_after} but biases layer "
-                                  f"{self.bias.layers[-1]}")
-            pairs += list(self.bias.heads or ())
+                raise ConfigError(f"{what} layer {wide[0]} is outside the model's {n_layers} layers")
+            if self.stop_after is not None and part.layers[-1] > self.stop_after:
+                raise ConfigError(f"the pass stops after layer {self.stop_after} but its {what} reaches layer "
+                                  f"{part.layers[-1]}")
+            pairs += list(part.heads or ())
         for layer, head in pairs:
             if not (0 <= layer < n_layers and 0 <= head < n_heads):
                 raise ConfigError(f"head {head_label(layer, head)} is outside the model "
@@ -238,18 +368,45 @@ def plain(read: Read | None = None) -> PassPlan:
     return PassPlan(reads=() if read is None else (read,))
 
 
-def check_bias_values(values: torch.Tensor, batch: int, n_keys: int) -> torch.Tensor:
-    """A given or ruled bias of the right shape, as float32. Its values are checked by
-    `bias_fault`, which never waits for the device."""
+def check_bias_values(values: torch.Tensor, batch: int, n_keys: int, n_heads: int | None = None,
+                      what: str = "bias") -> torch.Tensor:
+    """A given or ruled bias (or mask) of the right shape: `[B or 1, 1, 1, n_keys]`, or with
+    `n_heads` (a per-head part) `[B or 1, n_heads, 1, n_keys]`; a bias as float32. Its values are
+    checked by `bias_fault`, which never waits for the device."""
     import torch
 
     if not isinstance(values, torch.Tensor):
-        raise ConfigError(f"a bias is a tensor, got {type(values).__name__}")
-    if values.ndim != 4 or values.shape[1:3] != (1, 1) or values.shape[0] not in (1, batch) \
+        raise ConfigError(f"a {what} is a tensor, got {type(values).__name__}")
+    rows = 1 if n_heads is None else n_heads
+    if values.ndim != 4 or values.shape[1:3] != (rows, 1) or values.shape[0] not in (1, batch) \
             or values.shape[-1] != n_keys:
-        raise ConfigError(f"a bias must be [batch, 1, 1, n_keys] = [{batch}, 1, 1, {n_keys}], "
-                          f"got {list(values.shape)}")
+        shape = "batch, 1, 1, n_keys" if n_heads is None else "batch, n_heads, 1, n_keys"
+        raise ConfigError(f"a {what} must be [{shape}] = [{batch}, {rows}, 1, {n_keys}], got {list(values.shape)}")
+    if what == "mask":
+        if values.dtype != torch.bool:
+            raise ConfigError(f"a mask is a bool tensor (True: the key may be attended to), got {values.dtype}")
+        return values
     return values.float()
+
+
+def additive_values(plan: PassPlan, batch: int, n_keys: int, n_heads: int) -> torch.Tensor | None:
+    """The tensor of a plan's given bias plus its mask's -inf, float32 (None: neither; a rule's
+    bias is built during the pass instead)."""
+    import torch
+
+    bias, mask = plan.bias, plan.mask
+    out = None
+    if bias is not None and bias.source == "tensor":
+        if bias.values is None:
+            raise ConfigError("the plan's bias has no values: give them with plan.with_bias(tensor)")
+        out = check_bias_values(bias.values, batch, n_keys, n_heads if bias.per_head else None)
+    if mask is not None:
+        if mask.values is None:
+            raise ConfigError("the plan's mask has no values: give them with plan.with_mask(tensor)")
+        keep = check_bias_values(mask.values, batch, n_keys, n_heads if mask.per_head else None, "mask")
+        masked = torch.zeros(keep.shape, dtype=torch.float32, device=keep.device).masked_fill_(~keep, -math.inf)
+        out = masked if out is None else out.to(masked.device) + masked
+    return out
 
 
 # The largest finite bias a plan may add. Attention scores are tens at most, so 1e4 already

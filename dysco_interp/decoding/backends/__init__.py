@@ -111,10 +111,10 @@ class BackendSpec:
     def max_batch(self) -> int | None:
         return REGISTRY[self.name].max_batch
 
-    def make(self, model: LoadedModel, *, tau: float = 1.0, hooks: Sequence[Hook] = ()) -> Backend:
-        """The backend for `model` (UniAttnS's `tau`, the user's `hooks` for the bridge)."""
-        return make_backend(model, self.name, tau=tau, graphs=self.graphs, hooks=hooks,
-                            decode_attention=self.decode_attention, compile_kernels=self.compile_kernels)
+    def make(self, model: LoadedModel, *, hooks: Sequence[Hook] = (), tau: float | None = None) -> Backend:
+        """The backend for `model` (the user's `hooks` for the bridge; `tau` is deprecated, see `Backend`)."""
+        return make_backend(model, self.name, graphs=self.graphs, hooks=hooks, decode_attention=self.decode_attention,
+                            compile_kernels=self.compile_kernels, tau=tau)
 
     def store_settings(self) -> dict:
         """What a result store records of it: the name, and the decoding attention when it is not
@@ -126,32 +126,34 @@ class BackendSpec:
         return out
 
 
-def make_backend(model: LoadedModel, name: BackendName | str, *, tau: float = 1.0,
-                 graphs: bool | None = None, hooks: Sequence[Hook] = (),
-                 decode_attention: str | None = None, compile_kernels: bool | None = None) -> Backend:
+def make_backend(model: LoadedModel, name: BackendName | str, *, graphs: bool | None = None,
+                 hooks: Sequence[Hook] = (), decode_attention: str | None = None,
+                 compile_kernels: bool | None = None, tau: float | None = None) -> Backend:
     """The backend `name` for `model`: it prefills prompts and runs pass plans (`decoding.plan`).
 
     Args:
         model: the loaded model.
         name: "bridge", "sdpa" or "static".
-        tau: UniAttnS's attention temperature (1.0: none).
         graphs: CUDA graphs for the static backend (None: on CUDA devices); True elsewhere is a ConfigError.
         hooks: your TransformerLens forward hooks for every pass (the bridge only; elsewhere a ConfigError).
         decode_attention: the static backend's decoding attention, "sdpa" (fused, its default) or
             "float32" (the reference); None for the other backends.
         compile_kernels: whether the static backend compiles its fused decoder's small operations
             (None: on CUDA devices); None for the other backends.
+        tau: deprecated: a temperature is a plan's `Scale` now (`Backend` says what it still does).
 
     Returns:
         A `Backend`.
     """
     name = check_backend(name, decode_attention)
+    legacy = {} if tau is None else {"tau": tau}  # only when given: its notice is for those who give it
     if decode_attention is None and compile_kernels is None:
-        return REGISTRY[name](model, tau=tau, graphs=graphs, hooks=hooks)
+        return REGISTRY[name](model, graphs=graphs, hooks=hooks, **legacy)
     if name != "static":
         raise ConfigError(f"compile_kernels sets the static backend's decoding; the {name} backend has none")
-    return StaticBackend(model, tau=tau, graphs=graphs, hooks=hooks,
-                         decode_attention=decode_attention or DEFAULT_DECODE_ATTENTION, compile_kernels=compile_kernels)
+    return StaticBackend(model, graphs=graphs, hooks=hooks,
+                         decode_attention=decode_attention or DEFAULT_DECODE_ATTENTION, compile_kernels=compile_kernels,
+                         **legacy)
 
 
 __all__ = [

@@ -1,11 +1,12 @@
 """The interface every decoding backend implements, and the state it decodes on.
 
 A backend does two things:
-- `prefill(ids, valid, chunk_size=, reserve=)`: the prompt into a fresh `DecodeState`
-  (UniAttnS's temperature included); `reserve` tokens will be decoded after it;
+- `prefill(ids, valid, chunk_size=, reserve=, scale=)`: the prompt into a fresh `DecodeState`
+  (under the method's `plan.Scale`, if it has one: UniAttnS's temperature, log-n scaling);
+  `reserve` tokens will be decoded after it;
 - `run(state, tokens, plan)`: one token per row through one forward pass that the
-  `plan.PassPlan` describes (its reads, where it stops, whether it writes the cache, its bias);
-  returns a `StepOutput`. A pass that writes the cache advances the state.
+  `plan.PassPlan` describes (its reads, where it stops, whether it writes the cache, its bias,
+  mask and scale); returns a `StepOutput`. A pass that writes the cache advances the state.
 Every method, built-in or a user's, is a program of such passes (`decoding/methods.py`).
 
 Passes that need only the first layers end with `StopForward`, raised by a forward hook on the
@@ -15,6 +16,8 @@ deepest layer they need (`stop_after`): the one early-stop mechanism of the HF-b
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -24,7 +27,14 @@ import torch
 from transformers.cache_utils import Cache
 
 from dysco_interp.decoding import runtime
-from dysco_interp.decoding.plan import PassPlan, bias_fault, bias_fault_message, check_bias_values
+from dysco_interp.decoding.plan import (
+    PassPlan,
+    Scale,
+    additive_values,
+    bias_fault,
+    bias_fault_message,
+    check_bias_values,
+)
 from dysco_interp.decoding.readout import ReadOut
 from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import Hook
@@ -96,10 +106,11 @@ class Backend(ABC):
 
     Args:
         model: the loaded model.
-        tau: UniAttnS's attention temperature in every head, prefill included (1.0: none).
         graphs: capture decoding passes as CUDA graphs (None: where the backend can).
         hooks: the user's TransformerLens forward hooks `(name or filter, fn)`, run in every
             pass after the method's own; only a backend with hook points takes them.
+        tau: deprecated (a temperature is a plan's `Scale` now, the prefill's included): every
+            pass and the prefill without a scale of their own get `scores / tau`.
     """
 
     name: ClassVar[str]
@@ -107,15 +118,20 @@ class Backend(ABC):
     supports_graphs: ClassVar[bool] = False
     runs_hooks: ClassVar[bool] = False  # its passes go through the bridge's hook points
 
-    def __init__(self, model: LoadedModel, *, tau: float = 1.0, graphs: bool | None = None,
-                 hooks: Sequence[Hook] = ()):
+    def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
+                 tau: float | None = None):
         if graphs and not self.supports_graphs:
             raise ConfigError(f"the {self.name} backend does not capture CUDA graphs; use backend='static'")
         if hooks and not self.runs_hooks:
             raise ConfigError(no_hooks_message(self.name))
         self.user_hooks: list[Hook] = list(hooks)
         self.model = model
-        self.tau = float(tau)
+        self.default_scale: Scale | None = None
+        if tau is not None:
+            warnings.warn("a backend's tau= is deprecated and goes in the next release: give passes a "
+                          "plan.Scale(temperature=...) and prefill(scale=...)", DeprecationWarning, stacklevel=3)
+            if tau != 1.0:
+                self.default_scale = Scale(range(model.spec.n_layers), temperature=tau)
         self._checked: set[PassPlan] = set()
         # what was wrong with the biases since the last `check_faults` (`plan.bias_fault`'s bits),
         # on the device: checking each step's bias on the host would wait for the device at every step
@@ -125,10 +141,18 @@ class Backend(ABC):
         """`plan` if it fits the model (checked once per structure), else a ConfigError."""
         if not isinstance(plan, PassPlan):
             raise ConfigError(f"a backend runs a PassPlan, got {type(plan).__name__}")
+        if plan.scale is None and self.default_scale is not None:
+            plan = dataclasses.replace(plan, scale=self.default_scale)
         if plan not in self._checked:
             plan.check(self.model.spec.n_layers, self.model.spec.n_heads)
             self._checked.add(plan)
         return plan
+
+    def prefill_scale(self, scale: Scale | None) -> Scale | None:
+        """The prefill's scale, checked against the model (the deprecated `tau` where none is given)."""
+        if scale is None:
+            return self.default_scale
+        return self.checked(PassPlan(scale=scale)).scale
 
     def _watched(self, values: torch.Tensor) -> torch.Tensor:
         fault = bias_fault(values)
@@ -136,19 +160,18 @@ class Backend(ABC):
         return values
 
     def given_bias(self, plan: PassPlan, batch: int, n_keys: int) -> torch.Tensor | None:
-        """The checked tensor of a plan's given bias (None: no tensor bias)."""
-        if plan.bias is None or plan.bias.source != "tensor":
-            return None
-        if plan.bias.values is None:
-            raise ConfigError("the plan's bias has no values: give them with plan.with_bias(tensor)")
-        return self._watched(check_bias_values(plan.bias.values, batch, n_keys))
+        """The checked tensor a plan adds to the scores: its given bias and its mask's -inf
+        (`plan.additive_values`; None: neither, or a bias its rule builds during the pass)."""
+        values = additive_values(plan, batch, n_keys, self.model.spec.n_heads)
+        return None if values is None else self._watched(values)
 
     def ruled_bias(self, plan: PassPlan, read: ReadOut, batch: int, n_keys: int) -> torch.Tensor:
         """The bias a plan's rule builds from the pass's first read, checked."""
         assert plan.bias is not None
         if plan.bias.rule is None:
             raise ConfigError("the plan's bias has no rule: give one with Bias.ruled_by(rule)")
-        return self._watched(check_bias_values(plan.bias.rule(read), batch, n_keys))
+        n_heads = self.model.spec.n_heads if plan.bias.per_head else None
+        return self._watched(check_bias_values(plan.bias.rule(read), batch, n_keys, n_heads))
 
     def check_faults(self) -> None:
         """A ConfigError if a bias since the last call was broken (`plan.bias_fault`); this waits for
@@ -159,10 +182,10 @@ class Backend(ABC):
 
     @abstractmethod
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
-                reserve: int = 0) -> DecodeState:
+                reserve: int = 0, scale: Scale | None = None) -> DecodeState:
         """The prompt `ids` `[B, n]` (left-padded where `valid` `[B, n]` is False) into a fresh state,
         `chunk_size` tokens at a time (None: the backend's choice, `runtime.DEFAULT_CHUNK` unless it
-        says otherwise)."""
+        says otherwise), its attention under `scale` (None: as the model has it)."""
 
     @abstractmethod
     def run(self, state: DecodeState, tokens: torch.Tensor, plan: PassPlan) -> StepOutput:

@@ -14,9 +14,9 @@ import torch
 
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput
-from dysco_interp.decoding.interventions import AttentionTemperature, BiasWriter, RelevanceReader
+from dysco_interp.decoding.interventions import BiasWriter, LogitScale, RelevanceReader
 from dysco_interp.decoding.passes import running
-from dysco_interp.decoding.plan import PassPlan
+from dysco_interp.decoding.plan import PassPlan, Scale
 from dysco_interp.decoding.readout import read_outs
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
@@ -31,22 +31,34 @@ class BridgeBackend(Backend):
     max_batch = 1
     runs_hooks = True
 
-    def __init__(self, model: LoadedModel, *, tau: float = 1.0, graphs: bool | None = None,
-                 hooks: Sequence[Hook] = ()):
-        super().__init__(model, tau=tau, graphs=graphs, hooks=hooks)
-        self.temperature: list[Hook] = AttentionTemperature(model.spec, tau).hooks() if tau != 1.0 else []
+    def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
+                 tau: float | None = None):
+        super().__init__(model, graphs=graphs, hooks=hooks, tau=tau)
         self.readers: dict[PassPlan, RelevanceReader] = {}  # one per plan structure that reads
         self.writers: dict[PassPlan, BiasWriter] = {}
+        self.scales: dict[Scale, LogitScale] = {}
+
+    def _scale_hooks(self, scale: Scale | None, first: int) -> list[Hook]:
+        """The hooks of `scale` for a forward whose first query sits at position `first`."""
+        if scale is None:
+            return []
+        if scale not in self.scales:
+            self.scales[scale] = LogitScale(self.model.spec, scale)
+        return self.scales[scale].at(first).hooks()
 
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
-                reserve: int = 0) -> DecodeState:
+                reserve: int = 0, scale: Scale | None = None) -> DecodeState:
         if ids.shape[0] != 1 or valid is not None:
             raise ConfigError("the bridge backend decodes one prompt at a time; "
                               "use backend='sdpa' or 'static' for batches")
-        # with no hooks at all, runtime.prefill takes the SDPA twin (no n x n score matrix)
+        scale, chunk = self.prefill_scale(scale), runtime.chunk_or_default(chunk_size)
+        cache = runtime.new_cache(self.model)
+        # chunk by chunk here, so that a log-n scale knows where each chunk's queries sit; with no
+        # hooks at all, runtime.prefill takes the SDPA twin (no n x n score matrix)
         with running("prefill", 0, ids.shape[1], range(self.model.spec.n_layers)):
-            cache, _ = runtime.prefill(self.model, ids, chunk_size=runtime.chunk_or_default(chunk_size),
-                                       hooks=self.temperature + self.user_hooks)
+            for start in range(0, ids.shape[1], chunk):
+                runtime.prefill(self.model, ids[:, start:start + chunk], chunk_size=chunk, cache=cache,
+                                hooks=self._scale_hooks(scale, start) + self.user_hooks)
         return DecodeState(cache, ids.shape[1])
 
     def _reader(self, plan: PassPlan, n_keys: int) -> RelevanceReader | None:
@@ -60,7 +72,7 @@ class BridgeBackend(Backend):
         return reader
 
     def _writer(self, plan: PassPlan) -> BiasWriter | None:
-        bias = plan.bias
+        bias = plan.additive
         if bias is None:
             return None
         if plan not in self.writers:
@@ -72,9 +84,9 @@ class BridgeBackend(Backend):
         plan = self.checked(plan)
         n_keys, batch = state.n_keys + 1, tokens.shape[0]
         reader, writer = self._reader(plan, n_keys), self._writer(plan)
-        hooks = list(self.temperature) + (reader.hooks() if reader is not None else [])
+        # the scale first: a bias is added to the scores the pass's temperature made
+        hooks = self._scale_hooks(plan.scale, state.n_keys) + (reader.hooks() if reader is not None else [])
         if writer is not None:
-            assert plan.bias is not None
             given = self.given_bias(plan, batch, n_keys)
             writer.set_bias(given)
             if given is None:  # a rule: the bias comes from this pass's read, before its first biased layer
@@ -84,6 +96,7 @@ class BridgeBackend(Backend):
                     [first] = read_outs(plan, reader.rows, n_keys, self.model.device, first_only=True)
                     writer.set_bias(self.ruled_bias(plan, first, batch, n_keys))
 
+                assert plan.bias is not None
                 hooks.append((act_name(plan.bias.layers[0], "hook_in"), build))
             hooks += writer.hooks()
         last = plan.last_layer(self.model.spec.n_layers)

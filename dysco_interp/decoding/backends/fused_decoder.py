@@ -28,6 +28,8 @@ from torch.nn.attention.bias import causal_lower_right
 from torch.nn.functional import linear, scaled_dot_product_attention, silu
 
 from dysco_interp.decoding.backends.decode_attention import attend_one_query
+from dysco_interp.decoding.logit_scale import chosen_heads, logn_of, scaled
+from dysco_interp.decoding.plan import Scale
 from dysco_interp.models.placement import Placement
 
 FAMILIES = ("llama", "qwen2", "qwen3")
@@ -109,13 +111,15 @@ EAGER = Kernels()
 
 @dataclass
 class DecodePass:
-    """What one decoding pass over fixed buffers does: its masks (float32 `[B, 1, 1, capacity]`:
-    `mask` for unbiased layers, `biased`, the bias included, for `bias_layers`), where the
-    token's key goes, and which heads it reads."""
+    """What one decoding pass over fixed buffers does: its masks (float32 `mask` `[B, 1, 1, capacity]`
+    for unbiased layers, `biased` `[B, 1 or heads, 1, capacity]`, the bias included, for
+    `bias_layers`), its logit scale, where the token's key goes, and which heads it reads."""
 
     mask: torch.Tensor
     slot: torch.Tensor  # long [1]
-    tau: float = 1.0
+    scale: Scale | None = None  # the pass's logit scale
+    scale_heads: Mapping[int, torch.Tensor] = field(default_factory=dict)  # layer -> `logit_scale.chosen_heads`
+    logn: torch.Tensor | None = None  # float32 [B, 1, 1, 1]: each row's log-n factor (a fixed tensor)
     decode_attention: str = "sdpa"
     read: Mapping[int, Sequence[int]] = field(default_factory=dict)  # layer -> query heads, as ints
     rows: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> float32 rows [B, h, capacity]
@@ -228,7 +232,8 @@ class FusedDecoder:
             keys, values = cache_buffers[index]
             keys.index_copy_(2, step.slot, key)
             values.index_copy_(2, step.slot, value)
-            scale = self.layers[index].self_attn.scaling / step.tau
+            q, scale = scaled(q, self.layers[index].self_attn.scaling, step.scale, index, step.scale_heads.get(index),
+                              step.logn)
             mask, model_mask = step.masks(index, x.dtype, cast)
             out, rows = attend_one_query(q, keys, values, mask, scale, self.groups, step.decode_attention,
                                          step.read.get(index), model_mask=model_mask)
@@ -239,19 +244,26 @@ class FusedDecoder:
         return self.layers_between(x, positions, start, stop, attend, self.kernels)
 
     def prefill(self, ids: torch.Tensor, append: Callable[[torch.Tensor, torch.Tensor, int], tuple],
-                chunk_size: int, tau: float = 1.0) -> None:
-        """The prompt `ids` `[B, n]` (no pads) chunk by chunk: `append(keys, values, layer)` stores a
-        chunk's keys and values after the earlier ones and returns everything stored so far."""
+                chunk_size: int, scale: Scale | None = None) -> None:
+        """The prompt `ids` `[B, n]` (no pads) chunk by chunk, its attention under `scale`:
+        `append(keys, values, layer)` stores a chunk's keys and values after the earlier ones and
+        returns everything stored so far."""
         n = ids.shape[1]
+        n_heads = self.hf.config.num_attention_heads
+        chosen = {layer: chosen_heads(scale, layer, n_heads, self.layers[layer].self_attn.q_proj.weight.device)
+                  for layer in (scale.layers if scale is not None else ())}
         for start in range(0, n, chunk_size):
             chunk = ids[:, start:start + chunk_size]
             positions = torch.arange(start, start + chunk.shape[1], device=ids.device).expand(chunk.shape[0], -1)
+            logn = logn_of(scale, positions + 1)
 
-            def attend(index: int, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+            def attend(index: int, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       logn: torch.Tensor | None = logn) -> torch.Tensor:
                 keys, values = append(key, value, index)
                 causal = causal_lower_right(q.shape[2], keys.shape[2])  # earlier keys all visible
-                out = scaled_dot_product_attention(q, keys, values, attn_mask=causal,
-                                                   scale=self.layers[index].self_attn.scaling / tau,
+                q, softmax_scale = scaled(q, self.layers[index].self_attn.scaling, scale, index, chosen.get(index),
+                                          None if logn is None else logn.to(q.device))
+                out = scaled_dot_product_attention(q, keys, values, attn_mask=causal, scale=softmax_scale,
                                                    enable_gqa=self.groups > 1)
                 return out.transpose(1, 2).reshape(*q.shape[:1], q.shape[2], -1)
 

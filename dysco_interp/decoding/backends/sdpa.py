@@ -22,7 +22,8 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput, StopForward, stop_after
-from dysco_interp.decoding.plan import PassPlan
+from dysco_interp.decoding.logit_scale import chosen_heads, logn_of, scaled
+from dysco_interp.decoding.plan import PassPlan, Scale
 from dysco_interp.decoding.readout import read_outs
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel, share_weights_twin
@@ -34,9 +35,11 @@ ATTN_IMPLEMENTATION = "dysco_sdpa"
 class AttentionControl:
     """What the attention function does in one forward pass."""
 
-    tau: float = 1.0
+    scale: Scale | None = None  # the pass's logit scale
+    scale_heads: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> `logit_scale.chosen_heads`
+    logn: torch.Tensor | None = None  # float32 [B, 1, s, 1]: the log-n factor of each query
     read: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> query heads to read
-    bias: torch.Tensor | None = None  # float32 [B, 1, 1, n_keys]
+    bias: torch.Tensor | None = None  # float32 [B, 1 or heads, 1, n_keys]: bias and mask together
     bias_layers: frozenset[int] = frozenset()  # the layers the bias applies to
     bias_heads: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> its biased heads (absent: all)
     rows: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> read rows, float32 [B, h, n]
@@ -59,12 +62,15 @@ def last_query_rows(query, key, mask, heads: torch.Tensor, scale: float, groups:
 
 
 def read_bias(bias: torch.Tensor, n_visible: int, heads: torch.Tensor, biased: torch.Tensor | None) -> torch.Tensor:
-    """The bias the read heads `heads` see, float32 [B, h or 1, n_visible]: all of it, or only on
-    those among the `biased` heads."""
-    visible = relevance.window_slice(bias, n_visible)[:, 0].float().to(heads.device)
+    """The bias the read heads `heads` see, float32 [B, h or 1, n_visible]: all of it (each head's
+    own row of a per-head bias), or only on those among the `biased` heads."""
+    visible = relevance.window_slice(bias, n_visible)[:, :, 0].float().to(heads.device)
+    if visible.shape[1] > 1:
+        visible = visible[:, heads]
     if biased is None:
         return visible
-    return visible * torch.isin(heads, biased.to(heads.device)).float()[None, :, None]
+    # where, not a product: a mask's -inf times 0 would be NaN
+    return torch.where(torch.isin(heads, biased.to(heads.device))[None, :, None], visible, 0.0)
 
 
 def aligned(mask: torch.Tensor) -> torch.Tensor:
@@ -90,8 +96,10 @@ def biased_decode_attention(query, key, value, mask, bias, scale: float, groups:
         raise ValueError("the attention bias is applied one decoding token at a time")
     batch, n_heads, _, dim = query.shape
     full = biased_mask(mask, bias, query, key.shape[-2])
+    if full.shape[1] > 1:  # a per-head bias: each KV head's query rows get their own heads' rows
+        full = aligned(full.reshape(batch, n_heads // groups, groups, full.shape[-1]))
     if heads is not None:
-        plain = biased_mask(mask, torch.zeros_like(bias), query, key.shape[-2])
+        plain = biased_mask(mask, torch.zeros_like(bias[:, :1]), query, key.shape[-2])
         chosen = torch.zeros(n_heads, dtype=torch.bool, device=query.device)
         chosen[heads.to(query.device)] = True
         full = aligned(torch.where(chosen.view(1, n_heads // groups, groups, 1), full, plain))
@@ -102,14 +110,15 @@ def biased_decode_attention(query, key, value, mask, bias, scale: float, groups:
 
 def dysco_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                     dysco_control: AttentionControl | None = None, **kwargs):
-    """SDPA attention with a pass's reads, bias and temperature; plain SDPA without a control."""
+    """SDPA attention with a pass's reads, bias and scale; plain SDPA without a control."""
     ctl = dysco_control
     if ctl is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
-    scale = (scaling if scaling is not None else query.shape[-1] ** -0.5) / ctl.tau
     groups = getattr(module, "num_key_value_groups", 1)
     layer = module.layer_idx
+    query, scale = scaled(query, scaling if scaling is not None else query.shape[-1] ** -0.5, ctl.scale, layer,
+                          ctl.scale_heads.get(layer), ctl.logn)
     biased = layer in ctl.bias_layers
     if biased and ctl.bias is None and ctl.rule is not None:
         ctl.bias = ctl.rule()
@@ -164,11 +173,20 @@ def forward(hf: torch.nn.Module, state: DecodeState, ids: torch.Tensor, ctl: Att
     return hf(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, dysco_control=ctl, **kwargs)
 
 
+def scale_control(model: LoadedModel, scale: Scale | None) -> dict[int, torch.Tensor]:
+    """layer -> the heads `scale` touches there (`logit_scale.chosen_heads`), on that layer's device."""
+    if scale is None:
+        return {}
+    chosen = {layer: chosen_heads(scale, layer, model.spec.n_heads, model.layout.layer_device(layer))
+              for layer in scale.layers}
+    return {layer: c for layer, c in chosen.items() if c is not None}
+
+
 @torch.inference_mode()
 def prefill_into(hf: torch.nn.Module, model: LoadedModel, state: DecodeState, ids: torch.Tensor,
-                 valid: torch.Tensor | None, chunk_size: int, tau: float) -> DecodeState:
-    """The prompt, chunked, into an empty state; left pads sit at position 0 and each row
-    counts from 0 at its first real token."""
+                 valid: torch.Tensor | None, chunk_size: int, scale: Scale | None = None) -> DecodeState:
+    """The prompt, chunked, into an empty state, its attention under `scale`; left pads sit at
+    position 0 and each row counts from 0 at its first real token."""
     ids = ids.to(model.device)
     runtime.check_chunk_size(chunk_size)
     model.check_fits(ids.shape[1])
@@ -177,13 +195,17 @@ def prefill_into(hf: torch.nn.Module, model: LoadedModel, state: DecodeState, id
         valid = valid.to(model.device)
         state.valid = valid[:, :0]
         positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
+    heads = scale_control(model, scale)
     for start in range(0, ids.shape[1], chunk_size):
         window = slice(start, start + chunk_size)
         chunk = ids[:, window]
+        at = torch.arange(start, start + chunk.shape[1], device=ids.device)[None] if positions is None \
+            else positions[:, window]
+        ctl = AttentionControl(scale=scale, scale_heads=heads, logn=logn_of(scale, at + 1))
         if valid is None or positions is None:
-            forward(hf, state, chunk, AttentionControl(tau=tau), state.cache)
+            forward(hf, state, chunk, ctl, state.cache)
         else:
-            forward(hf, state, chunk, AttentionControl(tau=tau), state.cache, positions[:, window], valid[:, window])
+            forward(hf, state, chunk, ctl, state.cache, positions[:, window], valid[:, window])
         state.n_keys += chunk.shape[1]
         if valid is not None:
             state.valid = valid[:, : state.n_keys]
@@ -202,35 +224,43 @@ class SdpaBackend(Backend):
     name = "sdpa"
     max_batch = None
 
-    def __init__(self, model: LoadedModel, *, tau: float = 1.0, graphs: bool | None = None,
-                 hooks: Sequence[Hook] = ()):
-        super().__init__(model, tau=tau, graphs=graphs, hooks=hooks)
+    def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
+                 tau: float | None = None):
+        super().__init__(model, graphs=graphs, hooks=hooks, tau=tau)
         self.hf = twin(model, ATTN_IMPLEMENTATION)
-        self.controls: dict[PassPlan, tuple[dict, dict]] = {}  # plan -> its reads and biased heads, on device
+        # plan -> its reads, biased heads and scaled heads, on device
+        self.controls: dict[PassPlan, tuple[dict, dict, dict]] = {}
 
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
-                reserve: int = 0) -> DecodeState:
+                reserve: int = 0, scale: Scale | None = None) -> DecodeState:
         return prefill_into(self.hf, self.model, DecodeState(runtime.new_cache(self.model), 0), ids, valid,
-                            runtime.chunk_or_default(chunk_size), self.tau)
+                            runtime.chunk_or_default(chunk_size), self.prefill_scale(scale))
 
-    def _control(self, plan: PassPlan) -> AttentionControl:
+    def _control(self, plan: PassPlan, state: DecodeState) -> AttentionControl:
+        additive = plan.additive
         if plan not in self.controls:
             heads = {}
-            if plan.bias is not None and plan.bias.heads is not None:
-                heads = {layer: torch.tensor(plan.bias.heads_in(layer) or (), dtype=torch.long,
+            if additive is not None and additive.heads is not None:
+                heads = {layer: torch.tensor(additive.heads_in(layer) or (), dtype=torch.long,
                                              device=self.model.layout.layer_device(layer))
-                         for layer in plan.bias.layers}
-            self.controls[plan] = (read_heads(self.model, plan), heads)
-        read, bias_heads = self.controls[plan]
-        return AttentionControl(tau=self.tau, read=read, bias_heads=bias_heads,
-                                bias_layers=frozenset(plan.bias.layers) if plan.bias is not None else frozenset())
+                         for layer in additive.layers}
+            self.controls[plan] = (read_heads(self.model, plan), heads, scale_control(self.model, plan.scale))
+        read, bias_heads, scale_heads = self.controls[plan]
+        logn = None
+        if plan.scale is not None and plan.scale.log_n is not None:
+            counts = state.next_position + 1 if state.next_position is not None \
+                else torch.full((1,), state.n_keys + 1, device=self.model.device)
+            logn = logn_of(plan.scale, counts[:, None])
+        return AttentionControl(scale=plan.scale, scale_heads=scale_heads, logn=logn, read=read,
+                                bias_heads=bias_heads,
+                                bias_layers=frozenset(additive.layers) if additive is not None else frozenset())
 
     @torch.inference_mode()
     def run(self, state: DecodeState, tokens: torch.Tensor, plan: PassPlan) -> StepOutput:
         plan = self.checked(plan)
         n_keys, batch = state.n_keys + 1, tokens.shape[0]
         self.model.check_fits(n_keys)
-        ctl = self._control(plan)
+        ctl = self._control(plan, state)
         ctl.bias = self.given_bias(plan, batch, n_keys)
         if plan.bias is not None and ctl.bias is None:
             ctl.rule = lambda: self.ruled_bias(

@@ -46,10 +46,12 @@ from dysco_interp.decoding.backends.sdpa import (
     decoder_layers,
     dysco_attention,
     prefill_into,
+    scale_control,
     twin,
 )
 from dysco_interp.decoding.choices import DEFAULT_DECODE_ATTENTION
-from dysco_interp.decoding.plan import PassPlan
+from dysco_interp.decoding.logit_scale import scaled
+from dysco_interp.decoding.plan import PassPlan, Scale, logn_factor
 from dysco_interp.decoding.readout import read_outs
 from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import Hook
@@ -127,12 +129,14 @@ class Fixed:
     """The fixed tensors one device's captured passes read."""
 
     mask: torch.Tensor  # float32 [B, 1, 1, capacity]
-    biased: torch.Tensor  # mask plus the step's bias
+    biased: torch.Tensor  # mask plus the step's bias and mask ([B, heads, 1, capacity] for a per-head one)
     position: torch.Tensor  # long [B, 1]: the step's position ids
     slot: torch.Tensor  # long [1]: the cache slot the step's keys go to
+    logn: torch.Tensor  # float32 [B, 1, 1, 1]: each row's log-n factor this step (a plan's scale)
 
     def copied_to(self, device: torch.device) -> "Fixed":
-        return Fixed(*(t.to(device, copy=True) for t in (self.mask, self.biased, self.position, self.slot)))
+        return Fixed(*(t.to(device, copy=True) for t in (self.mask, self.biased, self.position, self.slot,
+                                                         self.logn)))
 
     def refresh(self, source: "Fixed", biased: bool) -> None:
         """What a pass reads, copied from the first device's tensors (a biased pass can leave
@@ -142,6 +146,7 @@ class Fixed:
             self.biased.copy_(source.biased)
         self.position.copy_(source.position)
         self.slot.copy_(source.slot)
+        self.logn.copy_(source.logn)
 
 
 @dataclass(kw_only=True)
@@ -153,11 +158,12 @@ class StaticState(DecodeState):
 
     cache: SlotCache
     mask: torch.Tensor  # float32 [B, 1, 1, capacity]
-    biased: torch.Tensor  # mask plus the step's bias
+    biased: torch.Tensor  # mask plus the step's bias and mask ([B, heads, 1, capacity] for a per-head one)
     ids: torch.Tensor  # long [B, 1]: the step's tokens
     position: torch.Tensor  # long [B, 1]: their position ids
     slot: torch.Tensor  # long [1]: the cache slot they are written to
     next_position: torch.Tensor  # long [B]
+    logn: torch.Tensor  # float32 [B, 1, 1, 1]: each row's log-n factor this step
     graphs: dict = field(default_factory=dict)
     # a split model's later devices: part -> copies of mask, biased, position and slot there
     copies: dict[int, Fixed] = field(default_factory=dict)
@@ -168,7 +174,7 @@ class StaticState(DecodeState):
 
     def fixed(self, part: int, device: torch.device) -> Fixed:
         """The fixed tensors on part `part` of a split (part 0: this state's own)."""
-        own = Fixed(self.mask, self.biased, self.position, self.slot)
+        own = Fixed(self.mask, self.biased, self.position, self.slot, self.logn)
         if part == 0:
             return own
         if part not in self.copies:
@@ -192,7 +198,15 @@ class StaticState(DecodeState):
         return cls(cache=cache, n_keys=state.n_keys, mask=mask, biased=torch.empty_like(mask),
                    ids=torch.zeros(batch, 1, dtype=torch.long, device=device),
                    position=torch.zeros(batch, 1, dtype=torch.long, device=device),
-                   slot=torch.zeros(1, dtype=torch.long, device=device), next_position=next_position)
+                   slot=torch.zeros(1, dtype=torch.long, device=device), next_position=next_position,
+                   logn=torch.ones(batch, 1, 1, 1, device=device))
+
+    def bias_rows(self, rows: int) -> None:
+        """`biased` with `rows` rows per batch row (1: shared by the heads; heads: per head); a new
+        shape drops the captured passes (they point at the old tensor)."""
+        if self.biased.shape[1] != rows:
+            self.biased = self.mask.new_empty(self.mask.shape[0], rows, 1, self.mask.shape[-1])
+            self.graphs, self.copies, self.inputs = {}, {}, {}
 
     def advance(self, n: int = 1) -> None:
         self.n_keys += n
@@ -207,7 +221,7 @@ class StaticState(DecodeState):
         self.cache = cache.resized(capacity, self.n_keys)
         mask = torch.full_like(self.mask[..., :1], -torch.inf).expand(*self.mask.shape[:3], capacity).clone()
         mask[..., : self.n_keys] = self.mask[..., : self.n_keys]
-        self.mask, self.biased = mask, torch.empty_like(mask)
+        self.mask, self.biased = mask, mask.new_empty(*self.biased.shape[:3], capacity)
         self.cache.slot = self.slot
         self.graphs, self.copies, self.inputs = {}, {}, {}
 
@@ -215,7 +229,7 @@ class StaticState(DecodeState):
         return StaticState(cache=self.cache.resized(self.cache.capacity, self.n_keys), n_keys=self.n_keys,
                            mask=self.mask.clone(), biased=torch.empty_like(self.mask), ids=self.ids.clone(),
                            position=self.position.clone(), slot=self.slot.clone(),
-                           next_position=self.next_position.clone())
+                           next_position=self.next_position.clone(), logn=self.logn.clone())
 
 
 @dataclass
@@ -238,7 +252,8 @@ def static_attention(module, query, key, value, attention_mask, dropout: float =
                                dysco_control=ctl, **kwargs)
     if query.shape[2] != 1:
         raise ValueError("static decoding passes take one token per row")
-    scale = (scaling if scaling is not None else query.shape[-1] ** -0.5) / ctl.tau
+    query, scale = scaled(query, scaling if scaling is not None else query.shape[-1] ** -0.5, ctl.scale,
+                          module.layer_idx, ctl.scale_heads.get(module.layer_idx), ctl.logn)
     groups = getattr(module, "num_key_value_groups", 1)
     mask = attention_mask
     if ctl.step is not None:
@@ -279,10 +294,10 @@ class StaticBackend(Backend):
     max_batch = None
     supports_graphs = True
 
-    def __init__(self, model: LoadedModel, *, tau: float = 1.0, graphs: bool | None = None,
-                 hooks: Sequence[Hook] = (), decode_attention: str = DEFAULT_DECODE_ATTENTION,
-                 compile_kernels: bool | None = None):
-        super().__init__(model, tau=tau, graphs=graphs, hooks=hooks)
+    def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
+                 decode_attention: str = DEFAULT_DECODE_ATTENTION, compile_kernels: bool | None = None,
+                 tau: float | None = None):
+        super().__init__(model, graphs=graphs, hooks=hooks, tau=tau)
         self.decode_attention = check_decode_attention(decode_attention)
         on_cuda = model.device.type == "cuda"
         if graphs and not on_cuda:
@@ -300,24 +315,26 @@ class StaticBackend(Backend):
             raise ConfigError(f"CUDA graphs of a model split over devices need the written-out decoder: "
                               f"{unsupported(self.hf)}; pass graphs=False")
         self.graphs = on_cuda and not whole_pass_only if graphs is None else graphs
-        # plan -> layer -> bool [1, heads, 1, 1] of its biased heads, on that layer's device: made
-        # before any capture (a captured pass cannot copy a host list to the device)
+        # plan -> layer -> bool [1, heads, 1, 1] of its biased heads, and of its scaled heads, on that
+        # layer's device: made before any capture (a captured pass cannot copy a host list to the device)
         self.bias_heads: dict[PassPlan, dict[int, torch.Tensor]] = {}
+        self.scale_heads: dict[PassPlan, dict[int, torch.Tensor]] = {}
 
     @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
-                reserve: int = 0) -> StaticState:
+                reserve: int = 0, scale: Scale | None = None) -> StaticState:
         """`chunk_size=None`: `CUDA_PREFILL_CHUNK` tokens a chunk for the fused decoder on a GPU,
         `runtime.DEFAULT_CHUNK` otherwise."""
+        scale = self.prefill_scale(scale)
         empty = DecodeState(SlotCache(self.model.spec.n_layers, capacity_for(ids.shape[1] + reserve)), 0)
         if self.decoder is None or valid is not None:
             return StaticState.of(prefill_into(self.hf, self.model, empty, ids, valid,
-                                               runtime.chunk_or_default(chunk_size), self.tau))
+                                               runtime.chunk_or_default(chunk_size), scale))
         if chunk_size is None:
             chunk_size = CUDA_PREFILL_CHUNK if self.model.device.type == "cuda" else runtime.DEFAULT_CHUNK
         runtime.check_chunk_size(chunk_size)
         self.model.check_fits(ids.shape[1])
-        self.decoder.prefill(ids.to(self.model.device), empty.cache.update, chunk_size, self.tau)
+        self.decoder.prefill(ids.to(self.model.device), empty.cache.update, chunk_size, scale)
         empty.n_keys = ids.shape[1]
         return StaticState.of(empty)
 
@@ -330,7 +347,7 @@ class StaticBackend(Backend):
     def _heads_of(self, plan: PassPlan) -> dict[int, torch.Tensor]:
         if plan not in self.bias_heads:
             gains = {}
-            bias = plan.bias
+            bias = plan.additive
             if bias is not None and bias.heads is not None:
                 n_heads = self.model.spec.n_heads
                 for layer in bias.layers:
@@ -340,12 +357,16 @@ class StaticBackend(Backend):
             self.bias_heads[plan] = gains
         return self.bias_heads[plan]
 
-    def _decode_pass(self, plan: PassPlan, mask: torch.Tensor, biased: torch.Tensor, slot: torch.Tensor) -> DecodePass:
-        bias = plan.bias
-        return DecodePass(mask, slot, tau=self.tau, decode_attention=self.decode_attention, read=plan.read_heads(),
-                          biased=biased if bias is not None else None,
+    def _decode_pass(self, plan: PassPlan, fixed: Fixed) -> DecodePass:
+        bias, scale = plan.additive, plan.scale
+        if plan not in self.scale_heads:
+            self.scale_heads[plan] = scale_control(self.model, scale)
+        return DecodePass(fixed.mask, fixed.slot, scale=scale, logn=fixed.logn if scale and scale.log_n else None,
+                          scale_heads={layer: c.to(fixed.mask.device) for layer, c in self.scale_heads[plan].items()},
+                          decode_attention=self.decode_attention, read=plan.read_heads(),
+                          biased=fixed.biased if bias is not None else None,
                           bias_layers=frozenset(bias.layers) if bias is not None else frozenset(),
-                          bias_heads={layer: g.to(mask.device) for layer, g in self._heads_of(plan).items()})
+                          bias_heads={layer: g.to(fixed.mask.device) for layer, g in self._heads_of(plan).items()})
 
     def _pass(self, state: StaticState, plan: PassPlan, start: int, stop: int, hidden: torch.Tensor | None = None):
         """Run (or replay) layers start..stop-1 of `plan`'s pass: from the step's tokens (`start` 0)
@@ -356,9 +377,10 @@ class StaticBackend(Backend):
         n_layers = self.model.spec.n_layers
 
         def run():
-            ctl = StaticControl(tau=self.tau, slot=state.slot, decode_attention=self.decode_attention,
-                                read_lists=plan.read_heads(),
-                                step=self._decode_pass(plan, state.mask, state.biased, state.slot))
+            step = self._decode_pass(plan, state.fixed(0, self.model.device))
+            ctl = StaticControl(scale=plan.scale, scale_heads=dict(step.scale_heads), logn=step.logn,
+                                slot=state.slot, decode_attention=self.decode_attention,
+                                read_lists=plan.read_heads(), step=step)
             inputs = {"input_ids": state.ids} if start == 0 else {"inputs_embeds": hidden}
             with self._layers(start, stop):
                 try:
@@ -436,7 +458,7 @@ class StaticBackend(Backend):
         returns the residual stream, the final norm's output at the model's end, or with
         `logits` the logits, and the rows read here."""
         assert self.decoder is not None
-        step = self._decode_pass(plan, fixed.mask, fixed.biased, fixed.slot)
+        step = self._decode_pass(plan, fixed)
         h = self.decoder.embed(state.ids) if x is None else x
         h, normed = self.decoder.decode(h, fixed.position, state.cache.buffers, step, first, last)
         if normed is None:
@@ -463,7 +485,8 @@ class StaticBackend(Backend):
 
     @staticmethod
     def _set_bias(state: StaticState, bias: torch.Tensor) -> None:
-        state.biased.copy_(state.mask)
+        state.bias_rows(bias.shape[1])
+        state.biased.copy_(state.mask.expand_as(state.biased))
         state.biased[..., : bias.shape[-1]] += bias.to(state.biased.device)
 
     @torch.inference_mode()
@@ -473,6 +496,8 @@ class StaticBackend(Backend):
         n_keys, batch, n_layers = state.n_keys + 1, tokens.shape[0], self.model.spec.n_layers
         stop = plan.last_layer(n_layers) + 1
         self._load(state, tokens)
+        if plan.scale is not None and plan.scale.log_n is not None:
+            state.logn.copy_(logn_factor(state.next_position + 1, plan.scale.log_n).view(-1, 1, 1, 1))
         given = self.given_bias(plan, batch, n_keys)
         if given is not None:
             self._set_bias(state, given)
