@@ -95,6 +95,48 @@ def test_a_users_two_pass_method_gives_dysco_reuse_s_tokens_on_every_backend_and
         assert out["sdpa"][name][1].tokens == alone[name][0].tokens, name
 
 
+class GradedTopK(SteeringMethod):
+    """Its own top-4 over the relevance, never on a pad or a template token (the public mask), and a
+    bias graded by that relevance: log(1 + 8 r) on the chosen keys."""
+
+    name = "test-graded-top-k"
+    description = "own top-k outside never_selected, bias graded by relevance"
+
+    def select(self, relevance, n_keys):
+        never = self.never_selected[:, :n_keys]
+        scores = relevance.masked_fill(never, -1.0)
+        chosen = torch.zeros_like(never)
+        chosen.scatter_(1, scores.topk(4, dim=-1).indices, True)
+        return chosen & ~never
+
+    def bias(self, selected, relevance):
+        return torch.where(selected, torch.log1p(8 * relevance), 0.0)[:, None, None, :].float()
+
+
+register_method(GradedTopK)
+
+
+@pytest.mark.parametrize("style", ["llama", "gemma3"])
+def test_a_graded_bias_and_an_own_top_k_outside_the_public_mask_run_on_every_backend(style):
+    model = tiny_model(style)
+    config = DecodingConfig(method=GradedTopK.name, template_masking="skeleton", record_positions=True,
+                            max_new_tokens=N_NEW)
+    out = {b: generate_batch(model, [PROMPT, OTHER] if b != "bridge" else [PROMPT], {"g": config},
+                             heads_for(model), backend=b)["g"] for b in BACKENDS}
+    plain = generate(model, PROMPT, DecodingConfig(method="vanilla", max_new_tokens=N_NEW))
+    assert out["bridge"][0].tokens != plain.tokens  # the graded bias changes the output
+    for backend in ("sdpa", "static"):
+        assert out[backend][0].tokens == out["bridge"][0].tokens, backend
+    # the batch's second row is left-padded; no selection of either row lands on a pad or a template token
+    from dysco_interp.decoding.prompts import prepare_prompt
+
+    template = prepare_prompt(model, OTHER).template("skeleton").tolist()
+    chosen = [step.selected for step in out["sdpa"][1].trace.steps if step.selected is not None]
+    assert chosen and all(len(keys) == 4 for keys in chosen)
+    for keys in chosen:
+        assert min(keys) >= 0 and not any(template[k] for k in keys if k < len(template))
+
+
 def direct_pasta(model, alpha, heads, emphasized_span, n_prompt):
     """PASTA written directly as a TransformerLens hook on the bridge, in the same passes."""
     log_alpha = math.log(alpha)

@@ -31,8 +31,8 @@ from dysco_interp.models import LoadedModel, ModelSpec
 
 if TYPE_CHECKING:
     from dysco_interp.decoding.config import DecodingConfig
+    from dysco_interp.decoding.plan import ReadOut
     from dysco_interp.decoding.prompts import PromptBatch
-    from dysco_interp.decoding.readout import ReadOut
 
 Run = Callable[[PassPlan], StepOutput]  # one pass of this step's tokens on the backend
 
@@ -85,6 +85,9 @@ class Method:
     def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
         self.config, self.heads, self.spec = config, heads, spec
         self.plain = PassPlan()
+        # bool [B, capacity]: keys no selection should take (each row's pads and the chat template's
+        # tokens of `template_masking`), set before `start`; slice `[:, :n_keys]` at a step
+        self.never_selected: torch.Tensor | None = None
 
     @classmethod
     def temperature_of(cls, config: DecodingConfig) -> float:

@@ -39,8 +39,6 @@ from dysco_interp.hooks import head_label
 if TYPE_CHECKING:
     import torch
 
-    from dysco_interp.decoding.readout import ReadOut
-
 ReadReturns = Literal["mean", "rows", "span_mass"]
 READ_RETURNS: tuple[ReadReturns, ...] = ("mean", "rows", "span_mass")
 
@@ -117,6 +115,24 @@ class Read:
         for layer, head in self.heads:
             out.setdefault(layer, []).append(head)
         return {layer: tuple(hs) for layer, hs in out.items()}
+
+
+@dataclass
+class ReadOut:
+    """One read of one pass.
+
+    Attributes:
+        read: what was asked.
+        attention: float32 `[B, n_keys]`, the mean row over the read's heads on absolute key
+            positions (each row sums to 1).
+        rows: float32 `[B, len(read.heads)]` + `[n_keys]`, each head's row (returns "rows"), else None.
+        span_mass: float32 `[B, len(read.heads), len(read.spans)]` (returns "span_mass"), else None.
+    """
+
+    read: Read
+    attention: torch.Tensor
+    rows: torch.Tensor | None = None
+    span_mass: torch.Tensor | None = None
 
 
 BiasRule = Callable[["ReadOut"], "torch.Tensor"]

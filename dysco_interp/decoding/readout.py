@@ -1,32 +1,15 @@
-"""What a pass's reads give back: pure tensor math over the per-layer rows a backend collected."""
+"""What a pass's reads give back (`plan.ReadOut`): pure tensor math over the per-layer rows a backend collected."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from dysco_interp.decoding import relevance
-from dysco_interp.decoding.plan import PassPlan, Read
+from dysco_interp.decoding.plan import PassPlan, ReadOut
 
-
-@dataclass
-class ReadOut:
-    """One read of one pass.
-
-    Attributes:
-        read: what was asked.
-        attention: float32 `[B, n_keys]`, the mean row over the read's heads on absolute key
-            positions (each row sums to 1).
-        rows: float32 `[B, len(read.heads)]` + `[n_keys]`, each head's row (returns "rows"), else None.
-        span_mass: float32 `[B, len(read.heads), len(read.spans)]` (returns "span_mass"), else None.
-    """
-
-    read: Read
-    attention: torch.Tensor
-    rows: torch.Tensor | None = None
-    span_mass: torch.Tensor | None = None
+__all__ = ["ReadOut", "read_outs", "span_sums"]  # ReadOut is defined beside the Read it answers
 
 
 def span_sums(rows: torch.Tensor, spans: Sequence[tuple[int, int]]) -> torch.Tensor:

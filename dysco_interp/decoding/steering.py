@@ -7,9 +7,11 @@
   its read gives (dysco-reuse's shape; every biased layer must come after the read);
 - "none": no read; the bias comes from the prompt alone (PASTA's shape).
 
-Override what differs from DySCO: `select(relevance, n_keys)` (relevance -> selected keys),
-`bias(selected)` (keys -> the additive bias), `bias_layers()` and `bias_heads()` (where it
-applies); `start(model, batch)` prepares per-prompt data. Register the class under its name
+Override what differs from DySCO: `select(relevance, n_keys)` (relevance -> selected keys;
+`self.never_selected` holds the keys no selection should take: pads and template tokens),
+`bias(selected)` or `bias(selected, relevance)` (keys, and the running relevance for a graded
+bias, -> the additive bias), `bias_layers()` and `bias_heads()` (where it applies);
+`start(model, batch)` prepares per-prompt data. Register the class under its name
 (`register_method`) and it runs in `generate`, `generate_batch`, `evaluate` and the replay, on
 every backend, in batches, with CUDA graphs on the static backend; its `options` are recorded
 with its results like any other setting.
@@ -17,6 +19,7 @@ with its results like any other setting.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -32,7 +35,7 @@ from dysco_interp.models import LoadedModel, ModelSpec
 if TYPE_CHECKING:
     from dysco_interp.decoding.config import DecodingConfig
     from dysco_interp.decoding.methods import Run, Selector
-    from dysco_interp.decoding.readout import ReadOut
+    from dysco_interp.decoding.plan import ReadOut
 
 Passes = Literal["two", "one", "none"]
 
@@ -84,6 +87,8 @@ class SteeringMethod(Method):
                                 bias=bias).check(spec.n_layers, spec.n_heads)
         self.current: relevance.Selection | None = None
         self.selector: Selector | None = None  # the run's relevance, once its first step is fed
+        # a bias() of two parameters is graded: it is given the running relevance too
+        self.graded = len(inspect.signature(self.bias).parameters) >= 2
 
     @classmethod
     def heads_for(cls, config: DecodingConfig, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
@@ -102,7 +107,9 @@ class SteeringMethod(Method):
         return self.selector.select(n_keys)
 
     def bias(self, selected: torch.Tensor) -> torch.Tensor:
-        """The additive bias `[B, 1, 1, n_keys]` from the selected keys. Default: log(beta) on them."""
+        """The additive bias `[B, 1, 1, n_keys]` from the selected keys. Default: log(beta) on them.
+        An override may take a second parameter, `relevance` (float32 `[B, n_keys]`, or None for
+        passes "none"), to grade the bias by it."""
         return relevance.scaling_bias(selected, self.config.beta)
 
     def bias_layers(self) -> Iterable[int]:
@@ -114,6 +121,12 @@ class SteeringMethod(Method):
         return None
 
     # ---------------------------------------------------------------- the step
+
+    def _bias(self, selected: torch.Tensor) -> torch.Tensor:
+        if not self.graded:
+            return self.bias(selected)
+        scores = None if self.selector is None else self.selector.relevance
+        return self.bias(selected, scores)  # type: ignore[call-arg]
 
     def _selected(self, n_keys: int) -> relevance.Selection:
         chosen = self.select(None if self.selector is None else self.selector.relevance, n_keys)
@@ -132,7 +145,7 @@ class SteeringMethod(Method):
                 assert selector is not None
                 selector.update(read.attention)
                 self.current = self._selected(n_keys)
-                return self.bias(self.current.mask)
+                return self._bias(self.current.mask)
 
             assert self.steered.bias is not None
             out = run(PassPlan(reads=self.steered.reads, bias=self.steered.bias.ruled_by(rule)))
@@ -143,6 +156,6 @@ class SteeringMethod(Method):
                 assert attention is not None
                 selector.update(attention)
             self.current = self._selected(n_keys)
-            out = run(self.steered.with_bias(self.bias(self.current.mask)))
+            out = run(self.steered.with_bias(self._bias(self.current.mask)))
         assert out.logits is not None
         return out.logits, self.current

@@ -15,9 +15,8 @@ from dysco_interp.decoding.backends import Backend, DecodeState, StepOutput
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.methods import Method, Selector, method_for
 from dysco_interp.decoding.passes import scheduled
-from dysco_interp.decoding.plan import PassPlan, Read
+from dysco_interp.decoding.plan import PassPlan, Read, ReadOut
 from dysco_interp.decoding.prompts import PromptBatch
-from dysco_interp.decoding.readout import ReadOut
 from dysco_interp.decoding.relevance import Selection, row_caps
 from dysco_interp.decoding.results import CONTEXT_WARMUP, DECODE, Phase, StepRecord
 from dysco_interp.decoding.span_mass import SpanMass
@@ -67,17 +66,18 @@ class Stepper:
         self.read_out, self.on_read = read_out, on_read
         self.last_read: ReadOut | None = None
         model = backend.model
+        # on the device once, with room for every generated key (never excluded): each step slices it
+        excluded = extend_mask(batch.never_selected(config.template_masking),
+                               batch.width + config.max_new_tokens + 1).to(backend.model.device)
         with method_code(config.method):
             self.heads = config.strategy.heads_for(config, model, heads)
             self.method: Method = method_for(config, self.heads, model.spec)
+            self.method.never_selected = excluded
             self.method.start(model, batch)
         self.selector: Selector | None = None
         if self.method.uses_heads:
             if config.template_masking == "reference" and any(p.reference_fallback for p in batch.prepared or ()):
                 warn_fallback(backend.model.tokenizer)
-            # on the device once, with room for every generated key (never excluded): each step slices it
-            never = batch.never_selected(config.template_masking)
-            excluded = extend_mask(never, batch.width + config.max_new_tokens + 1).to(backend.model.device)
             caps = None
             if config.top_k_fraction is not None:
                 caps = row_caps(batch.lengths, config.top_k, config.top_k_fraction)

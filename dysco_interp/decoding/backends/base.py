@@ -29,13 +29,13 @@ from transformers.cache_utils import Cache
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.plan import (
     PassPlan,
+    ReadOut,
     Scale,
     additive_values,
     bias_fault,
     bias_fault_message,
     check_bias_values,
 )
-from dysco_interp.decoding.readout import ReadOut
 from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
