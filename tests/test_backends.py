@@ -285,8 +285,7 @@ def test_a_dysco_step_on_the_static_backend_never_waits_for_the_device(method):
         if i == 2:
             torch.cuda.set_sync_debug_mode("error")  # any host synchronisation raises
         try:
-            stepper.method.step(lambda plan, tokens=tokens: backend.run(state, tokens, plan), state.n_keys + 1,
-                                stepper.selector)
+            stepper.method.step(lambda plan, tokens=tokens: backend.run(state, tokens, plan), state.n_keys + 1)
         finally:
             torch.cuda.set_sync_debug_mode("default")
 

@@ -242,3 +242,27 @@ def test_a_method_that_cannot_run_writes_nothing_to_the_store(tiny_llama, tmp_pa
             evaluate(tiny_llama, "tiny-llama", "path_traversal", instances, configs, heads_for(tiny_llama), out,
                      backend=backend, batch_size=1 if backend == "bridge" else 2, progress=False)
         assert not out.exists() or not list(ResultStore(out, ("method", "instance"), readonly=True).records())
+
+
+class OldStep(methods.Dysco):
+    """A method written against the old step(run, n_keys, selector): it still runs, with a notice."""
+
+    name = "test-old-step"
+    description = "DySCO with the old step signature"
+
+    def step(self, run, n_keys, selector):
+        assert selector is self.selector
+        return super().step(run, n_keys)
+
+
+def test_a_method_with_the_old_step_signature_runs_for_one_release_with_a_notice(tiny_llama):
+    register_method(OldStep)
+    try:
+        config = DecodingConfig(method=OldStep.name, beta=4.0, top_p=0.7, max_new_tokens=N_NEW)
+        with pytest.warns(DeprecationWarning, match="step"):
+            old = generate(tiny_llama, PROMPT, config, heads=heads_for(tiny_llama))
+        new = generate(tiny_llama, PROMPT, config.replace(method="dysco"), heads=heads_for(tiny_llama))
+        assert old.tokens == new.tokens
+    finally:
+        methods.REGISTRY.pop(OldStep.name, None)
+        methods.METHODS.pop(OldStep.name, None)

@@ -56,7 +56,7 @@ class PerHeadBias(Method):
     def start(self, model, batch):
         self.pads = torch.tensor(batch.pads, device=model.device)
 
-    def step(self, run, n_keys, selector):
+    def step(self, run, n_keys):
         position = torch.arange(n_keys, device=self.pads.device)[None] - self.pads[:, None]  # [B, n]
         head = torch.arange(self.n_heads, device=self.pads.device)[None, :, None]
         boost = (position[:, None, :] % self.n_heads == head) & (position[:, None, :] >= 0)
@@ -77,7 +77,7 @@ class RecentWindow(Method):
     def start(self, model, batch):
         self.pads = torch.tensor(batch.pads, device=model.device)
 
-    def step(self, run, n_keys, selector):
+    def step(self, run, n_keys):
         position = torch.arange(n_keys, device=self.pads.device)[None] - self.pads[:, None]
         keep = (position < 4) | (position >= n_keys - self.pads[:, None] - 12)
         return run(self.masked.with_mask(keep[:, None, None, :])).logits, None

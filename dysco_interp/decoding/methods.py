@@ -5,7 +5,8 @@ what one decoding step runs: vanilla and UniAttnS the plain pass; DySCO a partia
 reads the QRHeads, then relevance, selection and the biased pass; its ablations change one
 piece (a set selected once, random heads, one pass per token with the bias built by a rule).
 Every backend runs every plan, so a method never knows which backend it runs on. The running
-relevance and the selection live in a `Selector`, the pure math in `relevance.py`.
+relevance and the selection live in a `Selector`, the pure math in `relevance.py`; a method that
+reads heads makes its own when it begins (`Method.begin`), and nothing outside it builds one.
 
 A researcher's own method is a subclass registered under its name (`register_method`); see
 `decoding/steering.py` for the pieces most steering methods need.
@@ -25,6 +26,7 @@ from dysco_interp.decoding import relevance
 from dysco_interp.decoding.backends.base import StepOutput
 from dysco_interp.decoding.choices import METHOD_NAMES
 from dysco_interp.decoding.plan import Bias, PassPlan, Read, Scale
+from dysco_interp.decoding.template import warn_fallback
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, random_like
 from dysco_interp.models import LoadedModel, ModelSpec
@@ -88,6 +90,33 @@ class Method:
         # bool [B, capacity]: keys no selection should take (each row's pads and the chat template's
         # tokens of `template_masking`), set before `start`; slice `[:, :n_keys]` at a step
         self.never_selected: torch.Tensor | None = None
+        # the running relevance of a method that reads heads, and the selection made from it
+        self.selector: Selector | None = None
+
+    def begin(self, model: LoadedModel, batch: PromptBatch, never_selected: torch.Tensor) -> None:
+        """Called once by the stepper before the first pass: the keys never to select, the relevance
+        state of a method that reads heads (`make_selector`), then the method's own `start`."""
+        self.never_selected = never_selected
+        if self.uses_heads:
+            self.selector = self.make_selector(model, batch)
+        self.start(model, batch)
+
+    def make_selector(self, model: LoadedModel, batch: PromptBatch) -> Selector:
+        """DySCO's running relevance and nucleus-then-K selection over this batch's keys."""
+        config = self.config
+        if config.template_masking == "reference" and any(p.reference_fallback for p in batch.prepared or ()):
+            warn_fallback(model.tokenizer)
+        caps = None
+        if config.top_k_fraction is not None:
+            caps = relevance.row_caps(batch.lengths, config.top_k, config.top_k_fraction)
+        assert self.never_selected is not None
+        return Selector(config, self.never_selected, caps)
+
+    def warmed(self, attention: torch.Tensor | None) -> None:
+        """After a context warm-up pass, with its read of the heads (None: it read nothing): a
+        method that keeps relevance moves it."""
+        if self.selector is not None and attention is not None:
+            self.selector.update(attention)
 
     @classmethod
     def temperature_of(cls, config: DecodingConfig) -> float:
@@ -121,7 +150,7 @@ class Method:
     def start(self, model: LoadedModel, batch: PromptBatch) -> None:
         """Called once before the first pass, with the prompts' rows (e.g. to find spans in them)."""
 
-    def step(self, run: Run, n_keys: int, selector: Selector | None) -> tuple[torch.Tensor, relevance.Selection | None]:
+    def step(self, run: Run, n_keys: int) -> tuple[torch.Tensor, relevance.Selection | None]:
         """One token per row (`n_keys`: the keys its passes see, its own included): (float32
         logits, the selection applied or None)."""
         out = run(self.plain)
@@ -185,17 +214,21 @@ class Dysco(Method):
     def warmup_plan(self) -> PassPlan:
         return self.reads.reading
 
-    def select(self, run: Run, n_keys: int, selector: Selector) -> relevance.Selection:
+    @property
+    def running(self) -> Selector:
+        assert self.selector is not None, "a method that reads heads is begun with a selector"
+        return self.selector
+
+    def select(self, run: Run, n_keys: int) -> relevance.Selection:
         """This step's selection: the partial pass reads the QRHeads, the relevance moves, keys are chosen."""
         attention = run(self.partial).attention
         assert attention is not None
-        selector.update(attention)
-        return selector.select(n_keys)
+        self.running.update(attention)
+        return self.running.select(n_keys)
 
-    def step(self, run, n_keys, selector):
-        assert selector is not None
-        selection = self.select(run, n_keys, selector)
-        out = run(self.biased.with_bias(selector.bias(selection.mask)))
+    def step(self, run, n_keys):
+        selection = self.select(run, n_keys)
+        out = run(self.biased.with_bias(self.running.bias(selection.mask)))
         assert out.logits is not None
         return out.logits, selection
 
@@ -208,8 +241,8 @@ class DyscoStatic(Dysco):
         super().__init__(config, heads, spec)
         self.kept: relevance.Selection | None = None
 
-    def step(self, run, n_keys, selector):
-        assert selector is not None
+    def step(self, run, n_keys):
+        selector = self.running
         if self.kept is None:
             if selector.relevance is None:  # no context warm-up: select from this token's partial pass
                 attention = run(self.partial).attention
@@ -245,8 +278,8 @@ class DyscoReuse(Dysco):
         # a QRHead in the last layer leaves no layer to bias: the pass only reads
         self.reuse = PassPlan(reads=(self.read,), bias=Bias(after, source="rule")) if after else self.reads.reading
 
-    def step(self, run, n_keys, selector):
-        assert selector is not None
+    def step(self, run, n_keys):
+        selector = self.running
 
         def select_bias(read: ReadOut) -> torch.Tensor:
             selector.update(read.attention)
@@ -272,9 +305,9 @@ class DyscoGated(Dysco):
     def check_options(cls, options):
         check_number("min_mass", options["min_mass"], at_least=0)
 
-    def step(self, run, n_keys, selector):
-        assert selector is not None
-        selection = self.select(run, n_keys, selector)
+    def step(self, run, n_keys):
+        selector = self.running
+        selection = self.select(run, n_keys)
         # a row whose QRHeads spread their relevance thinly gets no bias at all (its own key included),
         # and its trace says that nothing was selected
         on = selection.mass >= float(self.option("min_mass"))

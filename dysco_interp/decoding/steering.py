@@ -34,7 +34,7 @@ from dysco_interp.models import LoadedModel, ModelSpec
 
 if TYPE_CHECKING:
     from dysco_interp.decoding.config import DecodingConfig
-    from dysco_interp.decoding.methods import Run, Selector
+    from dysco_interp.decoding.methods import Run
     from dysco_interp.decoding.plan import ReadOut
 
 Passes = Literal["two", "one", "none"]
@@ -86,7 +86,6 @@ class SteeringMethod(Method):
         self.steered = PassPlan(reads=(self.reads.read,) if self.reads is not None and self.passes == "one" else (),
                                 bias=bias).check(spec.n_layers, spec.n_heads)
         self.current: relevance.Selection | None = None
-        self.selector: Selector | None = None  # the run's relevance, once its first step is fed
         # a bias() of two parameters is graded: it is given the running relevance too
         self.graded = len(inspect.signature(self.bias).parameters) >= 2
 
@@ -138,8 +137,8 @@ class SteeringMethod(Method):
         scores = None if self.selector is None else self.selector.relevance
         return selection_of(chosen, scores if scores is not None and scores.shape[-1] == n_keys else None)
 
-    def step(self, run: Run, n_keys: int, selector: Selector | None):
-        self.selector = selector
+    def step(self, run: Run, n_keys: int):
+        selector = self.selector
         if self.passes == "one":
             def rule(read: ReadOut) -> torch.Tensor:
                 assert selector is not None

@@ -7,6 +7,8 @@ drives it directly, one step at a time, from a state the backend prefilled.
 from __future__ import annotations
 
 import contextlib
+import inspect
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 
 import torch
@@ -17,10 +19,10 @@ from dysco_interp.decoding.methods import Method, Selector, method_for
 from dysco_interp.decoding.passes import scheduled
 from dysco_interp.decoding.plan import PassPlan, Read, ReadOut
 from dysco_interp.decoding.prompts import PromptBatch
-from dysco_interp.decoding.relevance import Selection, row_caps
+from dysco_interp.decoding.relevance import Selection
 from dysco_interp.decoding.results import CONTEXT_WARMUP, DECODE, Phase, StepRecord
 from dysco_interp.decoding.span_mass import SpanMass
-from dysco_interp.decoding.template import extend_mask, warn_fallback
+from dysco_interp.decoding.template import extend_mask
 from dysco_interp.errors import ConfigError, MethodExitError
 from dysco_interp.heads import HeadSet
 
@@ -48,7 +50,7 @@ class Stepper:
     its index (`n_steps` before the call) and phase to the hooks that its passes run.
 
     Args:
-        backend: where the passes run (built with the method's temperature).
+        backend: where the passes run.
         config: the method and its parameters.
         batch: the prompts' rows (pads and template tokens are never selected).
         span_mass: per row, named spans whose relevance mass each record reports (or None).
@@ -72,18 +74,19 @@ class Stepper:
         with method_code(config.method):
             self.heads = config.strategy.heads_for(config, model, heads)
             self.method: Method = method_for(config, self.heads, model.spec)
-            self.method.never_selected = excluded
-            self.method.start(model, batch)
-        self.selector: Selector | None = None
-        if self.method.uses_heads:
-            if config.template_masking == "reference" and any(p.reference_fallback for p in batch.prepared or ()):
-                warn_fallback(backend.model.tokenizer)
-            caps = None
-            if config.top_k_fraction is not None:
-                caps = row_caps(batch.lengths, config.top_k, config.top_k_fraction)
-            self.selector = Selector(config, excluded, caps)
+            self.method.begin(model, batch, excluded)
+        # a method written before step lost its selector argument still runs, for one release
+        self.old_step = len(inspect.signature(self.method.step).parameters) >= 3
+        if self.old_step:
+            warnings.warn(f"method {config.method!r}: step(run, n_keys, selector) is deprecated and goes in the next "
+                          "release; write step(run, n_keys) and use self.selector", DeprecationWarning, stacklevel=2)
         self.span_mass = span_mass
         self.n_steps = 0  # steps fed so far: the trace index of the next one
+
+    @property
+    def selector(self) -> Selector | None:
+        """The method's running relevance and selection (None for a method that reads no heads)."""
+        return self.method.selector
 
     @property
     def relevance(self) -> torch.Tensor | None:
@@ -108,8 +111,8 @@ class Stepper:
         with scheduled(phase=CONTEXT_WARMUP, step=self.n_steps, keep_method=True), method_code(self.config.method):
             out = self._runner(state, tokens)(self.method.warmup_plan)
         self.n_steps += 1
-        if self.selector is not None and out.attention is not None:
-            self.selector.update(out.attention)
+        with method_code(self.config.method):
+            self.method.warmed(out.attention)
         assert out.logits is not None
         return out.logits, self._records(CONTEXT_WARMUP, n_cached, tokens, None)
 
@@ -118,7 +121,9 @@ class Stepper:
         """One token per row with the method's full step."""
         n_cached = state.n_keys
         with scheduled(phase=phase, step=self.n_steps, keep_method=True), method_code(self.config.method):
-            logits, selection = self.method.step(self._runner(state, tokens), n_cached + 1, self.selector)
+            run = self._runner(state, tokens)
+            logits, selection = self.method.step(run, n_cached + 1, self.selector) if self.old_step \
+                else self.method.step(run, n_cached + 1)
         self.n_steps += 1
         return logits, self._records(phase, n_cached, tokens, selection)
 
