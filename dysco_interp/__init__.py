@@ -45,6 +45,7 @@ _LAZY = {
     "compare_methods": "dysco_interp.decoding.loop",
     "dysco_generate": "dysco_interp.decoding.loop",
     "current_pass": "dysco_interp.decoding.passes",
+    "observe": "dysco_interp.decoding.observe",
     "register_method": "dysco_interp.decoding.methods",
     "Method": "dysco_interp.decoding.methods",
     "SteeringMethod": "dysco_interp.decoding.steering",

@@ -11,7 +11,7 @@ from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends import DecodeState, make_backend
 from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
 from dysco_interp.decoding.interventions import BiasWriter
-from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate
+from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate, generate
 from dysco_interp.decoding.prompts import PromptBatch, prepare_prompt
 from dysco_interp.decoding.reference import reference_generate
 from dysco_interp.decoding.relevance import scaling_bias
@@ -69,7 +69,7 @@ def test_strong_scaling_changes_the_output(tiny_llama):
 def test_selection_invariants_along_a_run(tiny):
     heads = heads_for(tiny)
     prepared = prepare_prompt(tiny, PROMPT)
-    res = dysco_generate(tiny, PROMPT, heads, cfg(top_k=5, top_p=0.99, record_positions=True), prepared=prepared)
+    res = generate(tiny, PROMPT, cfg(top_k=5, top_p=0.99, record_positions=True), prepared=prepared, heads=heads)
     template = prepared.template()
     steps = [s for s in res.trace.steps if s.n_selected is not None]
     assert steps and len(steps) == len(res.trace.steps) - 7  # all but the T_w - 1 context warm-up tokens
@@ -104,7 +104,7 @@ def test_relevance_sums_to_one_and_cache_equals_one_biased_pass(tiny):
 
 def test_static_mode_keeps_its_set(tiny_llama):
     heads = heads_for(tiny_llama)
-    res = dysco_generate(tiny_llama, PROMPT, heads, cfg("dysco-static", beta=3.0, top_p=0.7, record_positions=True))
+    res = generate(tiny_llama, PROMPT, cfg("dysco-static", beta=3.0, top_p=0.7, record_positions=True), heads=heads)
     sets = [tuple(s.selected) for s in res.trace.steps if s.selected is not None]
     assert len(sets) > 5 and len(set(sets)) == 1
     first_warm = min(s.position for s in res.trace.steps)
@@ -113,9 +113,9 @@ def test_static_mode_keeps_its_set(tiny_llama):
 
 def test_random_heads_are_seeded_and_differ_from_the_qrheads(tiny_llama):
     heads = heads_for(tiny_llama)
-    a = dysco_generate(tiny_llama, PROMPT, heads, cfg("dysco-random", head_seed=3))
-    b = dysco_generate(tiny_llama, PROMPT, heads, cfg("dysco-random", head_seed=3))
-    c = dysco_generate(tiny_llama, PROMPT, heads, cfg("dysco-random", head_seed=4))
+    a = generate(tiny_llama, PROMPT, cfg("dysco-random", head_seed=3), heads=heads)
+    b = generate(tiny_llama, PROMPT, cfg("dysco-random", head_seed=3), heads=heads)
+    c = generate(tiny_llama, PROMPT, cfg("dysco-random", head_seed=4), heads=heads)
     assert a.trace.heads == b.trace.heads and a.tokens == b.tokens
     assert a.trace.heads != c.trace.heads and len(a.trace.heads) == len(heads)
     assert set(a.trace.heads) != set(heads)
@@ -132,7 +132,7 @@ def test_uniattns_tau_one_is_vanilla_and_other_tau_changes_prefill(tiny_llama):
 
 def test_trace_reports_named_spans(tiny_llama):
     heads = heads_for(tiny_llama)
-    res = dysco_generate(tiny_llama, PROMPT, heads, cfg(), spans={"a": (10, 20), "b": (30, 40)})
+    res = generate(tiny_llama, PROMPT, cfg(), spans={"a": (10, 20), "b": (30, 40)}, heads=heads)
     tops = [s.top_spans for s in res.trace.steps]
     assert all(t is not None and {n for n, _ in t} == {"a", "b"} for t in tops)
     assert all(t[0][1] >= t[1][1] >= 0 for t in tops)
@@ -217,13 +217,13 @@ def test_presets_carry_the_papers_values():
 
 def test_missing_or_foreign_heads_and_long_prompts_are_refused(tiny_llama):
     with pytest.raises(ConfigError, match="head set"):
-        dysco_generate(tiny_llama, PROMPT, None, cfg())
+        generate(tiny_llama, PROMPT, cfg(), heads=None)
     foreign = HeadSet([(20, 3)], model="qwen2.5-coder-0.5b", n_layers=24, n_heads=14, n_kv_heads=2)
     with pytest.raises(HeadSetError):
-        dysco_generate(tiny_llama, PROMPT, foreign, cfg())
+        generate(tiny_llama, PROMPT, cfg(), heads=foreign)
     small = tiny_model("llama", max_position_embeddings=64)
     with pytest.raises(ContextLengthError):
-        dysco_generate(small, PROMPT, heads_for(small), cfg())
+        generate(small, PROMPT, cfg(), heads=heads_for(small))
 
 
 def test_yarn_comes_from_the_config_and_combines_with_dysco():
@@ -261,7 +261,7 @@ def test_a_prepared_prompt_serves_one_thinking_setting(tiny):
 
 def test_each_generated_token_is_paired_with_the_step_that_chose_it(tiny_llama):
     heads = heads_for(tiny_llama)
-    res = dysco_generate(tiny_llama, PROMPT, heads, cfg(beta=3.0, record_positions=True))
+    res = generate(tiny_llama, PROMPT, cfg(beta=3.0, record_positions=True), heads=heads)
     pairs = res.token_steps(tiny_llama.tokenizer)
     assert [p.token for p in pairs] == res.tokens and len(res.trace.decode_steps()) == len(res.tokens) - 1
     assert pairs[0].step.phase == "intervention-warmup" and pairs[0].step.position == len(res.prompt_ids) - 1
@@ -282,3 +282,13 @@ def test_python_and_the_command_line_default_to_one_preset():
         assert args.preset == DEFAULT_PRESET
         assert decoding_config(args, "dysco") == DecodingConfig(max_new_tokens=args.max_new_tokens)
     assert preset("paper") != DecodingConfig()  # the paper's values are one argument away
+
+
+def test_dysco_generate_and_loose_backend_options_still_work_for_one_release_with_a_notice(tiny_llama):
+    heads = heads_for(tiny_llama)
+    with pytest.warns(DeprecationWarning, match="dysco_generate"):
+        old = dysco_generate(tiny_llama, PROMPT, heads, cfg())
+    assert old.tokens == generate(tiny_llama, PROMPT, cfg(), heads=heads).tokens
+    with pytest.warns(DeprecationWarning, match="BackendSpec"):
+        loose = generate(tiny_llama, PROMPT, cfg(), heads=heads, backend="static", graphs=False)
+    assert loose.tokens == old.tokens

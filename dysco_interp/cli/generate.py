@@ -71,7 +71,7 @@ def run_generate(args) -> int:
 def generate_and_print(args, prompt: str) -> int:
     import torch
 
-    from dysco_interp.decoding.loop import dysco_generate
+    from dysco_interp.decoding.loop import generate
     from dysco_interp.experiments.demo import selection_text
 
     backend = backend_from_flags(args)
@@ -80,7 +80,7 @@ def generate_and_print(args, prompt: str) -> int:
     check_prompt_fits(args, prompt)
     model = load_model_from_flags(args, heads_line)
     heads = heads_from_flags(model, args, heads_line is not None) if config.uses_heads else None
-    result = dysco_generate(model, prompt, heads, config, backend=backend, chat=args.chat)
+    result = generate(model, prompt, config, heads=heads, backend=backend, chat=args.chat)
     if args.json:
         print(json.dumps({"model": args.model, "method": args.method,
                           "preset": args.preset if config.uses_heads else None, "options": dict(config.options),

@@ -17,6 +17,7 @@ the user's TransformerLens hooks in every pass, and `passes.current_pass()` says
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
@@ -38,6 +39,7 @@ from dysco_interp.decoding.backends import (
 )
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.format_forced import BOTH_FORCED, RowWalk, Run, Segment
+from dysco_interp.decoding.observe import current_observation
 from dysco_interp.decoding.passes import scheduled
 from dysco_interp.decoding.plan import PassPlan, Read
 from dysco_interp.decoding.prompts import (
@@ -291,10 +293,16 @@ def iter_methods(
     format_forced: Sequence[Sequence[Segment]] | None = None,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
+    if graphs is not None or decode_attention is not None:
+        warnings.warn("graphs= and decode_attention= beside a backend's name are deprecated and go in the next "
+                      "release: pass backend=BackendSpec('static', graphs=..., decode_attention=...)",
+                      DeprecationWarning, stacklevel=3)
     spec = BackendSpec.of(backend, graphs, decode_attention)
     check_configs(configs)
     check_bool("chat", chat)
     check_bool("progress", progress)
+    seen = current_observation().merged(hooks, read_out, on_read)  # an observe() context's, and the call's own
+    hooks, read_out, on_read = list(seen.hooks) or None, seen.read, seen.on_read
     user_hooks = check_hooks(model, hooks, spec.name)
     heads = as_heads(model, heads)
     if read_out is not None:
@@ -536,6 +544,8 @@ def dysco_generate(
 ) -> GenerationResult:
     """`generate` with the heads first and DySCO's default preset (small-budget) by default
     (`config` None is an error); `options` are `generate`'s keyword options (`hooks`, `chat`, `backend`, ...),
-    `DecodingConfig` fields included."""
+    `DecodingConfig` fields included. Deprecated: call `generate(model, prompt, config, heads=heads)`."""
+    warnings.warn("dysco_generate is deprecated and goes in the next release: call "
+                  "generate(model, prompt, config, heads=heads)", DeprecationWarning, stacklevel=2)
     check_config(config)
     return generate(model, prompt, config, heads=heads, **options)
