@@ -21,7 +21,7 @@ from dysco_interp.analysis import bench, bench_peer
 from dysco_interp.analysis.report import write_json
 from dysco_interp.cli import args as cli_args
 from dysco_interp.decoding.backends import BackendSpec
-from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION
+from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION, backends_with
 from dysco_interp.decoding.config import preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import load_model, resolve_device, resolve_dtype
@@ -82,8 +82,10 @@ def main(argv=None) -> int:
     except ConfigError as e:
         raise SystemExit(str(e)) from None
     config = preset("paper", method=args.method)  # the committed timings ran the paper's selection
-    if args.backend != "static" and (args.decode_attention or args.no_compile):
-        raise SystemExit("--decode-attention and --no-compile set the static backend's decoding: add --backend static")
+    owners = backends_with("decode_attention")
+    if args.backend not in owners and (args.decode_attention or args.no_compile):
+        raise SystemExit(f"--decode-attention and --no-compile set the decoding of the {' or '.join(owners)} backend: "
+                         f"add --backend {owners[0]}")
     backend = BackendSpec(args.backend, decode_attention=args.decode_attention,
                           compile_kernels=False if args.no_compile else None)
     floor = bench.layer_floor(model, heads, args.method)

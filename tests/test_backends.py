@@ -1,5 +1,7 @@
 """The fast backends (SDPA, static) against the TransformerLens bridge, and batches against single prompts."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -196,12 +198,35 @@ def test_the_static_decoding_attentions_give_the_same_tokens_and_selections(tiny
         for ours, ref in zip(out["sdpa"][name], out["float32"][name]):
             assert ours.tokens == ref.tokens, name
             assert selections(ours) == selections(ref), name
-    with pytest.raises(ConfigError, match="decode_attention sets the static"):
+    with pytest.raises(ConfigError, match="the sdpa backend has no option decode_attention"):
         backends.make_backend(tiny, "sdpa", decode_attention="float32")
-    with pytest.raises(ConfigError, match="decode_attention sets the static"):
+    with pytest.raises(ConfigError, match="the sdpa backend has no option decode_attention"):
         generate_batch(tiny, prompts, METHODS, heads, backend="sdpa", decode_attention="float32")
     with pytest.raises(ConfigError, match="decode_attention must be one of"):
         backends.make_backend(tiny, "static", decode_attention="flash")
+
+
+def test_a_backend_owns_its_typed_options():
+    spec = backends.BackendSpec("static", options=backends.StaticOptions(decode_attention="float32"))
+    assert spec == backends.BackendSpec("static", decode_attention="float32")  # the keywords build the same
+    assert spec.decode_attention == "float32" and spec.store_settings() == {"backend": "static",
+                                                                           "decode_attention": "float32"}
+    assert backends.BackendSpec("static").store_settings() == {"backend": "static"}  # the default is no setting
+    assert backends.BackendSpec("sdpa").options == backends.BackendOptions()
+    with pytest.raises(ConfigError, match="takes options of StaticOptions"):
+        backends.BackendSpec("static", options=backends.BackendOptions())
+    with pytest.raises(ConfigError, match="inside the options"):
+        backends.BackendSpec("static", options=backends.StaticOptions(), compile_kernels=False)
+    with pytest.raises(ConfigError, match="compile_kernels is True, False or None"):
+        backends.StaticOptions(compile_kernels="yes")
+    with pytest.raises(AttributeError):
+        backends.BackendSpec("sdpa").decode_attention  # noqa: B018 (an option another backend has)
+    # the command line's table of options is the classes' own
+    from dysco_interp.decoding.choices import BACKEND_OPTIONS
+
+    for name, cls in backends.REGISTRY.items():
+        if name in BACKEND_OPTIONS:
+            assert BACKEND_OPTIONS[name] == tuple(f.name for f in dataclasses.fields(cls.Options)), name
 
 
 def test_every_backend_has_one_interface_and_refuses_the_same_things(tiny_llama):

@@ -28,7 +28,7 @@ import transformers
 from torch.profiler import ProfilerActivity, profile
 from transformers import AutoModelForCausalLM
 
-from dysco_interp.decoding.backends import BackendSpec, DecodeState, StaticBackend
+from dysco_interp.decoding.backends import BackendSpec, DecodeState
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import Stepper
 from dysco_interp.decoding.methods import register_method
@@ -204,16 +204,6 @@ def profile_step(fn: Step, token: torch.Tensor, path: str) -> None:
 
 
 # ---------------------------------------------------------------------------- driving the decoder
-
-
-def static_described(spec: BackendSpec, model: LoadedModel) -> dict:
-    """How a static backend decodes: its attention, and whether its passes run through the
-    written-out decoder with compiled kernels."""
-    static = spec.make(model)
-    assert isinstance(static, StaticBackend)
-    decoder = static.decoder
-    return {"decode_attention": static.decode_attention, "written_out_decoder": decoder is not None,
-            "compiled_kernels": decoder is not None and decoder.compiled}
 
 
 class UserDysco(SteeringMethod):
@@ -419,7 +409,7 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
                 row["vanilla_over_peer"] = round(row["vanilla_tok_per_s"] / other["peer_tok_per_s"], 3)
                 row["dysco_over_peer"] = round(row["dysco_tok_per_s"] / other["peer_tok_per_s"], 3)
     spec = BackendSpec.of(backend)
-    static = static_described(spec, model) if spec.name == "static" else None
+    static = spec.described(model) or None  # a backend with options says how it decodes
     return {
         "benchmark": "decode-step",
         "backend": spec.name,

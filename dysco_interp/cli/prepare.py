@@ -10,6 +10,7 @@ import contextlib
 import sys
 from typing import TYPE_CHECKING
 
+from dysco_interp.decoding.choices import backends_with
 from dysco_interp.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -62,9 +63,10 @@ def preset_words(args) -> str:
 def backend_from_flags(args) -> BackendSpec:
     """--backend and --decode-attention as one `BackendSpec` (--decode-attention only with the
     backend it belongs to, refused before torch is imported)."""
-    if args.decode_attention is not None and args.backend != "static":
-        raise ConfigError(f"--decode-attention sets the static backend's decoding attention; add --backend static "
-                          f"(the {args.backend} backend has none)")
+    owners = backends_with("decode_attention")
+    if args.decode_attention is not None and args.backend not in owners:
+        raise ConfigError(f"--decode-attention sets the {' or '.join(owners)} backend's decoding attention; add "
+                          f"--backend {owners[0]} (the {args.backend} backend has none)")
     from dysco_interp.decoding.backends import BackendSpec
 
     return BackendSpec(args.backend, decode_attention=args.decode_attention)

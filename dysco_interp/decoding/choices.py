@@ -26,6 +26,15 @@ MASKING_MODES: tuple[TemplateMasking, ...] = get_args(TemplateMasking)
 
 BackendName = Literal["bridge", "sdpa", "static"]
 BACKENDS: tuple[BackendName, ...] = get_args(BackendName)
+# each built-in backend's own options (its `Options` fields), for command lines that check their
+# flags before torch is imported; a test holds this table to the classes
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {"bridge": (), "sdpa": (), "static": ("decode_attention",
+                                                                                  "compile_kernels")}
+
+
+def backends_with(option: str) -> list[str]:
+    """The built-in backends that have `option`."""
+    return [name for name, options in BACKEND_OPTIONS.items() if option in options]
 
 # the static backend's decoding attention (`backends.decode_attention`)
 DECODE_ATTENTION = ("sdpa", "float32")

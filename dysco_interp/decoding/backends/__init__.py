@@ -11,11 +11,13 @@ how a pass reads attention and applies the bias.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dysco_interp.decoding.backends.base import (
     Backend,
+    BackendOptions,
     DecodeState,
     StepOutput,
     StopForward,
@@ -23,9 +25,8 @@ from dysco_interp.decoding.backends.base import (
     stop_after,
 )
 from dysco_interp.decoding.backends.bridge import BridgeBackend
-from dysco_interp.decoding.backends.decode_attention import check_decode_attention
 from dysco_interp.decoding.backends.sdpa import SdpaBackend
-from dysco_interp.decoding.backends.static import StaticBackend
+from dysco_interp.decoding.backends.static import StaticBackend, StaticOptions
 from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION, DEFAULT_DECODE_ATTENTION, BackendName
 from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import Hook
@@ -53,47 +54,45 @@ def register_backend(cls: type[Backend]) -> type[Backend]:
 
 
 def check_backend(name: str, decode_attention: str | None = None) -> str:
-    """`name` if it is a backend, and `decode_attention` (if given) one the static backend has."""
+    """`name` if it is a backend (and `decode_attention`, if given, one of its options)."""
     if name not in REGISTRY:
         raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(REGISTRY)}")
     if decode_attention is not None:
-        if name != "static":
-            raise ConfigError(f"decode_attention sets the static backend's decoding; the {name} backend has none")
-        check_decode_attention(decode_attention)
+        REGISTRY[name].Options.of(name, None, {"decode_attention": decode_attention})
     return name
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class BackendSpec:
     """A backend and its options, as one value: what the decode loop, `evaluate` and a result
     store carry instead of loose keyword arguments.
 
     Args:
-        name: "bridge", "sdpa" or "static".
-        graphs: CUDA graphs for the static backend (None: on CUDA devices).
-        decode_attention: the static backend's decoding attention, "sdpa" (fused, its default) or
-            "float32" (the reference); None for the other backends.
-        compile_kernels: whether the static backend compiles its fused decoder's small operations
-            (None: on CUDA devices); None for the other backends.
+        name: "bridge", "sdpa", "static" or a registered backend's.
+        graphs: CUDA graphs (None: where the backend captures them, on CUDA devices).
+        options: the backend's own options (`REGISTRY[name].Options`, e.g. `StaticOptions`), or
+            their fields as keywords (`decode_attention=`, `compile_kernels=` for the static backend).
     """
 
-    name: str = "bridge"
-    graphs: bool | None = None
-    decode_attention: str | None = None
-    compile_kernels: bool | None = None
+    name: str
+    graphs: bool | None
+    options: BackendOptions
 
-    def __post_init__(self) -> None:
-        check_backend(self.name, self.decode_attention)
-        if self.compile_kernels is not None and self.name != "static":
-            raise ConfigError(f"compile_kernels sets the static backend's decoding; the {self.name} backend has none")
-        if self.graphs and not REGISTRY[self.name].supports_graphs:
-            raise ConfigError(f"the {self.name} backend does not capture CUDA graphs; use backend='static'")
+    def __init__(self, name: str = "bridge", graphs: bool | None = None, options: BackendOptions | None = None,
+                 **option_fields):
+        check_backend(name)
+        cls = REGISTRY[name]
+        if graphs and not cls.supports_graphs:
+            raise ConfigError(f"the {name} backend does not capture CUDA graphs; use backend='static'")
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "graphs", graphs)
+        object.__setattr__(self, "options", cls.Options.of(name, options, option_fields))
 
     @classmethod
     def of(cls, backend: "BackendSpec | str", graphs: bool | None = None,
            decode_attention: str | None = None) -> "BackendSpec":
         """`backend` as a spec; a name takes the options given beside it (the public functions'
-        `graphs=` and `decode_attention=`), which a spec must not be given again."""
+        deprecated `graphs=` and `decode_attention=`), which a spec must not be given again."""
         if isinstance(backend, BackendSpec):
             if graphs is not None or decode_attention is not None:
                 raise ConfigError("give graphs and decode_attention inside the BackendSpec, not beside it")
@@ -101,7 +100,14 @@ class BackendSpec:
         if not isinstance(backend, str):
             raise ConfigError(f"backend is a name ({', '.join(REGISTRY)}) or a BackendSpec, "
                               f"got {type(backend).__name__}")
-        return cls(backend, graphs, decode_attention)
+        return cls(backend, graphs, decode_attention=decode_attention)
+
+    def __getattr__(self, name: str):
+        # an option's value read off the spec, as when the static backend's options were its fields
+        options = self.__dict__.get("options")
+        if options is not None and name in {f.name for f in dataclasses.fields(options)}:
+            return getattr(options, name)
+        raise AttributeError(f"BackendSpec has no attribute {name!r}")
 
     @property
     def runs_hooks(self) -> bool:
@@ -113,51 +119,47 @@ class BackendSpec:
 
     def make(self, model: LoadedModel, *, hooks: Sequence[Hook] = (), tau: float | None = None) -> Backend:
         """The backend for `model` (the user's `hooks` for the bridge; `tau` is deprecated, see `Backend`)."""
-        return make_backend(model, self.name, graphs=self.graphs, hooks=hooks, decode_attention=self.decode_attention,
-                            compile_kernels=self.compile_kernels, tau=tau)
+        legacy = {} if tau is None else {"tau": tau}  # only when given: its notice is for those who give it
+        cls = REGISTRY[self.name]
+        if cls.Options is BackendOptions:
+            return cls(model, graphs=self.graphs, hooks=hooks, **legacy)
+        return cls(model, graphs=self.graphs, hooks=hooks, options=self.options, **legacy)
 
     def store_settings(self) -> dict:
-        """What a result store records of it: the name, and the decoding attention when it is not
-        the default (stores made before the option existed stay resumable). CUDA graphs and
-        compiled kernels give the eager tokens, so they are not settings."""
-        out: dict = {"backend": self.name}
-        if self.decode_attention not in (None, DEFAULT_DECODE_ATTENTION):
-            out["decode_attention"] = self.decode_attention
-        return out
+        """What a result store records of it: the name and the options that change the tokens (CUDA
+        graphs and compiled kernels give the eager tokens, so they are not settings)."""
+        return {"backend": self.name, **self.options.store_settings()}
+
+    def described(self, model: LoadedModel) -> dict:
+        """How this backend decodes on `model`, for a benchmark's record (its options' own account)."""
+        return self.options.described(self.make(model))
 
 
 def make_backend(model: LoadedModel, name: BackendName | str, *, graphs: bool | None = None,
-                 hooks: Sequence[Hook] = (), decode_attention: str | None = None,
-                 compile_kernels: bool | None = None, tau: float | None = None) -> Backend:
+                 hooks: Sequence[Hook] = (), options: BackendOptions | None = None,
+                 tau: float | None = None, **option_fields) -> Backend:
     """The backend `name` for `model`: it prefills prompts and runs pass plans (`decoding.plan`).
 
     Args:
         model: the loaded model.
-        name: "bridge", "sdpa" or "static".
-        graphs: CUDA graphs for the static backend (None: on CUDA devices); True elsewhere is a ConfigError.
+        name: "bridge", "sdpa", "static" or a registered backend's.
+        graphs: CUDA graphs (None: on CUDA devices, where the backend captures them); True
+            elsewhere is a ConfigError.
         hooks: your TransformerLens forward hooks for every pass (the bridge only; elsewhere a ConfigError).
-        decode_attention: the static backend's decoding attention, "sdpa" (fused, its default) or
-            "float32" (the reference); None for the other backends.
-        compile_kernels: whether the static backend compiles its fused decoder's small operations
-            (None: on CUDA devices); None for the other backends.
+        options: the backend's own options (`REGISTRY[name].Options`), or their fields as
+            keywords: the static backend's `decode_attention` ("sdpa", fused, its default, or
+            "float32", the reference) and `compile_kernels` (None: on CUDA devices).
         tau: deprecated: a temperature is a plan's `Scale` now (`Backend` says what it still does).
 
     Returns:
         A `Backend`.
     """
-    name = check_backend(name, decode_attention)
-    legacy = {} if tau is None else {"tau": tau}  # only when given: its notice is for those who give it
-    if decode_attention is None and compile_kernels is None:
-        return REGISTRY[name](model, graphs=graphs, hooks=hooks, **legacy)
-    if name != "static":
-        raise ConfigError(f"compile_kernels sets the static backend's decoding; the {name} backend has none")
-    return StaticBackend(model, graphs=graphs, hooks=hooks,
-                         decode_attention=decode_attention or DEFAULT_DECODE_ATTENTION, compile_kernels=compile_kernels,
-                         **legacy)
+    return BackendSpec(name, graphs, options, **option_fields).make(model, hooks=hooks, tau=tau)
 
 
 __all__ = [
-    "BACKENDS", "DECODE_ATTENTION", "DEFAULT_DECODE_ATTENTION", "REGISTRY", "Backend", "BackendName", "BackendSpec",
+    "BACKENDS", "DECODE_ATTENTION", "DEFAULT_DECODE_ATTENTION", "REGISTRY", "Backend", "BackendName", "BackendOptions",
+    "BackendSpec", "StaticOptions",
     "BridgeBackend",
     "DecodeState", "SdpaBackend", "StaticBackend", "StepOutput", "StopForward", "check_backend", "make_backend",
     "register_backend",

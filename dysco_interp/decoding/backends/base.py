@@ -101,6 +101,38 @@ def no_hooks_message(backend: str) -> str:
             "backend runs the SDPA twin, which has no hook points)")
 
 
+@dataclass(frozen=True)
+class BackendOptions:
+    """A backend's own options (none here): each backend names its options class (`Backend.Options`),
+    a frozen dataclass whose fields a `BackendSpec` carries and whose checks run on construction."""
+
+    def store_settings(self) -> dict:
+        """What a result store records of the options: those whose value changes the tokens."""
+        return {}
+
+    @classmethod
+    def of(cls, backend: str, given: "BackendOptions | None", loose: dict) -> "BackendOptions":
+        """The options for backend `backend`: `given` (an instance of this class) or built from the
+        `loose` keywords; a keyword the class does not have is a ConfigError naming the backend."""
+        loose = {k: v for k, v in loose.items() if v is not None}
+        if given is not None:
+            if not isinstance(given, cls):
+                raise ConfigError(f"the {backend} backend takes options of {cls.__name__}, got {type(given).__name__}")
+            if loose:
+                raise ConfigError(f"give {', '.join(sorted(loose))} inside the options, not beside them")
+            return given
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(loose) - names)
+        if unknown:
+            known = ", ".join(sorted(names)) or "none"
+            raise ConfigError(f"the {backend} backend has no option {unknown[0]} (its options: {known})")
+        return cls(**loose)
+
+    def described(self, backend: "Backend") -> dict:
+        """How a backend built with these options decodes, for a benchmark's record."""
+        return {}
+
+
 class Backend(ABC):
     """Where decoding passes run. Construct through `backends.make_backend`.
 
@@ -114,6 +146,7 @@ class Backend(ABC):
     """
 
     name: ClassVar[str]
+    Options: ClassVar[type[BackendOptions]] = BackendOptions  # the backend's own options
     max_batch: ClassVar[int | None]  # rows decoded together at most (None: any)
     supports_graphs: ClassVar[bool] = False
     runs_hooks: ClassVar[bool] = False  # its passes go through the bridge's hook points

@@ -38,7 +38,14 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import runtime
-from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput, StopForward, stop_after
+from dysco_interp.decoding.backends.base import (
+    Backend,
+    BackendOptions,
+    DecodeState,
+    StepOutput,
+    StopForward,
+    stop_after,
+)
 from dysco_interp.decoding.backends.decode_attention import GRANULE, attend_one_query, check_decode_attention
 from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
 from dysco_interp.decoding.backends.sdpa import (
@@ -281,24 +288,58 @@ def layers_from(decoder: torch.nn.Module, start: int) -> Iterator[None]:
         decoder.layers = layers
 
 
+@dataclass(frozen=True)
+class StaticOptions(BackendOptions):
+    """The static backend's options.
+
+    Args:
+        decode_attention: "sdpa" (fused, the default) or "float32" (the reference), see the module
+            docstring.
+        compile_kernels: compile the fused decoder's small operations (None: on CUDA devices;
+            False: they run as written; True elsewhere is a ConfigError when the backend is made).
+    """
+
+    decode_attention: str = DEFAULT_DECODE_ATTENTION
+    compile_kernels: bool | None = None
+
+    def __post_init__(self) -> None:
+        check_decode_attention(self.decode_attention)
+        if self.compile_kernels is not None and not isinstance(self.compile_kernels, bool):
+            raise ConfigError(f"compile_kernels is True, False or None, got {self.compile_kernels!r}")
+
+    def store_settings(self) -> dict:
+        # the default is left out, so stores made before the option existed stay resumable; compiled
+        # kernels give the eager tokens, so they are no setting
+        return {} if self.decode_attention == DEFAULT_DECODE_ATTENTION else {"decode_attention": self.decode_attention}
+
+    def described(self, backend: Backend) -> dict:
+        assert isinstance(backend, StaticBackend)
+        decoder = backend.decoder
+        return {"decode_attention": backend.decode_attention, "written_out_decoder": decoder is not None,
+                "compiled_kernels": decoder is not None and decoder.compiled}
+
+
 class StaticBackend(Backend):
     """SDPA prefill into fixed buffers; decoding passes captured as CUDA graphs on a GPU.
 
-    `graphs=None` captures on CUDA devices and runs eagerly elsewhere. `decode_attention`:
-    "sdpa" (fused, the default) or "float32" (the reference), see the module docstring.
-    `compile_kernels=None` compiles the fused decoder's small operations on CUDA devices
-    (False: they run as written; True elsewhere is a ConfigError).
+    `graphs=None` captures on CUDA devices and runs eagerly elsewhere; `options`: `StaticOptions`
+    (its fields may also be given as keywords).
     """
 
     name = "static"
+    Options = StaticOptions
     max_batch = None
     supports_graphs = True
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
-                 decode_attention: str = DEFAULT_DECODE_ATTENTION, compile_kernels: bool | None = None,
-                 tau: float | None = None):
+                 options: StaticOptions | None = None, decode_attention: str | None = None,
+                 compile_kernels: bool | None = None, tau: float | None = None):
         super().__init__(model, graphs=graphs, hooks=hooks, tau=tau)
-        self.decode_attention = check_decode_attention(decode_attention)
+        options = StaticOptions.of(self.name, options, {"decode_attention": decode_attention,
+                                                        "compile_kernels": compile_kernels})
+        assert isinstance(options, StaticOptions)
+        self.options = options
+        self.decode_attention, compile_kernels = options.decode_attention, options.compile_kernels
         on_cuda = model.device.type == "cuda"
         if graphs and not on_cuda:
             raise ConfigError("CUDA graphs need a CUDA device")
