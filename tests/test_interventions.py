@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dysco_interp.decoding import runtime
-from dysco_interp.decoding.interventions import AttentionTemperature, BiasWriter, RelevanceReader
+from dysco_interp.decoding.backends.bridge_hooks import BiasWriter, LogitScale, RelevanceReader
 from dysco_interp.decoding.relevance import aggregate_heads, scaling_bias
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
@@ -207,13 +207,13 @@ def test_reader_rejects_heads_outside_the_model(tiny_llama):
 
 def test_temperature_one_is_identity(tiny):
     ids, cache = prefilled(tiny, seed=7)
-    temp = AttentionTemperature(tiny.spec, 1.0)
+    temp = LogitScale.temperature(tiny.spec, 1.0)
     assert torch.equal(frozen_logits(tiny, cache, ids[:, -1:], temp.hooks()), frozen_logits(tiny, cache, ids[:, -1:]))
 
 
 def test_temperature_divides_scores(tiny):
     ids, cache = prefilled(tiny, seed=8)
-    temp = AttentionTemperature(tiny.spec, 0.5)
+    temp = LogitScale.temperature(tiny.spec, 0.5)
     seen: dict = {}
     layers = range(tiny.spec.n_layers)
     hooks = [(scores_name(i), recorder(seen, "before")) for i in layers] + temp.hooks()
@@ -227,7 +227,7 @@ def test_temperature_divides_scores(tiny):
 
 def test_temperature_in_prefill_matches_a_full_forward(tiny):
     ids = random_ids(tiny, 40, seed=9)
-    temp = AttentionTemperature(tiny.spec, 1.7)
+    temp = LogitScale.temperature(tiny.spec, 1.7)
     # chunks shorter than the prompt: the hook also sees the masked (causal, sliding) scores
     _, last = runtime.prefill(tiny, ids, chunk_size=12, hooks=temp.hooks())
     with torch.inference_mode():
@@ -239,8 +239,23 @@ def test_temperature_in_prefill_matches_a_full_forward(tiny):
 
 @pytest.mark.parametrize("tau", [0, -1.0, float("inf"), float("nan"), None])
 def test_bad_temperature_is_refused(tiny_llama, tau):
-    with pytest.raises(ConfigError, match="tau"):
-        AttentionTemperature(tiny_llama.spec, tau)
+    with pytest.raises(ConfigError, match="temperature"):
+        LogitScale.temperature(tiny_llama.spec, tau)
+
+
+def test_the_old_names_and_path_still_work_for_one_release(tiny_llama):
+    import importlib
+    import sys
+
+    sys.modules.pop("dysco_interp.decoding.interventions", None)
+    with pytest.warns(DeprecationWarning, match="bridge_hooks"):
+        old = importlib.import_module("dysco_interp.decoding.interventions")
+    assert old.BiasWriter is BiasWriter and old.RelevanceReader is RelevanceReader
+    with pytest.warns(DeprecationWarning, match="LogitScale"):
+        temp = old.AttentionTemperature(tiny_llama.spec, 0.5)
+    assert temp.scale.temperature == 0.5 and len(temp.hooks()) == tiny_llama.spec.n_layers
+    with pytest.raises(ConfigError, match="tau"), pytest.warns(DeprecationWarning):
+        old.AttentionTemperature(tiny_llama.spec, 0)
 
 
 # --------------------------------------------------------------------------- together

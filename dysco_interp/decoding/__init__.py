@@ -2,12 +2,14 @@
 
 - `config` (DecodingConfig, presets) and `methods` (each method a program of pass plans, in a
   registry that a user's own methods join), `steering` (a steering method in a few lines);
-- `plan` (the pass plan every backend runs) and `readout` (what a pass's reads give back);
+- `plan` (the pass plan every backend runs: reads, bias, mask, logit scale), `readout` (what a
+  pass's reads give back) and `logit_scale` (a plan's scale as SDPA-style attention applies it);
 - `relevance` (the pure tensor math: aggregate, momentum, nucleus-then-K selection, bias);
 - `stepper` (one method fed token by token) and `loop` (the schedule: `generate`,
   `generate_batch`, `compare_methods`);
-- `backends/` (where a plan runs: the TransformerLens bridge, SDPA, static buffers with CUDA graphs);
-- `interventions` (DySCO as TransformerLens hooks), `runtime` (prefill and cached steps on the bridge);
+- `backends/` (where a plan runs: the TransformerLens bridge and its hooks, SDPA, static buffers
+  with CUDA graphs; each backend with its own options), `runtime` (prefill and cached steps on the bridge);
+- `observe` (hooks and read-outs scoped by a context for every decoding call inside it);
 - `passes` (`current_pass()`: which forward pass a user hook runs in), `arguments` (the forms
   users write: heads, options, hooks, forced answers);
 - `prompts`, `template`, `sampling`, `span_mass`, `results` (what a run gives back).

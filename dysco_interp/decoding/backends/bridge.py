@@ -1,7 +1,7 @@
 """The "bridge" backend: the TransformerBridge with plain TransformerLens hooks.
 
 Eager attention, one prompt at a time: the reference the fast backends are tested against,
-and the backend analyses hook into. The method's hooks are those of `decoding/interventions.py`;
+and the backend analyses hook into. The method's hooks are those of `bridge_hooks.py`;
 the user's hooks run after them on every pass, the prefill included (which then goes through
 the bridge instead of the SDPA twin), and each pass is announced to `passes.current_pass()`.
 """
@@ -14,7 +14,7 @@ import torch
 
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput
-from dysco_interp.decoding.interventions import BiasWriter, LogitScale, RelevanceReader
+from dysco_interp.decoding.backends.bridge_hooks import BiasWriter, LogitScale, RelevanceReader
 from dysco_interp.decoding.passes import running
 from dysco_interp.decoding.plan import PassPlan, Scale
 from dysco_interp.decoding.readout import read_outs
