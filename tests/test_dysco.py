@@ -9,8 +9,8 @@ import torch
 
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends import DecodeState, make_backend
-from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
 from dysco_interp.decoding.backends.bridge_hooks import BiasWriter
+from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
 from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate, generate
 from dysco_interp.decoding.prompts import PromptBatch, prepare_prompt
 from dysco_interp.decoding.reference import reference_generate
