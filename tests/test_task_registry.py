@@ -22,8 +22,8 @@ from dysco_interp.chat import Span, content_spans, encode_chat
 from dysco_interp.cli import main
 from dysco_interp.cli.app import build_parser
 from dysco_interp.experiments.evaluate import task_metrics
-from dysco_interp.experiments.store import read_store
 from dysco_interp.models.tiny import tiny_tokenizer
+from dysco_interp.stores.store import read_store
 from dysco_interp.tasks import load_dataset, make_dataset
 from dysco_interp.tasks.base import (
     DEFAULT_TOLERANCE,

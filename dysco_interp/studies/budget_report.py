@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.method_key import MethodKey
+from dysco_interp.analysis.records import Sourced, check_comparable, display_path, read_sourced
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_ci, fmt_delta, write_json, write_text
 from dysco_interp.analysis.result_tables import (
     PAPER_PRESET,
@@ -37,10 +38,9 @@ from dysco_interp.analysis.result_tables import (
     paired_deltas,
     with_table_q,
 )
-from dysco_interp.analysis.store_archives import stores_in
-from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, read_sourced
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
+from dysco_interp.stores.archives import stores_in
 from dysco_interp.studies.budget_choice import choose_config
 from dysco_interp.studies.budget_study import TAUS
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
