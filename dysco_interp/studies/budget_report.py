@@ -52,7 +52,6 @@ FALLBACK_METRIC = "tf_logprob"  # every teacher-forced store has it
 # the answer-level scores every teacher-forced record carries (`ForcedScores.summary`)
 FORCED_SUMMARY = ("tf_logprob", "tf_token_accuracy", "tf_exact")
 HEAD_KINDS = {"dysco": "qrheads", "dysco-random": "random"}
-PT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 # (metric, which records hold it, column title) of the test table
 TEST_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("tf_step_accuracy", "tf", "TF step accuracy"),
