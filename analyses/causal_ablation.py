@@ -61,9 +61,9 @@ def main(argv=None) -> int:
     import torch
 
     from dysco_interp.detection import random_head_sets
-    from dysco_interp.experiments.store import ResultStore
     from dysco_interp.heads import resolve_heads
     from dysco_interp.models import load_model, load_tokenizer
+    from dysco_interp.stores.store import ResultStore
     from dysco_interp.studies import head_ablation as ha
     from dysco_interp.tasks import get_task
     from dysco_interp.tasks.lengths import parse_lengths

@@ -35,9 +35,9 @@ def main(argv=None) -> int:
 
 def trace(args) -> list[str]:
     """Write the trace of one failure to --out; the lines to print. Refusals are ConfigErrors."""
-    from dysco_interp.analysis.store_archives import stored
-    from dysco_interp.analysis.stores import read_records
+    from dysco_interp.analysis.records import read_records
     from dysco_interp.models import load_tokenizer
+    from dysco_interp.stores.archives import stored
     from dysco_interp.tasks import load_dataset
 
     inst = next((x for x in load_dataset(args.data) if x.index == args.index), None)

@@ -29,8 +29,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dysco_interp.analysis.store_archives import stored
 from dysco_interp.cli import args as cli_args
+from dysco_interp.stores.archives import stored
 from dysco_interp.studies.motivation_summary import (
     KEY,
     STORE_NAME,
@@ -76,8 +76,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from dysco_interp.experiments.store import ResultStore
     from dysco_interp.models import load_model
+    from dysco_interp.stores.store import ResultStore
     from dysco_interp.studies.motivation import compute, dataset_getter, load_head_sets
     from dysco_interp.tasks.lengths import parse_lengths
 

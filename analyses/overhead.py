@@ -34,7 +34,7 @@ def parse_args(argv):
                    help="benchmark JSON files (glob patterns)")
     p.add_argument("--stores", nargs="*", default=[str(REPO / "figures/path_traversal/*.jsonl")],
                    help="evaluation stores whose decode timings to summarise (glob patterns); stores of other "
-                        "settings in one cell are refused (see dysco_interp/analysis/stores.py)")
+                        "settings in one cell are refused (see dysco_interp/analysis/records.py)")
     user_methods.add_methods_from_flag(p)
     p.add_argument("--out", type=cli_args.output_stem, default=str(REPO / "figures/overhead/overhead"),
                    help="writes OUT.png, OUT.html, OUT.json, OUT.md")

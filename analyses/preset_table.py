@@ -12,9 +12,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from dysco_interp.analysis.records import load_deduplicated
 from dysco_interp.analysis.report import command_line, fmt_ci, fmt_delta, store_notes, with_footer, write_report
 from dysco_interp.analysis.result_tables import CIOptions, by_cell, method_rows, with_table_q
-from dysco_interp.analysis.stores import load_deduplicated
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import user_methods
 from dysco_interp.errors import DyscoError

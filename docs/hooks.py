@@ -376,6 +376,10 @@ def _block(module, level: int, public: list[str]) -> list[str]:
                    else "      members: false")
     elif first:
         out.append(f"      members: [{', '.join(first + [n for n in own if n not in first])}]")
+    elif not own:
+        # a module that only re-exports (the old path of a moved module): its names are
+        # documented once, where they are defined, and its docstring says where that is
+        out.append("      members: false")
     if first:
         # grouped by kind, a module's constants would come before its public classes and functions
         out.append("      group_by_category: false")

@@ -239,11 +239,6 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
             raise DataError(f"cannot read data file {path}: {e.strerror or e}") from None
 
 
-def read_jsonl(path: str | Path, cls=None) -> list:
-    """Records of a JSONL data file, as `cls.from_dict(...)` when a class is given."""
-    return [cls.from_dict(obj) if cls is not None else obj for _, obj in iter_jsonl(path)]
-
-
 def write_jsonl(path: str | Path, records: Iterable) -> Path:
     """One JSON object per line; objects with `to_dict` are converted.
 

@@ -257,7 +257,7 @@ def in_child(inp: Input, argv: list[str], script_code, seconds: int = 20) -> dic
 @pytest.fixture(scope="module")
 def imported():
     """What the commands import, imported before the children fork: each case then costs only its own work."""
-    import dysco_interp.analysis.stores  # noqa: F401
+    import dysco_interp.analysis.records  # noqa: F401
     import dysco_interp.cli.app  # noqa: F401
     import dysco_interp.studies.table_reports  # noqa: F401
 

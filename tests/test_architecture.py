@@ -1,6 +1,7 @@
 """The package's shape: no import cycles, no private names across modules, the paper's studies on
-top of the library (nothing in the package imports them), modules of a readable size, and tests
-that import the package, never other tests or the analysis scripts."""
+top of the library (nothing in the package imports them), the result stores below everything that
+writes or reads them, modules of a readable size, and tests that import the package, never other
+tests or the analysis scripts."""
 
 import ast
 from pathlib import Path
@@ -14,6 +15,9 @@ MAX_LINES = 600
 # (`analysis`), `viz`, `experiments` and the rest of the package never depend on one study
 STUDIES = "dysco_interp.studies"
 LIBRARY = "dysco_interp.analysis"
+# result stores: the jobs write them and the library reads them, so they build on neither; they
+# import only each other and the package's shared top-level modules (jsonl, atomic, errors, ...)
+STORES = "dysco_interp.stores"
 
 
 def module_name(path: Path) -> str:
@@ -122,6 +126,20 @@ def test_nothing_in_the_package_imports_a_study():
     upward = sorted(f"{m} imports {t}" for m, targets in graph.items() if not within(m, STUDIES)
                     for t in targets if within(t, STUDIES))
     assert upward == [], "the library, viz/, experiments/ and the rest never import a study"
+
+
+def shared(module: str) -> bool:
+    """A module at the top of the package (jsonl, atomic, ...), or the package itself; no subpackage."""
+    return module == "dysco_interp" or (module.count(".") == 1 and MODULES[module].name != "__init__.py")
+
+
+def test_the_stores_import_only_each_other_and_shared_modules():
+    graph = import_graph()
+    stores = [m for m in graph if within(m, STORES)]
+    # the rule guards something: jobs and the library build on the stores
+    assert len(stores) > 1 and any(within(t, STORES) for m in graph if within(m, LIBRARY) for t in graph[m])
+    upward = sorted(f"{m} imports {t}" for m in stores for t in graph[m] if not (within(t, STORES) or shared(t)))
+    assert upward == [], "the stores are below every job, library module and command that uses them"
 
 
 def test_no_private_names_cross_a_module_boundary():

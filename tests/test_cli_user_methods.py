@@ -12,8 +12,8 @@ from dysco_interp.analysis.method_key import method_key
 from dysco_interp.cli import main
 from dysco_interp.cli.app import build_parser
 from dysco_interp.cli.user_methods import load_method_file, module_name
-from dysco_interp.experiments.store import read_store
 from dysco_interp.heads import HeadSet
+from dysco_interp.stores.store import read_store
 
 NAMES = ("cli-above-qrheads", "cli-pasta")
 HELPER = "cli_user_method_helpers"

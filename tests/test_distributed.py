@@ -14,7 +14,8 @@ from dysco_interp.analysis.bench_data_parallel import comparable
 from dysco_interp.cli import main
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments import distributed
-from dysco_interp.experiments.store import (
+from dysco_interp.heads import HeadSet
+from dysco_interp.stores.store import (
     FORMAT,
     STORE_KIND,
     ResultStore,
@@ -25,7 +26,6 @@ from dysco_interp.experiments.store import (
     shard_path,
     shard_paths,
 )
-from dysco_interp.heads import HeadSet
 
 REPO = Path(__file__).resolve().parents[1]
 N_INSTANCES = 5  # odd: the two shares differ in size
@@ -104,7 +104,7 @@ import os
 import sys
 
 from dysco_interp.cli.app import main
-from dysco_interp.experiments.store import ResultStore
+from dysco_interp.stores.store import ResultStore
 
 append = ResultStore.append
 

@@ -10,9 +10,9 @@ from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.sampling import SamplingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate, instance_id
-from dysco_interp.experiments.store import StoreMismatchError, read_store
 from dysco_interp.experiments.summary import format_table, summarise
 from dysco_interp.heads import HeadSet
+from dysco_interp.stores.store import StoreMismatchError, read_store
 from dysco_interp.tasks import make_dataset
 
 

@@ -14,9 +14,9 @@ import torch
 from dysco_interp.analysis.route_lines import compare_route, first_error, route_lines
 from dysco_interp.chat import encode_text
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
+from dysco_interp.stores.store import ResultStore
 from dysco_interp.studies import first_error as analysis
 from dysco_interp.studies.first_error_figures import draw
 from dysco_interp.tasks import make_dataset, save_dataset

@@ -11,9 +11,9 @@ from dysco_interp.decoding.loop import generate_batch
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
-from dysco_interp.experiments.store import StoreMismatchError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
+from dysco_interp.stores.store import StoreMismatchError
 from dysco_interp.tasks import make_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs, teacher_forced_step_accuracy
 

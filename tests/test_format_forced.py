@@ -16,9 +16,9 @@ from dysco_interp.decoding.loop import generate_batch
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.experiments.evaluate import evaluate, segments_of
-from dysco_interp.experiments.store import StoreMismatchError, read_store
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
+from dysco_interp.stores.store import StoreMismatchError, read_store
 from dysco_interp.tasks import make_dataset
 from dysco_interp.tasks.path_traversal import Edge, answer_segments, gold_completion
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL

@@ -15,9 +15,9 @@ from dysco_interp.analysis.paired import paired_comparison
 from dysco_interp.analysis.teacher_forced import path_traversal_step_accuracy
 from dysco_interp.detection import random_head_sets
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
+from dysco_interp.stores.store import ResultStore
 from dysco_interp.studies import ablation_summary as summary_mod
 from dysco_interp.studies import head_ablation as ha
 from dysco_interp.tasks import make_dataset, save_dataset

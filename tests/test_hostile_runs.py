@@ -24,8 +24,8 @@ from dysco_interp.cli import main
 from dysco_interp.decoding import backends
 from dysco_interp.decoding.plan import MAX_BIAS, Bias, PassPlan
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.store import ResultStore, StoreError, read_store
 from dysco_interp.heads import HeadSet
+from dysco_interp.stores.store import ResultStore, StoreError, read_store
 
 PROMPT = "You can travel from Paris to Berlin by train. Rome is quiet. Where can you travel from Paris?"
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from dysco_interp.cli.app import main
-from dysco_interp.experiments.store import read_store
 from dysco_interp.models.tiny import tiny_tokenizer
+from dysco_interp.stores.store import read_store
 from dysco_interp.tasks import load_dataset, make_dataset, save_dataset
 
 
@@ -82,7 +82,7 @@ def test_keep_trace_with_a_new_store_writes_records_with_traces(made, tmp_path, 
 
 def test_the_library_refuses_to_hand_back_records_without_traces(made, tmp_path, tiny_llama):
     from dysco_interp.experiments.evaluate import evaluate
-    from dysco_interp.experiments.store import StoreMismatchError
+    from dysco_interp.stores.store import StoreMismatchError
 
     store = tmp_path / "store.jsonl"
     store.write_bytes((made / "store.jsonl").read_bytes())

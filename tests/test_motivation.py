@@ -15,10 +15,10 @@ from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.teacher_forced import answer_argmax, path_traversal_step_accuracy
 from dysco_interp.detection import random_head_sets
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
 from dysco_interp.paths import safe_component
+from dysco_interp.stores.store import ResultStore
 from dysco_interp.studies import motivation, motivation_summary
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.tasks.path_traversal import teacher_forced_inputs

@@ -16,8 +16,11 @@ import pytest
 from dysco_interp.atomic import atomic_open
 from dysco_interp.cli.app import build_parser, main
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments import distributed, store_format
-from dysco_interp.experiments.store import (
+from dysco_interp.experiments import distributed
+from dysco_interp.heads import HeadSet
+from dysco_interp.models.tiny import tiny_tokenizer
+from dysco_interp.stores import format as store_format
+from dysco_interp.stores.store import (
     NotAStoreError,
     ResultStore,
     StoreBusyError,
@@ -26,8 +29,6 @@ from dysco_interp.experiments.store import (
     shard_path,
     shard_paths,
 )
-from dysco_interp.heads import HeadSet
-from dysco_interp.models.tiny import tiny_tokenizer
 from dysco_interp.tasks import make_dataset, save_dataset
 
 KEY = ("k",)
@@ -336,7 +337,7 @@ def test_a_compressed_file_is_refused_on_its_first_line(tmp_path):
 
 
 def test_a_stored_record_without_its_key_fields_is_a_corrupt_store(tmp_path):
-    from dysco_interp.experiments.store import ResultStore, StoreCorruptError
+    from dysco_interp.stores.store import ResultStore, StoreCorruptError
 
     path = tmp_path / "s.jsonl"
     with ResultStore(path, ("index",), {"a": 1}) as store:

@@ -8,7 +8,7 @@ import pytest
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.decoding.format_forced import FORMAT_FORCED
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.store_format import read_header
+from dysco_interp.stores.format import read_header
 from dysco_interp.studies import budget_study, paper_regime
 from dysco_interp.studies.budget_study import Grid, label
 from dysco_interp.studies.length_rule import best_tau, choose_rule, winners_by_length

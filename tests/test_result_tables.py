@@ -12,8 +12,9 @@ from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.bench_results import decode_rows, record_speed_rows
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.method_key import MethodKey, method_key
-from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, expand, load_records, read_records
+from dysco_interp.analysis.records import Sourced, check_comparable, display_path, load_records, read_records
 from dysco_interp.errors import ConfigError
+from dysco_interp.stores.archives import expand
 
 CI = T.CIOptions(n_boot=500, seed=0)
 
@@ -268,7 +269,7 @@ def test_expand_and_load_report_unmatched_patterns(tmp_path):
 def test_a_store_name_or_pattern_finds_its_compressed_archive(tmp_path):
     import lzma
 
-    from dysco_interp.analysis.store_archives import stored, stores_in
+    from dysco_interp.stores.archives import stored, stores_in
 
     (tmp_path / "a.jsonl").write_text(json.dumps(rec()) + "\n")
     for name, index in (("a.jsonl.xz", 0), ("b.jsonl.xz", 1)):

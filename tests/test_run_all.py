@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dysco_interp.analysis.store_archives import stores_in
+from dysco_interp.stores.archives import stores_in
 from dysco_interp.studies import overhead
 from dysco_interp.studies.decoding_runs import SMALL_TAUS
 from dysco_interp.studies.pipeline import SMALL_N

@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from dysco_interp.experiments.store import (
+from dysco_interp.stores.store import (
     NotAStoreError,
     ResultStore,
     StoreBusyError,
@@ -164,7 +164,7 @@ def test_a_writer_in_another_process_excludes_this_one(tmp_path):
     path = tmp_path / "r.jsonl"
     script = textwrap.dedent(f"""
         import sys, time
-        from dysco_interp.experiments.store import ResultStore
+        from dysco_interp.stores.store import ResultStore
         store = ResultStore({str(path)!r}, {KEY!r}, {SETTINGS!r})
         store.append({{"model": "m", "method": "x", "index": 0}})
         with open({str(path)!r}, "a") as f:

@@ -231,7 +231,7 @@ def test_user_methods_replay_as_cuda_graphs_with_the_eager_tokens(style):
 
 def test_a_method_that_cannot_run_writes_nothing_to_the_store(tiny_llama, tmp_path):
     from dysco_interp import evaluate, make_dataset
-    from dysco_interp.experiments.store import ResultStore
+    from dysco_interp.stores.store import ResultStore
 
     register_method(Broken)
     instances = make_dataset("path_traversal", tiny_llama.tokenizer, 1950, n=2, seed=0)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dysco_interp.analysis.stores import load_pooled
+from dysco_interp.analysis.records import load_pooled
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.budget_report import write_reports
 from dysco_interp.studies.overhead import measured

@@ -2,9 +2,9 @@
 complete, and the places that once listed tasks (tasks, evaluate, make-data, the result tables)
 now read the registry.
 
-The copy task below is the proof: defined in this file alone and registered with one line (as
-`tasks/registry.py` would list it), it is made by `make-data` (with a flag of its own) and scored
-by `evaluate`, freely and teacher-forced, on the tiny model, with no other file touched.
+The copy task below is the proof: defined in this file alone and registered with one line
+(`register_task`, as the built-in tasks are), it is made by `make-data` (with a flag of its own)
+and scored by `evaluate`, freely and teacher-forced, on the tiny model, with no other file touched.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from dysco_interp.argtypes import positive_int
 from dysco_interp.chat import Span, content_spans, encode_chat
 from dysco_interp.cli import main
 from dysco_interp.cli.app import build_parser
+from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import task_metrics
-from dysco_interp.experiments.store import read_store
 from dysco_interp.models.tiny import tiny_tokenizer
+from dysco_interp.stores.store import read_store
 from dysco_interp.tasks import load_dataset, make_dataset
 from dysco_interp.tasks.base import (
     DEFAULT_TOLERANCE,
@@ -35,7 +36,7 @@ from dysco_interp.tasks.base import (
     prompt_fields,
     provenance,
 )
-from dysco_interp.tasks.registry import TASKS, get_task
+from dysco_interp.tasks.registry import TASKS, get_task, register_task
 from dysco_interp.tasks.spec import DataFlag, Evaluation, TableMetric, TaskMetrics, TaskSpec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,26 +100,33 @@ def score_copy(text: str, instance: CopyInstance) -> dict[str, float]:
     return {"exact": float(said == instance.words), "word_accuracy": hits / len(instance.words)}
 
 
-COPY_SPEC = TaskSpec(
-    name=COPY,
-    title="Copy",
-    generate=generate_copy,
-    instance_type=CopyInstance,
-    options=("vocabulary", "tolerance", "enable_thinking"),
-    summary=lambda x: {"tokens": x.n_tokens, "words": len(x.words)},
-    evaluation=Evaluation(prompt=lambda x: x.prompt, spans=lambda x: {"words": x.words_token_span}, score=score_copy,
-                          gold=lambda x: " ".join(x.words)),
-    metrics=TaskMetrics(free=("exact", "word_accuracy"), forced=("tf_logprob", "tf_token_accuracy"),
-                        primary="word_accuracy", primary_forced="tf_logprob",
-                        tables=(TableMetric("word_accuracy", "word accuracy", "word accuracy", compared=True),)),
-    flags=(DataFlag("--vocabulary", "vocabulary", "distinct words to draw from", type=positive_int),),
-)
+def copy_spec(**changes) -> TaskSpec:
+    """The copy task's spec, built anew on every call (as a notebook cell run again would)."""
+    fields = dict(
+        name=COPY,
+        title="Copy",
+        generate=generate_copy,
+        instance_type=CopyInstance,
+        options=("vocabulary", "tolerance", "enable_thinking"),
+        summary=lambda x: {"tokens": x.n_tokens, "words": len(x.words)},
+        evaluation=Evaluation(prompt=lambda x: x.prompt, spans=lambda x: {"words": x.words_token_span},
+                              score=score_copy, gold=lambda x: " ".join(x.words)),
+        metrics=TaskMetrics(free=("exact", "word_accuracy"), forced=("tf_logprob", "tf_token_accuracy"),
+                            primary="word_accuracy", primary_forced="tf_logprob",
+                            tables=(TableMetric("word_accuracy", "word accuracy", "word accuracy", compared=True),)),
+        flags=(DataFlag("--vocabulary", "vocabulary", "distinct words to draw from", type=positive_int),),
+    )
+    return TaskSpec(**{**fields, **changes})
+
+
+COPY_SPEC = copy_spec()
 
 
 @pytest.fixture
-def copy_task(monkeypatch):
-    monkeypatch.setitem(TASKS, COPY, COPY_SPEC)  # the one registration: a line in tasks/registry.py
-    return COPY_SPEC
+def copy_task():
+    register_task(COPY_SPEC)  # the one registration a new task needs
+    yield COPY_SPEC
+    TASKS.pop(COPY, None)
 
 
 def test_a_new_task_is_its_files_plus_one_registration(copy_task, tmp_path, capsys):
@@ -153,6 +161,41 @@ def test_the_command_line_lists_registered_tasks(copy_task, capsys):
     assert "one of: path_traversal, needle_qa, mrcr, copy" in text and "--vocabulary" in text
     assert main(["evaluate", "--help"]) == 0
     assert "path_traversal (default), needle_qa, mrcr or copy" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_registered_task_is_listed_and_its_name_is_its_own(copy_task):
+    assert TASKS[COPY] is copy_task and get_task("Copy") is copy_task and list(TASKS)[-1] == COPY
+    assert register_task(copy_task) is copy_task  # again: harmless
+    rebuilt = copy_spec()  # the same code run again: new functions, the same task
+    assert register_task(rebuilt) is rebuilt and TASKS[COPY] is rebuilt
+    with pytest.raises(ConfigError, match="^task 'copy' is already registered, by another spec") as e:
+        register_task(copy_spec(title="Copy again"))
+    assert "\n" not in str(e.value) and TASKS[COPY] is rebuilt
+
+
+def test_the_built_in_tasks_go_through_register_task():
+    assert list(TASKS)[:3] == ["path_traversal", "needle_qa", "mrcr"]
+    for spec in list(TASKS.values()):
+        assert register_task(spec) is spec
+
+
+@pytest.mark.parametrize("spec,why", [
+    ("copy", "register_task takes a TaskSpec, got 'copy'"),
+    (copy_spec(name="Copy"), "a task needs a name of lower-case letters, digits and '_'"),
+    (copy_spec(name="copy words"), "a task needs a name of lower-case letters, digits and '_'"),
+    (copy_spec(name=""), "a task needs a name of lower-case letters"),
+    (copy_spec(name=None), "a task needs a name of lower-case letters"),
+    (copy_spec(aliases="cp"), "task 'copy': aliases are a tuple of lower-case names"),
+    (copy_spec(aliases=("Cp",)), "task 'copy': aliases are a tuple of lower-case names"),
+    (copy_spec(name="pt"), "task 'pt': 'pt' already names task 'path_traversal'; choose another name"),
+    (copy_spec(aliases=("cp", "qa")), "task 'copy': 'qa' already names task 'needle_qa'; choose another alias"),
+], ids=["not-a-spec", "upper-case", "space", "empty", "none", "alias-string", "alias-upper", "an-alias", "alias-taken"])
+def test_register_task_refuses_bad_input_in_one_line(spec, why):
+    before = dict(TASKS)
+    with pytest.raises(ConfigError) as e:
+        register_task(spec)
+    assert str(e.value).startswith(why) and "\n" not in str(e.value)
+    assert TASKS == before
 
 
 # ---------------------------------------------------------------------------- every registered spec is complete

@@ -11,7 +11,7 @@ pieces. Nothing here imports a study.
   `bench_data_parallel`;
 - reading a run: `route_lines` (a route line by line, where it first goes wrong),
   `step_mechanism` (an instance step by step, from a replay);
-- results read back and summarised: `stores` and `store_archives` (reading and pooling stores),
+- results read back and summarised: `records` (evaluation records read from stores, checked and pooled),
   `method_key`, `result_tables`, `bootstrap`, `bench_results`, `flops`, the exact statistics of
   a paired comparison `paired` (counts and a sign-flip p), `multiplicity` (Benjamini-Hochberg q
   over a table) and `equivalence` (TOST at a stated margin),

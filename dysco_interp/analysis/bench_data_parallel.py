@@ -26,7 +26,7 @@ from pathlib import Path
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.distributed import World
-from dysco_interp.experiments.store import read_store
+from dysco_interp.stores.store import read_store
 
 
 def torchrun_command(n_processes: int, evaluate_args: Sequence[str]) -> list[str]:
@@ -37,7 +37,7 @@ def torchrun_command(n_processes: int, evaluate_args: Sequence[str]) -> list[str
 
 def comparable(records: Sequence[dict]) -> list[dict]:
     """Records without their wall-clock times and their provenance (when, where, by what command:
-    `experiments.provenance`), the only fields two runs may differ in."""
+    `stores.provenance`), the only fields two runs may differ in."""
     return [{**{k: v for k, v in r.items() if k != "run"},
              "timings": {k: v for k, v in (r.get("timings") or {}).items() if not k.endswith("_s")}}
             for r in records]

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as e:  # argparse printed its one line (or the help) already
             sys.stdout.flush()
             return e.code if isinstance(e.code, int) else 0
-        # kept in the records a command writes (`experiments.provenance`)
+        # kept in the records a command writes (`stores.provenance`)
         args.command_line = shlex.join(["dysco-interp", *(sys.argv[1:] if argv is None else argv)])
         with warnings.catch_warnings():  # restores the display below when the command ends
             cli_args.show_warnings_as_lines()

@@ -80,8 +80,8 @@ def _check_resume_dir(args) -> None:
     """Scores stored with other settings, known before the model loads, are refused now (the
     weights and the heads are compared once it is loaded)."""
     from dysco_interp.detection.api import check_store
-    from dysco_interp.experiments.store import StoreError
     from dysco_interp.models import dtype_name, resolve_device, resolve_dtype
+    from dysco_interp.stores.store import StoreError
 
     if args.resume_dir is None:
         return

@@ -67,8 +67,8 @@ def print_trace_signals(rows: list[dict]) -> None:
 
 
 def run_step_classes(args) -> int:
+    from dysco_interp.analysis.records import read_records
     from dysco_interp.analysis.step_classes import CLASSES, class_rates, classify
-    from dysco_interp.analysis.stores import read_records
     from dysco_interp.atomic import atomic_open
 
     instances = None

@@ -1,7 +1,7 @@
 """The detection API: `detect`, `qrscore`, `copy_paste_score` and `detect_qr_heads`.
 
 Resumable runs: with `store=DIR`, each finished example is appended (flushed, fsynced)
-as one JSON line to DIR/<family>.jsonl, an `experiments.store.ResultStore` whose header
+as one JSON line to DIR/<family>.jsonl, an `stores.store.ResultStore` whose header
 holds the model, its weights, the scored heads and the method's parameters; a re-run skips
 examples whose content is already there (never matched on ids alone); a truncated last
 line (a killed run) is dropped. Nothing on disk is pickled.
@@ -39,7 +39,11 @@ from dysco_interp.detection.scores import mean_over_examples
 from dysco_interp.detection.selection import HeadsArg, qrscore_heads, requested_heads
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.distributed import current_world, gather, note_world, sharded_store
-from dysco_interp.experiments.store import (
+from dysco_interp.heads import HeadSet
+from dysco_interp.heads.detected_on import detection_data
+from dysco_interp.hooks import sliding_layers
+from dysco_interp.models import dtype_name
+from dysco_interp.stores.store import (
     ResultStore,
     StoreMismatchError,
     content_hash,
@@ -47,10 +51,6 @@ from dysco_interp.experiments.store import (
     read_resumable,
     shard_paths,
 )
-from dysco_interp.heads import HeadSet
-from dysco_interp.heads.detected_on import detection_data
-from dysco_interp.hooks import sliding_layers
-from dysco_interp.models import dtype_name
 
 _EXTRA_QR = {
     "query_span": "late instruction + question + assistant header (to the prompt end)",

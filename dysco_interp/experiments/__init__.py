@@ -1,1 +1,2 @@
-"""Experiments: the resumable result store, evaluation over a data set, and the demo."""
+"""Experiments: evaluation over a data set into a result store (`dysco_interp.stores`), its data-parallel
+runs, its summary table, and the demo."""

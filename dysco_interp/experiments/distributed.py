@@ -53,7 +53,7 @@ from typing import Any, TypeVar
 import torch
 
 from dysco_interp.errors import ConfigError, DyscoError
-from dysco_interp.experiments.store import (
+from dysco_interp.stores.store import (
     ResultStore,
     StoreError,
     StoreMismatchError,

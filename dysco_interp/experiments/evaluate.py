@@ -31,8 +31,12 @@ from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.errors import ConfigError, DataError, LeakageWarning
 from dysco_interp.experiments.distributed import Shard, current_world, gather, note_world, sharded_store
-from dysco_interp.experiments.provenance import provenance
-from dysco_interp.experiments.store import (
+from dysco_interp.heads import HeadSet
+from dysco_interp.heads.detected_on import leakage_line
+from dysco_interp.models import LoadedModel, dtype_name
+from dysco_interp.progress import tqdm
+from dysco_interp.stores.provenance import provenance
+from dysco_interp.stores.store import (
     ResultStore,
     StoreMismatchError,
     canonical_json,
@@ -44,10 +48,6 @@ from dysco_interp.experiments.store import (
     shard_paths,
     sibling_paths,
 )
-from dysco_interp.heads import HeadSet
-from dysco_interp.heads.detected_on import leakage_line
-from dysco_interp.models import LoadedModel, dtype_name
-from dysco_interp.progress import tqdm
 from dysco_interp.tasks.base import check_same_tokenizer
 from dysco_interp.tasks.registry import TASKS
 from dysco_interp.tasks.spec import Evaluation, TaskSpec
@@ -385,7 +385,7 @@ def evaluate(
             (fused, the default) or "float32" (bitwise repeatable on a GPU, so reruns and
             data-parallel shards give identical records); a store holds one of them.
         command: the command line that ran this, kept with the machine and start time in each
-            new record's `run` (`experiments.provenance`).
+            new record's `run` (`stores.provenance`).
 
     Returns:
         An `EvaluationRun`: the records of the requested instances x methods, the new ones (made by

@@ -93,8 +93,8 @@ def curve_rows(curves: Mapping, chosen_beta: Mapping[str, float]) -> list[dict]:
 def small_run(path: Path) -> dict:
     """A teacher-forced vanilla vs DySCO store of one model, split and length: means and paired
     differences of step accuracy and the gold city's log-probability."""
+    from dysco_interp.analysis.records import read_records
     from dysco_interp.analysis.result_tables import VANILLA, by_cell, metric_estimates, paired_deltas
-    from dysco_interp.analysis.stores import read_records
     from dysco_interp.errors import ConfigError
 
     cells, _ = by_cell(read_records(path))

@@ -24,11 +24,11 @@ from dysco_interp.analysis.margins import margin_of
 from dysco_interp.analysis.multiplicity import fill_q
 from dysco_interp.analysis.paired import paired_comparison
 from dysco_interp.analysis.report import fmt_delta
-from dysco_interp.analysis.store_archives import stored, stores_in
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments import store as runner
 from dysco_interp.paths import safe_component
+from dysco_interp.stores import store as runner
+from dysco_interp.stores.archives import stored, stores_in
 from dysco_interp.viz.ablation_figure import draw_ablation
 
 BASELINE = "none"  # the head_set name of the unablated pass

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.method_key import MethodKey
+from dysco_interp.analysis.records import Sourced, check_comparable, display_path, read_sourced
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_ci, fmt_delta, write_json, write_text
 from dysco_interp.analysis.result_tables import (
     PAPER_PRESET,
@@ -37,10 +38,9 @@ from dysco_interp.analysis.result_tables import (
     paired_deltas,
     with_table_q,
 )
-from dysco_interp.analysis.store_archives import stores_in
-from dysco_interp.analysis.stores import Sourced, check_comparable, display_path, read_sourced
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
+from dysco_interp.stores.archives import stores_in
 from dysco_interp.studies.budget_choice import choose_config
 from dysco_interp.studies.budget_study import TAUS
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
@@ -52,7 +52,6 @@ FALLBACK_METRIC = "tf_logprob"  # every teacher-forced store has it
 # the answer-level scores every teacher-forced record carries (`ForcedScores.summary`)
 FORCED_SUMMARY = ("tf_logprob", "tf_token_accuracy", "tf_exact")
 HEAD_KINDS = {"dysco": "qrheads", "dysco-random": "random"}
-PT_LENGTHS = (1024, 2048, 4096, 8192, 16384)
 # (metric, which records hold it, column title) of the test table
 TEST_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("tf_step_accuracy", "tf", "TF step accuracy"),

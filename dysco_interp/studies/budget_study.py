@@ -24,14 +24,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dysco_interp.analysis.store_archives import stored
-from dysco_interp.analysis.stores import read_records
+from dysco_interp.analysis.records import read_records
 from dysco_interp.atomic import atomic_open
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
+from dysco_interp.stores.archives import stored
 from dysco_interp.studies.budget_choice import choose_config, shortlist
 from dysco_interp.tasks import load_dataset
 

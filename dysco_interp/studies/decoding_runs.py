@@ -22,14 +22,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.result_tables import tau_sweep
-from dysco_interp.analysis.store_archives import stored
-from dysco_interp.analysis.stores import read_records
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
+from dysco_interp.stores.archives import stored
 from dysco_interp.tasks import load_dataset
 
 PARTS = ("tau", "pt", "ablation", "robustness", "reuse")

@@ -19,18 +19,18 @@ from typing import Any
 import torch
 
 from dysco_interp.analysis.edge_attention import span_attention_by_layer
+from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.route_lines import compare_route, first_error, route_lines
-from dysco_interp.analysis.store_archives import stored
-from dysco_interp.analysis.stores import read_records
 from dysco_interp.chat import encode_text
 from dysco_interp.decoding.config import preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
-from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.progress import tqdm
 from dysco_interp.ranking import gold_rank_of, top_fraction_size
+from dysco_interp.stores.archives import stored
+from dysco_interp.stores.store import ResultStore
 from dysco_interp.tasks import load_dataset, make_dataset
 from dysco_interp.tasks.lengths import length_label
 from dysco_interp.tasks.path_traversal import PathTraversalInstance, generate_instance, teacher_forced_inputs

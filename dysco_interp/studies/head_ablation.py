@@ -33,11 +33,11 @@ from dysco_interp.atomic import atomic_open
 from dysco_interp.chat import encode_text
 from dysco_interp.decoding import runtime
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet, load_heads
 from dysco_interp.hooks import Head, Hook, act_name, head_label, head_out_of_range, layer_of
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.progress import tqdm
+from dysco_interp.stores.store import ResultStore
 from dysco_interp.studies.ablation_summary import BASELINE, METRICS, random_name
 from dysco_interp.tasks import load_dataset, make_dataset
 from dysco_interp.tasks.base import check_same_tokenizer

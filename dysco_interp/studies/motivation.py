@@ -19,13 +19,13 @@ from pathlib import Path
 from dysco_interp.analysis.edge_attention import EdgeAttention, readout_edge_attention, teacher_forced_edge_attention
 from dysco_interp.detection import random_head_sets
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet, resolve_heads
 from dysco_interp.hooks import Head
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.models.yarn import yarn_factor
 from dysco_interp.progress import tqdm
 from dysco_interp.ranking import gold_rank
+from dysco_interp.stores.store import ResultStore
 from dysco_interp.studies.motivation_summary import HOPS, TASK
 from dysco_interp.tasks import load_dataset, make_dataset
 from dysco_interp.tasks.lengths import length_label

@@ -14,8 +14,8 @@ from typing import Any
 from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.report import write_json
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments import store as runner
 from dysco_interp.paths import safe_component
+from dysco_interp.stores import store as runner
 from dysco_interp.viz.figures import save_ci_lines
 from dysco_interp.viz.panels import Panel, Series
 

@@ -16,12 +16,13 @@ from typing import Any
 from dysco_interp.analysis import flops
 from dysco_interp.analysis.bench_results import decode_rows, device_label, record_speed_rows
 from dysco_interp.analysis.flops import ModelShape, decode_token_flops, dysco_extra_token, overhead
+from dysco_interp.analysis.records import display_path, pool_files
 from dysco_interp.analysis.report import with_footer
-from dysco_interp.analysis.stores import display_path, expand, pool_files
 from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.heads import resolve_heads
 from dysco_interp.jsonl import MAX_LINE, open_input
 from dysco_interp.models import packaged as packaged_models
+from dysco_interp.stores.archives import expand
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
 

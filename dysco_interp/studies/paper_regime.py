@@ -33,8 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dysco_interp.analysis.store_archives import glob_stores, stored
-from dysco_interp.analysis.stores import read_records
+from dysco_interp.analysis.records import read_records
 from dysco_interp.atomic import atomic_open
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
@@ -42,6 +41,7 @@ from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
 from dysco_interp.models.yarn import yarn_factor
+from dysco_interp.stores.archives import glob_stores, stored
 from dysco_interp.studies.budget_study import (
     FORCED_TOKENS,
     FREE_TOKENS,
@@ -119,7 +119,7 @@ class RegimeSettings:
     backend: str = "static"
     tokens_per_batch: int = 512 * 1024  # instances decoded together: this many prompt tokens
     n: int | None = None
-    command: str | None = None  # kept in each new record (`experiments.provenance`)
+    command: str | None = None  # kept in each new record (`stores.provenance`)
     tasks: Sequence[str] = TASKS  # what the tasks part runs
 
     def store(self, split: str, task: str, length: str, kind: str) -> Path:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.method_key import MethodKey
+from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_ci, fmt_delta, write_json, write_text
 from dysco_interp.analysis.result_tables import (
     VANILLA,
@@ -34,12 +35,11 @@ from dysco_interp.analysis.result_tables import (
     paired_deltas,
     with_table_q,
 )
-from dysco_interp.analysis.store_archives import glob_stores
-from dysco_interp.analysis.stores import read_records
 from dysco_interp.decoding.config import PRESETS
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads.detected_on import shared_with
 from dysco_interp.heads.shipped import available_shipped_heads, shipped_heads
+from dysco_interp.stores.archives import glob_stores
 from dysco_interp.studies.budget_choice import selection_fields
 from dysco_interp.studies.motivation_summary import STORE_NAME, draw
 from dysco_interp.tasks.base import instance_origin

@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dysco_interp.analysis.store_archives import glob_stores
 from dysco_interp.heads import available_shipped_heads
 from dysco_interp.models import load_tokenizer
+from dysco_interp.stores.archives import glob_stores
 from dysco_interp.tasks import make_dataset, save_dataset
 from dysco_interp.tasks.lengths import parse_length
 

@@ -27,7 +27,6 @@ from pathlib import Path
 
 from dysco_interp.analysis.replay import replay_path_traversal, route_steps, token_pieces
 from dysco_interp.analysis.step_mechanism import step_mechanisms
-from dysco_interp.analysis.store_archives import glob_stores, stored
 from dysco_interp.atomic import atomic_open
 from dysco_interp.decoding.choices import DEFAULT_PRESET
 from dysco_interp.decoding.config import DecodingConfig, preset
@@ -35,11 +34,12 @@ from dysco_interp.decoding.loop import generate_batch
 from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
-from dysco_interp.experiments.provenance import provenance
-from dysco_interp.experiments.store import ResultStore
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.progress import tqdm
+from dysco_interp.stores.archives import glob_stores, stored
+from dysco_interp.stores.provenance import provenance
+from dysco_interp.stores.store import ResultStore
 from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, batch_for, split_instances
 from dysco_interp.studies.gate_choice import choose_gate
 from dysco_interp.tasks.path_traversal import PathTraversalInstance, teacher_forced_inputs

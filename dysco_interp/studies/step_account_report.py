@@ -22,13 +22,13 @@ from dysco_interp.analysis.bootstrap import bootstrap_ci
 from dysco_interp.analysis.margins import margin_of
 from dysco_interp.analysis.multiplicity import fill_q
 from dysco_interp.analysis.paired import paired_comparison
+from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_delta
 from dysco_interp.analysis.step_classes import CLASSES, class_rates
 from dysco_interp.analysis.step_signals import SIGNALS, classified, rates_by_bin
-from dysco_interp.analysis.store_archives import glob_stores
-from dysco_interp.analysis.stores import read_records
 from dysco_interp.atomic import atomic_open
 from dysco_interp.errors import ConfigError
+from dysco_interp.stores.archives import glob_stores
 from dysco_interp.studies.step_account import step_records
 from dysco_interp.studies.step_account_controls import controlled, controlled_panels, rate_series, render_controlled
 from dysco_interp.tasks.lengths import length_label

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from dysco_interp.analysis import result_tables as T
 from dysco_interp.analysis.method_key import ROBUSTNESS_PARAMS, MethodKey, default_value
+from dysco_interp.analysis.records import display_path, load_deduplicated, load_pooled
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_ci, fmt_delta, with_footer
 from dysco_interp.analysis.result_tables import delta_metrics
-from dysco_interp.analysis.stores import display_path, load_deduplicated, load_pooled
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import user_methods
 from dysco_interp.errors import DyscoError

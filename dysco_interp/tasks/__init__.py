@@ -8,9 +8,10 @@ Three tasks, each seeded, sized to a target prompt length in tokens for a given 
 - `mrcr`: multi-round co-reference over a long chat (OpenAI MRCR style).
 
 Each is a package (instance, generate, score; word lists as package data) whose `spec.py`
-defines its `TaskSpec` (`tasks.spec`); `registry` lists the specs, `base` holds what the
-tasks share (seeds, stored spans, fitting to a token length) and `lengths` parses '8k'-style
-lengths. This module makes, saves and loads data sets of any registered task.
+defines its `TaskSpec` (`tasks.spec`); `registry` lists the specs (a new task joins them with
+`register_task`), `base` holds what the tasks share (seeds, stored spans, fitting to a token
+length) and `lengths` parses '8k'-style lengths. This module makes, saves and loads data sets of
+any registered task.
 
     from dysco_interp.tasks import make_dataset
     data = make_dataset("path_traversal", tokenizer, target_tokens=8192, n=50, seed=0)
@@ -25,7 +26,7 @@ from dysco_interp.checks import brief
 from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.jsonl import iter_jsonl, write_jsonl
 from dysco_interp.tasks.base import check_positive
-from dysco_interp.tasks.registry import TASKS, get_task
+from dysco_interp.tasks.registry import TASKS, get_task, register_task
 from dysco_interp.tasks.spec import TaskSpec
 
 
@@ -114,6 +115,7 @@ __all__ = [
     "TASKS",
     "TaskSpec",
     "get_task",
+    "register_task",
     "make_dataset",
     "save_dataset",
     "load_dataset",

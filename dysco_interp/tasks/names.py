@@ -60,18 +60,6 @@ def city_names() -> tuple[str, ...]:
     return tuple(sorted(population, key=lambda n: (-population[n], n)))
 
 
-def sample_city_names(rng: random.Random, n: int, pool_factor: float = 3.0, min_pool: int = 1500) -> list[str]:
-    """n distinct city names drawn from the most populous max(pool_factor * n, min_pool)."""
-    names = city_names()
-    if n > len(names):
-        raise ConfigError(
-            f"{n} distinct city names requested but only {len(names)} are available; "
-            "ask for a shorter prompt (fewer edges)"
-        )
-    pool = names[: min(len(names), max(int(pool_factor * n), min_pool))]
-    return rng.sample(pool, n)
-
-
 # Consonant-vowel syllables and consonant-initial endings: names such as "Brevimar", "Tolandor".
 _ONSETS = "b br c d dr f g gr h j k l m n p pr r s st t tr v w z th sh".split()
 _VOWELS = "a e i o u a e o".split() + ["ai", "ou"]

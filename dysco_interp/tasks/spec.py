@@ -3,7 +3,7 @@
 Each task package defines its spec in its own `spec.py`, and `tasks.registry` lists them;
 `make_dataset` and `load_dataset`, `make-data` (its flags), `evaluate` (prompts, gold answers,
 scores) and the result tables (metrics, labels) read the spec instead of naming tasks. A new
-task is its package plus one line in the registry.
+task is its package plus `register_task(spec)`.
 
 Nothing here imports torch: the command line builds its parser from the registry.
 """
