@@ -243,19 +243,14 @@ def test_bad_temperature_is_refused(tiny_llama, tau):
         LogitScale.temperature(tiny_llama.spec, tau)
 
 
-def test_the_old_names_and_path_still_work_for_one_release(tiny_llama):
-    import importlib
-    import sys
+def test_the_old_temperature_hook_still_works_for_one_release(tiny_llama):
+    from dysco_interp.decoding.backends.bridge_hooks import AttentionTemperature
 
-    sys.modules.pop("dysco_interp.decoding.interventions", None)
-    with pytest.warns(DeprecationWarning, match="bridge_hooks"):
-        old = importlib.import_module("dysco_interp.decoding.interventions")
-    assert old.BiasWriter is BiasWriter and old.RelevanceReader is RelevanceReader
     with pytest.warns(DeprecationWarning, match="LogitScale"):
-        temp = old.AttentionTemperature(tiny_llama.spec, 0.5)
+        temp = AttentionTemperature(tiny_llama.spec, 0.5)
     assert temp.scale.temperature == 0.5 and len(temp.hooks()) == tiny_llama.spec.n_layers
     with pytest.raises(ConfigError, match="tau"), pytest.warns(DeprecationWarning):
-        old.AttentionTemperature(tiny_llama.spec, 0)
+        AttentionTemperature(tiny_llama.spec, 0)
 
 
 # --------------------------------------------------------------------------- together

@@ -21,6 +21,8 @@ MOVED = {
     # the table logic stayed in the analysis library; finding the files went to the stores
     "dysco_interp.analysis.stores": {"dysco_interp.analysis.records": None,
                                      "dysco_interp.stores.archives": ("expand",)},
+    # the bridge's hooks live with the bridge backend
+    "dysco_interp.decoding.interventions": {"dysco_interp.decoding.backends.bridge_hooks": None},
 }
 
 

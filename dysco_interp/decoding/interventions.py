@@ -1,11 +1,8 @@
-"""Moved: the bridge backend's TransformerLens hooks are `dysco_interp.decoding.backends.bridge_hooks`.
-This path goes in the next release."""
+"""Moved to `dysco_interp.decoding.backends.bridge_hooks` (the bridge backend's TransformerLens
+hooks live with it); this path re-exports its names until the next release."""
 
-import warnings
+from dysco_interp.decoding.backends.bridge_hooks import *  # noqa: F403
+from dysco_interp.decoding.backends.bridge_hooks import __all__  # noqa: F401
+from dysco_interp.deprecation import warn_moved
 
-from dysco_interp.decoding.backends.bridge_hooks import AttentionTemperature, BiasWriter, LogitScale, RelevanceReader
-
-warnings.warn("dysco_interp.decoding.interventions moved to dysco_interp.decoding.backends.bridge_hooks; the old path "
-              "goes in the next release", DeprecationWarning, stacklevel=2)
-
-__all__ = ["AttentionTemperature", "BiasWriter", "LogitScale", "RelevanceReader"]
+warn_moved(__name__, "dysco_interp.decoding.backends.bridge_hooks")

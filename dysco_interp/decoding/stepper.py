@@ -122,8 +122,10 @@ class Stepper:
         n_cached = state.n_keys
         with scheduled(phase=phase, step=self.n_steps, keep_method=True), method_code(self.config.method):
             run = self._runner(state, tokens)
-            logits, selection = self.method.step(run, n_cached + 1, self.selector) if self.old_step \
-                else self.method.step(run, n_cached + 1)
+            if self.old_step:
+                logits, selection = self.method.step(run, n_cached + 1, self.selector)  # type: ignore[call-arg]
+            else:
+                logits, selection = self.method.step(run, n_cached + 1)
         self.n_steps += 1
         return logits, self._records(phase, n_cached, tokens, selection)
 

@@ -123,7 +123,7 @@ class BackendSpec:
         cls = REGISTRY[self.name]
         if cls.Options is BackendOptions:
             return cls(model, graphs=self.graphs, hooks=hooks, **legacy)
-        return cls(model, graphs=self.graphs, hooks=hooks, options=self.options, **legacy)
+        return cls(model, graphs=self.graphs, hooks=hooks, options=self.options, **legacy)  # type: ignore[call-arg]
 
     def store_settings(self) -> dict:
         """What a result store records of it: the name and the options that change the tokens (CUDA

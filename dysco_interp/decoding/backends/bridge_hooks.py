@@ -214,3 +214,6 @@ def AttentionTemperature(spec: ModelSpec, tau: float) -> LogitScale:  # noqa: N8
     if isinstance(tau, bool) or not (isinstance(tau, (int, float)) and math.isfinite(tau) and tau > 0):
         raise ConfigError(f"attention temperature tau must be a finite number > 0, got {tau!r}")
     return LogitScale.temperature(spec, tau)
+
+
+__all__ = ["AttentionTemperature", "BiasWriter", "LogitScale", "RelevanceReader"]

@@ -335,11 +335,11 @@ class StaticBackend(Backend):
                  options: StaticOptions | None = None, decode_attention: str | None = None,
                  compile_kernels: bool | None = None, tau: float | None = None):
         super().__init__(model, graphs=graphs, hooks=hooks, tau=tau)
-        options = StaticOptions.of(self.name, options, {"decode_attention": decode_attention,
-                                                        "compile_kernels": compile_kernels})
-        assert isinstance(options, StaticOptions)
-        self.options = options
-        self.decode_attention, compile_kernels = options.decode_attention, options.compile_kernels
+        chosen = StaticOptions.of(self.name, options, {"decode_attention": decode_attention,
+                                                       "compile_kernels": compile_kernels})
+        assert isinstance(chosen, StaticOptions)
+        self.options = chosen
+        self.decode_attention, compile_kernels = chosen.decode_attention, chosen.compile_kernels
         on_cuda = model.device.type == "cuda"
         if graphs and not on_cuda:
             raise ConfigError("CUDA graphs need a CUDA device")
