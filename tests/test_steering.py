@@ -266,3 +266,19 @@ def test_a_method_with_the_old_step_signature_runs_for_one_release_with_a_notice
     finally:
         methods.REGISTRY.pop(OldStep.name, None)
         methods.METHODS.pop(OldStep.name, None)
+
+
+def test_a_method_keeps_values_of_its_own_in_each_step_of_the_trace(tiny_llama):
+    from dysco_interp.decoding.results import Trace
+
+    gated = generate(tiny_llama, PROMPT, DecodingConfig(method="dysco-gated", beta=4.0, top_p=0.7,
+                                                        max_new_tokens=N_NEW, options={"min_mass": 0.5}),
+                     heads=heads_for(tiny_llama))
+    steps = [s for s in gated.trace.steps if s.n_selected is not None]
+    assert steps and all(set(s.own) == {"scaled"} for s in steps)
+    assert all(s.own["scaled"] == (s.n_selected > 0) for s in steps)  # the gate and the selection agree
+    again = Trace.from_dict(gated.trace.to_dict())
+    assert [s.own for s in again.steps] == [s.own for s in gated.trace.steps]
+    plain = generate(tiny_llama, PROMPT, DecodingConfig(method="vanilla", max_new_tokens=N_NEW))
+    assert all(s.own is None for s in plain.trace.steps)
+    assert all("own" not in s for s in plain.trace.to_dict()["steps"])  # traces of other methods read as before

@@ -157,6 +157,11 @@ class Method:
         assert out.logits is not None
         return out.logits, None
 
+    def step_values(self) -> list[dict[str, Any]] | None:
+        """The method's own values of the step just run, one JSON-able dict per row, kept in the
+        trace beside the common fields (`StepRecord.own`); None: it keeps none."""
+        return None
+
 
 class UniAttnS(Method):
     name = "uniattns"
@@ -311,10 +316,15 @@ class DyscoGated(Dysco):
         # a row whose QRHeads spread their relevance thinly gets no bias at all (its own key included),
         # and its trace says that nothing was selected
         on = selection.mass >= float(self.option("min_mass"))
+        self.on = on
         mask = selection.mask & on[:, None]
         out = run(self.biased.with_bias(selector.bias(mask) * on[:, None, None, None].to(torch.float32)))
         assert out.logits is not None
         return out.logits, relevance.Selection(mask, mask.sum(dim=-1), selection.mass * on)
+
+    def step_values(self):
+        # whether the gate let the step scale, per row (the trace's selection says what it would have chosen)
+        return [{"scaled": bool(v)} for v in self.on.tolist()]
 
 
 BUILT_IN: tuple[type[Method], ...] = (Method, UniAttnS, Dysco, DyscoStatic, DyscoRandom, DyscoReuse, DyscoGated)

@@ -31,6 +31,8 @@ class StepRecord:
     # with a span-mass read-out (`read_out=Read(..., returns="span_mass")`): each read head's
     # attention mass over each span, in the pass that kept the token
     read_mass: list[list[float]] | None = None
+    # the method's own values of this step for this row (`Method.step_values`; None: it keeps none)
+    own: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,11 @@ class Trace:
         return [TokenStep(t, text, step) for t, text, step in zip(tokens, texts, producers)]
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        for step in out["steps"]:  # a step with no values of the method's own is written as before
+            if step["own"] is None:
+                del step["own"]
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Trace":

@@ -126,8 +126,9 @@ class Stepper:
                 logits, selection = self.method.step(run, n_cached + 1, self.selector)  # type: ignore[call-arg]
             else:
                 logits, selection = self.method.step(run, n_cached + 1)
+            own = self.method.step_values()
         self.n_steps += 1
-        return logits, self._records(phase, n_cached, tokens, selection)
+        return logits, self._records(phase, n_cached, tokens, selection, own)
 
     def _runner(self, state: DecodeState, tokens: torch.Tensor) -> Callable[[PassPlan], StepOutput]:
         """One pass of this step's tokens; the pass that keeps the token also makes `read_out`."""
@@ -142,11 +143,17 @@ class Stepper:
 
         return run
 
-    def _records(self, phase: Phase, n_cached: int, tokens: torch.Tensor,
-                 selection: Selection | None) -> list[StepRecord]:
+    def _records(self, phase: Phase, n_cached: int, tokens: torch.Tensor, selection: Selection | None,
+                 own: list[dict] | None = None) -> list[StepRecord]:
         self.backend.check_faults()  # the records below wait for the device anyway
         pads = self.batch.pads
         records = [StepRecord(phase, n_cached - pad, tok) for pad, tok in zip(pads, tokens.tolist())]
+        if own is not None:
+            if len(own) != len(records) or not all(isinstance(v, dict) for v in own):
+                raise ConfigError(f"method {self.config.method!r}: step_values() must return one dict per row "
+                                  f"({len(records)}), got {type(own).__name__}")
+            for rec, values in zip(records, own):
+                rec.own = values
         if self.last_read is not None and self.last_read.span_mass is not None:
             for rec, mass in zip(records, self.last_read.span_mass.tolist()):
                 rec.read_mass = [[round(m, 6) for m in head] for head in mass]
