@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from dysco_interp import distributed
 from dysco_interp.analysis.bench_data_parallel import comparable
 from dysco_interp.cli import main
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments import distributed
 from dysco_interp.heads import HeadSet
 from dysco_interp.stores.store import (
     FORMAT,

@@ -23,6 +23,8 @@ MOVED = {
                                      "dysco_interp.stores.archives": ("expand",)},
     # the bridge's hooks live with the bridge backend
     "dysco_interp.decoding.interventions": {"dysco_interp.decoding.backends.bridge_hooks": None},
+    # data-parallel runs serve the libraries under the jobs too
+    "dysco_interp.experiments.distributed": {"dysco_interp.distributed": None},
 }
 
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from dysco_interp import distributed
 from dysco_interp.atomic import atomic_open
 from dysco_interp.cli.app import build_parser, main
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments import distributed
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_tokenizer
 from dysco_interp.stores import format as store_format

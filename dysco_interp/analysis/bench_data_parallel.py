@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dysco_interp.atomic import atomic_open
+from dysco_interp.distributed import World
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.distributed import World
 from dysco_interp.stores.store import read_store
 
 

@@ -181,7 +181,7 @@ def _command_line() -> str:
 
 
 def run_detect(args) -> int:
-    from dysco_interp.experiments import distributed
+    from dysco_interp import distributed
     from dysco_interp.threads import apply_threads
 
     # under torchrun: this rank's device; every rank refuses bad input itself, before the model loads

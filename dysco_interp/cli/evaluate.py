@@ -1,7 +1,7 @@
 """`dysco-interp evaluate`: score decoding methods on task data, into a resumable result store.
 
 Data-parallel under torchrun (`torchrun --nproc-per-node N -m dysco_interp.cli evaluate ...`):
-each rank decodes its share, rank 0 prints the table (`experiments.distributed`).
+each rank decodes its share, rank 0 prints the table (`dysco_interp.distributed`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def task_name(text: str) -> str:
 
 
 def run_evaluate(args) -> int:
-    from dysco_interp.experiments import distributed
+    from dysco_interp import distributed
     from dysco_interp.experiments.evaluate import (
         check_modes,
         check_store_files,

@@ -9,7 +9,7 @@ line (a killed run) is dropped. Nothing on disk is pickled.
 Under torchrun (any initialised process group) the examples missing from the store are shared
 out between the ranks, each writing a shard of the store that rank 0 folds in at the end, and
 every rank gets back every example's scores through torch.distributed's object collectives
-(`experiments.distributed`).
+(`dysco_interp.distributed`).
 """
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ from dysco_interp.detection.passes import HooksArg
 from dysco_interp.detection.result import DetectionResult, matrix_from_json, matrix_to_json
 from dysco_interp.detection.scores import mean_over_examples
 from dysco_interp.detection.selection import HeadsArg, qrscore_heads, requested_heads
+from dysco_interp.distributed import current_world, gather, note_world, sharded_store
 from dysco_interp.errors import ConfigError
-from dysco_interp.experiments.distributed import current_world, gather, note_world, sharded_store
 from dysco_interp.heads import HeadSet
 from dysco_interp.heads.detected_on import detection_data
 from dysco_interp.hooks import sliding_layers
@@ -125,7 +125,7 @@ def _run(
     """Per-example score matrices for `method`, resuming from and appending to the store.
 
     Under torchrun (an initialised process group) each rank scores its share of the examples the
-    store lacks, into its own shard (`experiments.distributed`), and every rank gets every
+    store lacks, into its own shard (`dysco_interp.distributed`), and every rank gets every
     example's record back, so each ends with what one process would have computed.
     """
     from dysco_interp.progress import tqdm

@@ -1,2 +1,2 @@
-"""Experiments: evaluation over a data set into a result store (`dysco_interp.stores`), its data-parallel
-runs, its summary table, and the demo."""
+"""Experiments: evaluation over a data set into a result store (`dysco_interp.stores`), run on one
+process or data-parallel (`dysco_interp.distributed`), its summary table, and the demo."""

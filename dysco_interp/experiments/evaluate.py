@@ -9,7 +9,7 @@ refused instead of handing back stale results.
 
 Under torchrun (or any initialised process group) the instances still missing are shared out
 between the ranks, each writing a shard that rank 0 folds into the store at the end, in the
-order one process would have written it (`experiments.distributed`).
+order one process would have written it (`dysco_interp.distributed`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from dysco_interp.decoding.format_forced import BOTH_FORCED, FORMAT_FORCED
 from dysco_interp.decoding.loop import iter_methods
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
+from dysco_interp.distributed import Shard, current_world, gather, note_world, sharded_store
 from dysco_interp.errors import ConfigError, DataError, LeakageWarning
-from dysco_interp.experiments.distributed import Shard, current_world, gather, note_world, sharded_store
 from dysco_interp.heads import HeadSet
 from dysco_interp.heads.detected_on import leakage_line
 from dysco_interp.models import LoadedModel, dtype_name
@@ -358,7 +358,7 @@ def evaluate(
     The records of each method are stored as soon as that method has finished a batch.
     When a process group is initialised (torchrun), call it on every rank with the same
     arguments: each rank decodes its share of the missing instances, rank 0 folds the shards
-    into the store, and every rank returns the same records (`experiments.distributed`).
+    into the store, and every rank returns the same records (`dysco_interp.distributed`).
 
     Args:
         model: the loaded model.
@@ -474,7 +474,7 @@ def evaluate(
             new = decode_missing(todo, store, store)
             records = [store.get(key(h, m)) for h in dict.fromkeys(ids) for m in methods]
             return EvaluationRun(records, new, store.path)
-    # data-parallel (see experiments.distributed): this rank's share of what the store lacks, into its shard
+    # data-parallel (see dysco_interp.distributed): this rank's share of what the store lacks, into its shard
     settings = store_settings(model_name, task, spec, model.dtype, model.device, model.weights_id, teacher_forced,
                               format_forced=format_forced)
     with sharded_store(world, open_main, lambda p: ResultStore(p, KEY, settings, purpose="evaluate"), order) as shard:
