@@ -48,6 +48,7 @@ _LAZY = {
     "observe": "dysco_interp.decoding.observe",
     "register_method": "dysco_interp.decoding.methods",
     "Method": "dysco_interp.decoding.methods",
+    "MethodParams": "dysco_interp.decoding.params",
     "SteeringMethod": "dysco_interp.decoding.steering",
     "PassPlan": "dysco_interp.decoding.plan",
     "Read": "dysco_interp.decoding.plan",

@@ -188,17 +188,17 @@ CASES = {
                                     "dysco-interp evaluate: error: argument --methods: unknown method(s) cli-pastaa; "
                                     "choose from vanilla, uniattns, dysco, dysco-static, dysco-random, dysco-reuse, "),
     "unknown option": ([*GEN, *FROM, "--method", "cli-pasta", "--method-options", 'cli-pasta={"alfa": 1}'],
-                       "argument --method-options: method 'cli-pasta' has no option 'alfa' "
+                       "argument --params: method 'cli-pasta' has no option 'alfa' "
                        "(its options: alpha, heads, tail)"),
     "options of a built-in method": ([*EVAL, "--methods", "dysco", "--method-options", 'dysco={"alpha": 1}'],
                                      "method 'dysco' has no option 'alpha' (its options: none)"),
     "options of a method not run": ([*EVAL, *FROM, "--methods", "vanilla", "--method-options", "cli-pasta={}"],
-                                    "argument --method-options: cli-pasta is not a method this run uses "
+                                    "argument --params: cli-pasta is not a method this run uses "
                                     "(--methods vanilla)"),
     "options twice": ([*GEN, *FROM, "--method", "cli-pasta", "--method-options", 'cli-pasta={"alpha": 1}',
                        "--method-options", 'cli-pasta={"tail": 2}'], "cli-pasta is given twice; name all its options"),
     "options not JSON": ([*GEN, "--method-options", "cli-pasta={alpha: 1}"],
-                         "argument --method-options: cli-pasta=...: not valid JSON ("),
+                         "argument --params/--method-options: cli-pasta=...: not valid JSON ("),
     "options not an object": ([*GEN, "--method-options", "cli-pasta=[1]"], "the options must be a JSON object"),
     "options without a name": ([*GEN, "--method-options", '{"alpha": 1}'], "is not NAME=JSON"),
     "option not JSON-able": ([*GEN, *FROM, "--method", "cli-pasta", "--method-options", 'cli-pasta={"alpha": NaN}'],

@@ -127,12 +127,12 @@ def add_method_flags(parser: cli_args.ArgumentParser, *, multi: bool) -> None:
                             help=f"decoding method: {built_in}, or one --methods-from registers (default vanilla)")
     parser.add_argument(user_methods.FILES_FLAG, dest="methods_from", action="append", default=None, metavar="FILE.py",
                         help=user_methods.METHODS_FROM_HELP)
-    parser.add_argument(user_methods.OPTIONS_FLAG, dest="method_options", action="append", default=None,
-                        type=user_methods.method_option, metavar="NAME=JSON",
-                        help="options of a method of your own, a JSON object checked against the options it "
-                             "declares and recorded with its results, e.g. 'pasta={\"alpha\": 0.05}' (repeat "
-                             "the flag for several methods; unset options keep their defaults; built-in "
-                             "methods have none)")
+    parser.add_argument(user_methods.OPTIONS_FLAG, user_methods.OPTIONS_ALIAS, dest="method_options", action="append",
+                        default=None, type=user_methods.method_option, metavar="NAME=JSON",
+                        help="a method's own parameters, a JSON object checked against the parameters it "
+                             "declares (its Params) before any model loads and recorded with its results, e.g. "
+                             "'pasta={\"alpha\": 0.05}' (repeat the flag for several methods; unset parameters "
+                             "keep their defaults)")
     parser.add_check(user_methods.check_method_flags)
     add_heads_flag(parser)
     add_dysco_flags(parser)

@@ -1,5 +1,5 @@
 """A researcher's own decoding methods on the command line: `--methods-from FILE.py` imports the
-files that register them, `--method-options NAME=JSON` sets their options, and the names that
+files that register them, `--params NAME=JSON` (also `--method-options`) sets their parameters, and the names that
 `--method`/`--methods` give are checked once both are known.
 
 Argparse meets `--method` before or after `--methods-from`, so a name is checked after the whole
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from dysco_interp.decoding.choices import METHOD_NAMES
 
-FILES_FLAG, OPTIONS_FLAG = "--methods-from", "--method-options"
+FILES_FLAG, OPTIONS_FLAG = "--methods-from", "--params"
+OPTIONS_ALIAS = "--method-options"  # the flag's first name, kept
 # the help of FILES_FLAG wherever it is taken: the command line's own and the scripts' that read stores
 METHODS_FROM_HELP = ("a Python file of your own decoding methods, imported before the method names are checked: it "
                      "runs as Python code, with your permissions, so name only a file you trust. The SteeringMethod "

@@ -20,6 +20,7 @@ from dysco_interp.decoding.choices import (
     TemplateMasking,
 )
 from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Method
+from dysco_interp.decoding.params import MethodParams
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
 from dysco_interp.errors import ConfigError
 
@@ -55,8 +56,9 @@ class DecodingConfig:
     sampling: SamplingConfig = field(default=GREEDY)
     record_positions: bool = False  # keep every step's selected positions in the trace
     enable_thinking: bool | None = None  # forwarded to the chat template (Qwen3-style)
-    # a registered method's own parameters (a mapping; kept as sorted (name, value) pairs, its
-    # defaults filled in): e.g. PASTA's alpha, or dysco-gated's min_mass.
+    # a registered method's own parameters (its `Params`, or a mapping; kept as sorted (name, value)
+    # pairs, its defaults filled in): e.g. PASTA's alpha, or dysco-gated's min_mass. `params` gives
+    # them back typed.
     options: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self):
@@ -88,6 +90,12 @@ class DecodingConfig:
     @property
     def uses_heads(self) -> bool:
         return self.strategy.uses_heads
+
+    @property
+    def params(self) -> MethodParams | None:
+        """The method's typed parameters with this config's values (None: it declares no `Params`)."""
+        typed = self.strategy.Params
+        return None if typed is None else typed.of(self.method, dict(self.options))
 
     def used_fields(self) -> dict:
         """The fields this method's outputs depend on (sampling as a dict): what a result store
@@ -149,8 +157,11 @@ def _depth(value: Any) -> int:
 
 
 def method_options(method: str, defaults: Mapping[str, Any], given: Any) -> tuple[tuple[str, Any], ...]:
-    """`given` (a mapping or (name, value) pairs) checked against the method's options and
-    completed with their defaults, as sorted pairs; values must be JSON (lists become tuples)."""
+    """`given` (the method's `Params`, a mapping or (name, value) pairs) checked against the
+    method's options and completed with their defaults, as sorted pairs; values must be JSON
+    (lists become tuples)."""
+    if isinstance(given, MethodParams):
+        given = given.as_dict()
     try:
         items = dict(given.items() if isinstance(given, Mapping) else given)
     except (TypeError, ValueError):

@@ -25,6 +25,7 @@ from dysco_interp.checks import check_number
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.backends.base import StepOutput
 from dysco_interp.decoding.choices import METHOD_NAMES
+from dysco_interp.decoding.params import MethodParams, check_params_class
 from dysco_interp.decoding.plan import Bias, PassPlan, Read, Scale
 from dysco_interp.decoding.template import warn_fallback
 from dysco_interp.errors import ConfigError
@@ -80,9 +81,22 @@ class Method:
     description: ClassVar[str] = "no intervention (equals plain decoding)"
     uses_heads: ClassVar[bool] = False  # reads the QRHeads (H*)
     fields: ClassVar[frozenset[str]] = frozenset()  # DecodingConfig fields beyond the shared ones it uses
-    # the method's own parameters and their defaults (`DecodingConfig.options`): JSON values,
-    # recorded with its results like any field
+    # the method's own typed parameters (`params.MethodParams`, a nested frozen dataclass); their
+    # values ride in `DecodingConfig.options` and are recorded with its results like any field
+    Params: ClassVar[type[MethodParams] | None] = None
+    # the same as a plain mapping of defaults, derived from `Params` (or, the older way, declared
+    # with `check_options` beside it)
     options: ClassVar[Mapping[str, Any]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("Params")
+        if own is not None:
+            name = cls.__dict__.get("name", cls.__name__)
+            check_params_class(name, own)
+            if "options" in cls.__dict__:
+                raise ConfigError(f"method {name!r} declares both Params and options: its Params are its options")
+            cls.options = own.defaults()
 
     def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
         self.config, self.heads, self.spec = config, heads, spec
@@ -131,7 +145,17 @@ class Method:
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
-        """Refuse bad option values when the config is made (before any model loads)."""
+        """Refuse bad option values when the config is made (before any model loads): the typed
+        `Params` check them, if the method has some."""
+        if cls.Params is not None:
+            cls.Params.of(cls.name, options)
+
+    @property
+    def params(self) -> MethodParams:
+        """This run's values of the method's `Params` (a ConfigError for a method without them)."""
+        if self.Params is None:
+            raise ConfigError(f"method {self.name!r} declares no Params")
+        return self.Params.of(self.name, dict(self.config.options))
 
     def option(self, name: str) -> Any:
         """The value of one of the method's `options` in this run's config."""
@@ -303,19 +327,21 @@ class DyscoReuse(Dysco):
 class DyscoGated(Dysco):
     name = "dysco-gated"
     description = "DySCO that scales a step only when its selected keys hold min_mass of the QRHeads' relevance"
-    # 0 scales every step (plain DySCO); above 1 none (vanilla's tokens, at DySCO's cost)
-    options = {"min_mass": 0.0}
 
-    @classmethod
-    def check_options(cls, options):
-        check_number("min_mass", options["min_mass"], at_least=0)
+    @dataclasses.dataclass(frozen=True)
+    class Params(MethodParams):
+        # 0 scales every step (plain DySCO); above 1 none (vanilla's tokens, at DySCO's cost)
+        min_mass: float = 0.0
+
+        def check(self):
+            check_number("min_mass", self.min_mass, at_least=0)
 
     def step(self, run, n_keys):
         selector = self.running
         selection = self.select(run, n_keys)
         # a row whose QRHeads spread their relevance thinly gets no bias at all (its own key included),
         # and its trace says that nothing was selected
-        on = selection.mass >= float(self.option("min_mass"))
+        on = selection.mass >= self.params.min_mass  # type: ignore[attr-defined]
         self.on = on
         mask = selection.mask & on[:, None]
         out = run(self.biased.with_bias(selector.bias(mask) * on[:, None, None, None].to(torch.float32)))

@@ -1,0 +1,97 @@
+"""A method with typed parameters is one class: a nested frozen dataclass of defaults, types and
+checks, refused in one line before any model loads, recorded with its results, and read back typed."""
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from dysco_interp import Bias, DecodingConfig, Method, MethodParams, PassPlan, generate, register_method
+from dysco_interp.checks import check_number
+from dysco_interp.decoding import methods
+from dysco_interp.errors import ConfigError
+
+PROMPT = "You can travel from Paris to Berlin by train. Rome is quiet. " * 3 + "Give a route from Paris to Berlin."
+
+
+@register_method
+class SpanBoost(Method):
+    """InstABoost's move: the attention to one sentence of the prompt multiplied by `factor` and
+    renormalised in every head of every layer (log factor on its keys)."""
+
+    name = "test-span-boost"
+    description = "one sentence's attention times factor, every head"
+
+    @dataclasses.dataclass(frozen=True)
+    class Params(MethodParams):
+        factor: float = 4.0
+        sentence: str = "Rome is quiet."
+        layers: list | None = None  # None: every layer
+
+        def check(self):
+            check_number("factor", self.factor, above=0)
+            if self.layers is not None and not self.layers:
+                raise ValueError("layers is None (every layer) or a non-empty list")  # a plain error is one line too
+
+    def __init__(self, config, heads, spec):
+        super().__init__(config, heads, spec)
+        self.boosted = PassPlan(bias=Bias(self.params.layers or range(spec.n_layers)))
+
+    def start(self, model, batch):
+        span = torch.zeros(batch.ids.shape, dtype=torch.bool)
+        for row, (prepared, pad) in enumerate(zip(batch.prepared, batch.pads)):
+            at = prepared.text.find(self.params.sentence)
+            start, end = prepared.encoded.token_span(at, at + len(self.params.sentence))
+            span[row, pad + start:pad + end] = True
+        self.span = span.to(model.device)
+
+    def step(self, run, n_keys):
+        span = torch.nn.functional.pad(self.span, (0, n_keys - self.span.shape[-1]))
+        values = torch.where(span, math.log(self.params.factor), 0.0)[:, None, None, :]
+        return run(self.boosted.with_bias(values)).logits, None
+
+
+def test_typed_parameters_are_checked_recorded_and_read_back(tiny_llama):
+    config = DecodingConfig(method=SpanBoost.name, options=SpanBoost.Params(factor=8.0), max_new_tokens=6)
+    assert config.params == SpanBoost.Params(factor=8.0) and dict(config.options)["factor"] == 8.0
+    assert config.record_fields()["options"] == {"factor": 8.0, "layers": None, "sentence": "Rome is quiet."}
+    assert "beta" not in config.used_fields()  # no bookkeeping: parameters it does not have never split its stores
+    assert DecodingConfig(method=SpanBoost.name, options={"factor": 8}).params.factor == 8  # JSON's 8 is a float
+    for bad, message in (({"factor": "8"}, "parameter 'factor' must be float"), ({"factor": 0}, "factor must be"),
+                         ({"fator": 2}, "has no option 'fator'"), ({"layers": 3}, "parameter 'layers' must be"),
+                         ({"layers": []}, "non-empty list")):
+        with pytest.raises(ConfigError, match=message):
+            DecodingConfig(method=SpanBoost.name, options=bad)
+    by_backend = {b: generate(tiny_llama, PROMPT, config, backend=b).tokens for b in ("bridge", "sdpa", "static")}
+    assert by_backend["bridge"] == by_backend["sdpa"] == by_backend["static"]
+    plain = generate(tiny_llama, PROMPT, DecodingConfig(method="vanilla", max_new_tokens=6))
+    assert by_backend["bridge"] != plain.tokens
+    gated = DecodingConfig(method="dysco-gated", options={"min_mass": 0.2})
+    assert gated.params.min_mass == 0.2 and methods.REGISTRY["dysco-gated"].options == {"min_mass": 0.0}
+
+
+def test_a_params_class_must_be_a_frozen_dataclass_with_defaults():
+    with pytest.raises(ConfigError, match="frozen"):  # not a dataclass of its own: x would be no field
+        class Undecorated(Method):
+            name = "test-undecorated"
+
+            class Params(MethodParams):
+                x: float = 1.0
+    with pytest.raises(ConfigError, match="needs a default"):
+        class NoDefault(Method):
+            name = "test-no-default"
+
+            @dataclasses.dataclass(frozen=True)
+            class Params(MethodParams):
+                x: float
+    with pytest.raises(ConfigError, match="both Params and options"):
+        class Both(Method):
+            name = "test-both"
+            options = {"x": 1.0}
+
+            @dataclasses.dataclass(frozen=True)
+            class Params(MethodParams):
+                x: float = 1.0
+    with pytest.raises(ConfigError, match="declares no Params"):
+        _ = methods.REGISTRY["vanilla"](DecodingConfig(method="vanilla"), None, None).params
