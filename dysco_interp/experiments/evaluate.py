@@ -403,6 +403,9 @@ def evaluate(
     evaluation = TASKS[task].evaluation
     ids = [instance_id(inst) for inst in instances]
     wanted = {m: method_settings(c, heads) for m, c in methods.items()}
+    if decode_attention is not None:
+        warnings.warn("evaluate(decode_attention=) is deprecated and goes in the next release: pass "
+                      "backend=BackendSpec('static', decode_attention=...)", DeprecationWarning, stacklevel=2)
     spec = BackendSpec.of(backend, decode_attention=decode_attention)
     world = current_world()
     order = grid_order(ids, methods)
