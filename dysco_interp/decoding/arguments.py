@@ -8,6 +8,7 @@ import dataclasses
 import difflib
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from dysco_interp.chat import encode_text
 from dysco_interp.checks import brief, check_type, is_int, typed
@@ -51,12 +52,19 @@ def as_heads(model: LoadedModel, heads) -> HeadSet | None:
                       f"head file, got {typed(heads)}")
 
 
+def one_per_prompt(value: Any, n_prompts: int, name: str, each: str, plural: str) -> Sequence:
+    """`value` if it is a list of `n_prompts` items, else a ConfigError naming `name` (`each` is
+    what one item is, `plural` what the items are called in the count)."""
+    if isinstance(value, (str, Mapping)) or not isinstance(value, Sequence):
+        raise ConfigError(f"{name} must be a list with one {each} per prompt, got {typed(value)}")
+    if len(value) != n_prompts:
+        raise ConfigError(f"{len(value)} {plural} for {n_prompts} prompts")
+    return value
+
+
 def forced_ids(model: LoadedModel, forced: Sequence[str | Sequence[int]], n_prompts: int) -> list[list[int]]:
     """Each prompt's gold continuation as token ids (text is encoded on its own, after the prompt)."""
-    if isinstance(forced, (str, Mapping)) or not isinstance(forced, Sequence):
-        raise ConfigError(f"forced must be a list with one gold answer per prompt, got {typed(forced)}")
-    if len(forced) != n_prompts:
-        raise ConfigError(f"{len(forced)} forced answers for {n_prompts} prompts")
+    one_per_prompt(forced, n_prompts, "forced", "gold answer", "forced answers")
     out = []
     for i, gold in enumerate(forced):
         ids = encode_text(model.tokenizer, gold)[0] if isinstance(gold, str) else gold
@@ -74,10 +82,7 @@ def forced_ids(model: LoadedModel, forced: Sequence[str | Sequence[int]], n_prom
 def format_runs(model: LoadedModel, segments, n_prompts: int) -> list[list[Run]]:
     """Each prompt's answer segments (`format_forced.check_segments`) as token runs: the joined
     text is encoded on its own after the prompt, as a teacher-forced answer is."""
-    if isinstance(segments, (str, Mapping)) or not isinstance(segments, Sequence):
-        raise ConfigError(f"format_forced must be a list with one answer's segments per prompt, got {typed(segments)}")
-    if len(segments) != n_prompts:
-        raise ConfigError(f"{len(segments)} segmented answers for {n_prompts} prompts")
+    one_per_prompt(segments, n_prompts, "format_forced", "answer's segments", "segmented answers")
     out = []
     for i, answer in enumerate(segments):
         answer = check_segments(answer, f"format_forced #{i}")

@@ -13,21 +13,12 @@ import torch
 from dysco_interp.decoding.plan import Scale, logn_factor
 
 
-def chosen_heads(scale: Scale | None, layer: int, n_heads: int, device: torch.device) -> torch.Tensor | None:
-    """bool `[1, n_heads, 1, 1]` of the heads `scale` touches in `layer` (None: all of them, or no
-    scale there). Made once per plan, before any CUDA-graph capture."""
-    if scale is None or layer not in scale.layers or scale.heads is None:
-        return None
-    chosen = torch.zeros(1, n_heads, 1, 1, dtype=torch.bool)
-    chosen[0, list(scale.heads_in(layer) or ()), 0, 0] = True
-    return chosen.to(device)
-
-
 def query_scaling(scale: Scale, chosen: torch.Tensor | None,
                   logn: torch.Tensor | None) -> tuple[float, torch.Tensor | None]:
     """For a layer `scale` applies to: (the divisor of the softmax scale, a float32 factor on the
-    query, broadcastable to `[B, heads, s, d]`, or None). `chosen`: `chosen_heads`; `logn`: the
-    log-n factor of each row's queries, `[B, 1, s, 1]` (None without log-n)."""
+    query, broadcastable to `[B, heads, s, d]`, or None). `chosen`: bool `[1, heads, 1, 1]` of the
+    heads it touches (`backends.base.head_masks`; None: all); `logn`: the log-n factor of each
+    row's queries, `[B, 1, s, 1]` (None without log-n)."""
     if chosen is None:
         return scale.temperature, logn
     per_head = torch.where(chosen, 1.0 / scale.temperature, 1.0)

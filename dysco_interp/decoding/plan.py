@@ -224,6 +224,10 @@ class Mask:
         object.__setattr__(self, "per_head", per_head)
         object.__setattr__(self, "values", values)
 
+    def heads_in(self, layer: int) -> tuple[int, ...] | None:
+        """The query heads masked in `layer` (None: all of them)."""
+        return _heads_of(self.heads, layer)
+
     def given(self, values: torch.Tensor) -> "Mask":
         return dataclasses.replace(self, values=values)
 

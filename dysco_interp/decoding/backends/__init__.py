@@ -53,12 +53,10 @@ def register_backend(cls: type[Backend]) -> type[Backend]:
     return cls
 
 
-def check_backend(name: str, decode_attention: str | None = None) -> str:
-    """`name` if it is a backend (and `decode_attention`, if given, one of its options)."""
+def check_backend(name: str) -> str:
+    """`name` if it is a backend."""
     if name not in REGISTRY:
         raise ConfigError(f"unknown backend {name!r}; choose one of {', '.join(REGISTRY)}")
-    if decode_attention is not None:
-        REGISTRY[name].Options.of(name, None, {"decode_attention": decode_attention})
     return name
 
 

@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -28,6 +28,8 @@ from transformers.cache_utils import Cache
 
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.plan import (
+    Bias,
+    Mask,
     PassPlan,
     ReadOut,
     Scale,
@@ -94,6 +96,22 @@ def stop_after(layer: torch.nn.Module) -> Iterator[None]:
         yield
     finally:
         handle.remove()
+
+
+def head_masks(part: Bias | Mask | Scale | None, n_heads: int,
+               device_of: Callable[[int], torch.device]) -> dict[int, torch.Tensor]:
+    """layer -> bool `[1, n_heads, 1, 1]` of the heads a plan's bias, mask or scale touches there,
+    for a part limited to some heads (empty: it touches every head of its layers, or there is no
+    part), each on `device_of(layer)`. Made once per plan, before any CUDA-graph capture (a captured
+    pass cannot copy a host list to the device)."""
+    if part is None or part.heads is None:
+        return {}
+    out = {}
+    for layer in part.layers:
+        chosen = torch.zeros(1, n_heads, 1, 1, dtype=torch.bool)
+        chosen[0, list(part.heads_in(layer) or ()), 0, 0] = True
+        out[layer] = chosen.to(device_of(layer))
+    return out
 
 
 def no_hooks_message(backend: str) -> str:

@@ -27,8 +27,9 @@ import torch
 from torch.nn.attention.bias import causal_lower_right
 from torch.nn.functional import linear, scaled_dot_product_attention, silu
 
+from dysco_interp.decoding.backends.base import head_masks
 from dysco_interp.decoding.backends.decode_attention import attend_one_query
-from dysco_interp.decoding.logit_scale import chosen_heads, logn_of, scaled
+from dysco_interp.decoding.logit_scale import logn_of, scaled
 from dysco_interp.decoding.plan import Scale
 from dysco_interp.models.placement import Placement
 
@@ -118,7 +119,7 @@ class DecodePass:
     mask: torch.Tensor
     slot: torch.Tensor  # long [1]
     scale: Scale | None = None  # the pass's logit scale
-    scale_heads: Mapping[int, torch.Tensor] = field(default_factory=dict)  # layer -> `logit_scale.chosen_heads`
+    scale_heads: Mapping[int, torch.Tensor] = field(default_factory=dict)  # layer -> `base.head_masks` of the scale
     logn: torch.Tensor | None = None  # float32 [B, 1, 1, 1]: each row's log-n factor (a fixed tensor)
     decode_attention: str = "sdpa"
     read: Mapping[int, Sequence[int]] = field(default_factory=dict)  # layer -> query heads, as ints
@@ -249,9 +250,8 @@ class FusedDecoder:
         `append(keys, values, layer)` stores a chunk's keys and values after the earlier ones and
         returns everything stored so far."""
         n = ids.shape[1]
-        n_heads = self.hf.config.num_attention_heads
-        chosen = {layer: chosen_heads(scale, layer, n_heads, self.layers[layer].self_attn.q_proj.weight.device)
-                  for layer in (scale.layers if scale is not None else ())}
+        chosen = head_masks(scale, self.hf.config.num_attention_heads,
+                            lambda layer: self.layers[layer].self_attn.q_proj.weight.device)
         for start in range(0, n, chunk_size):
             chunk = ids[:, start:start + chunk_size]
             positions = torch.arange(start, start + chunk.shape[1], device=ids.device).expand(chunk.shape[0], -1)

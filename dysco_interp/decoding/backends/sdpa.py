@@ -21,8 +21,8 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import relevance, runtime
-from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput, StopForward, stop_after
-from dysco_interp.decoding.logit_scale import chosen_heads, logn_of, scaled
+from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput, StopForward, head_masks, stop_after
+from dysco_interp.decoding.logit_scale import logn_of, scaled
 from dysco_interp.decoding.plan import PassPlan, Scale
 from dysco_interp.decoding.readout import read_outs
 from dysco_interp.hooks import Hook
@@ -36,7 +36,7 @@ class AttentionControl:
     """What the attention function does in one forward pass."""
 
     scale: Scale | None = None  # the pass's logit scale
-    scale_heads: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> `logit_scale.chosen_heads`
+    scale_heads: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> `base.head_masks` of the scale
     logn: torch.Tensor | None = None  # float32 [B, 1, s, 1]: the log-n factor of each query
     read: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> query heads to read
     bias: torch.Tensor | None = None  # float32 [B, 1 or heads, 1, n_keys]: bias and mask together
@@ -173,15 +173,6 @@ def forward(hf: torch.nn.Module, state: DecodeState, ids: torch.Tensor, ctl: Att
     return hf(input_ids=ids, past_key_values=cache, use_cache=True, logits_to_keep=1, dysco_control=ctl, **kwargs)
 
 
-def scale_control(model: LoadedModel, scale: Scale | None) -> dict[int, torch.Tensor]:
-    """layer -> the heads `scale` touches there (`logit_scale.chosen_heads`), on that layer's device."""
-    if scale is None:
-        return {}
-    chosen = {layer: chosen_heads(scale, layer, model.spec.n_heads, model.layout.layer_device(layer))
-              for layer in scale.layers}
-    return {layer: c for layer, c in chosen.items() if c is not None}
-
-
 @torch.inference_mode()
 def prefill_into(hf: torch.nn.Module, model: LoadedModel, state: DecodeState, ids: torch.Tensor,
                  valid: torch.Tensor | None, chunk_size: int, scale: Scale | None = None) -> DecodeState:
@@ -195,7 +186,7 @@ def prefill_into(hf: torch.nn.Module, model: LoadedModel, state: DecodeState, id
         valid = valid.to(model.device)
         state.valid = valid[:, :0]
         positions = (valid.long().cumsum(-1) - 1).clamp_min(0)
-    heads = scale_control(model, scale)
+    heads = head_masks(scale, model.spec.n_heads, model.layout.layer_device)
     for start in range(0, ids.shape[1], chunk_size):
         window = slice(start, start + chunk_size)
         chunk = ids[:, window]
@@ -244,7 +235,8 @@ class SdpaBackend(Backend):
                 heads = {layer: torch.tensor(additive.heads_in(layer) or (), dtype=torch.long,
                                              device=self.model.layout.layer_device(layer))
                          for layer in additive.layers}
-            self.controls[plan] = (read_heads(self.model, plan), heads, scale_control(self.model, plan.scale))
+            self.controls[plan] = (read_heads(self.model, plan), heads,
+                                   head_masks(plan.scale, self.model.spec.n_heads, self.model.layout.layer_device))
         read, bias_heads, scale_heads = self.controls[plan]
         logn = None
         if plan.scale is not None and plan.scale.log_n is not None:

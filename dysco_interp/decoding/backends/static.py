@@ -44,6 +44,7 @@ from dysco_interp.decoding.backends.base import (
     DecodeState,
     StepOutput,
     StopForward,
+    head_masks,
     stop_after,
 )
 from dysco_interp.decoding.backends.decode_attention import GRANULE, attend_one_query, check_decode_attention
@@ -53,7 +54,6 @@ from dysco_interp.decoding.backends.sdpa import (
     decoder_layers,
     dysco_attention,
     prefill_into,
-    scale_control,
     twin,
 )
 from dysco_interp.decoding.choices import DEFAULT_DECODE_ATTENTION
@@ -323,7 +323,7 @@ class StaticBackend(Backend):
     """SDPA prefill into fixed buffers; decoding passes captured as CUDA graphs on a GPU.
 
     `graphs=None` captures on CUDA devices and runs eagerly elsewhere; `options`: `StaticOptions`
-    (its fields may also be given as keywords).
+    (`make_backend` and `BackendSpec` also take its fields as keywords).
     """
 
     name = "static"
@@ -332,13 +332,9 @@ class StaticBackend(Backend):
     supports_graphs = True
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
-                 options: StaticOptions | None = None, decode_attention: str | None = None,
-                 compile_kernels: bool | None = None, tau: float | None = None):
+                 options: StaticOptions | None = None, tau: float | None = None):
         super().__init__(model, graphs=graphs, hooks=hooks, tau=tau)
-        chosen = StaticOptions.of(self.name, options, {"decode_attention": decode_attention,
-                                                       "compile_kernels": compile_kernels})
-        assert isinstance(chosen, StaticOptions)
-        self.options = chosen
+        self.options = chosen = StaticOptions() if options is None else options
         self.decode_attention, compile_kernels = chosen.decode_attention, chosen.compile_kernels
         on_cuda = model.device.type == "cuda"
         if graphs and not on_cuda:
@@ -356,10 +352,8 @@ class StaticBackend(Backend):
             raise ConfigError(f"CUDA graphs of a model split over devices need the written-out decoder: "
                               f"{unsupported(self.hf)}; pass graphs=False")
         self.graphs = on_cuda and not whole_pass_only if graphs is None else graphs
-        # plan -> layer -> bool [1, heads, 1, 1] of its biased heads, and of its scaled heads, on that
-        # layer's device: made before any capture (a captured pass cannot copy a host list to the device)
-        self.bias_heads: dict[PassPlan, dict[int, torch.Tensor]] = {}
-        self.scale_heads: dict[PassPlan, dict[int, torch.Tensor]] = {}
+        # plan -> its biased heads' and its scaled heads' `head_masks`, made before any capture
+        self.head_masks: dict[PassPlan, tuple[dict[int, torch.Tensor], ...]] = {}
 
     @torch.inference_mode()
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
@@ -385,29 +379,18 @@ class StaticBackend(Backend):
             raise ConfigError("the static backend decodes states it prefilled itself")
         return state
 
-    def _heads_of(self, plan: PassPlan) -> dict[int, torch.Tensor]:
-        if plan not in self.bias_heads:
-            gains = {}
-            bias = plan.additive
-            if bias is not None and bias.heads is not None:
-                n_heads = self.model.spec.n_heads
-                for layer in bias.layers:
-                    chosen = torch.zeros(1, n_heads, 1, 1, dtype=torch.bool)
-                    chosen[0, list(bias.heads_in(layer) or ()), 0, 0] = True
-                    gains[layer] = chosen.to(self.model.layout.layer_device(layer))
-            self.bias_heads[plan] = gains
-        return self.bias_heads[plan]
-
     def _decode_pass(self, plan: PassPlan, fixed: Fixed) -> DecodePass:
         bias, scale = plan.additive, plan.scale
-        if plan not in self.scale_heads:
-            self.scale_heads[plan] = scale_control(self.model, scale)
+        if plan not in self.head_masks:
+            self.head_masks[plan] = tuple(head_masks(part, self.model.spec.n_heads, self.model.layout.layer_device)
+                                          for part in (bias, scale))
+        bias_heads, scale_heads = self.head_masks[plan]
         return DecodePass(fixed.mask, fixed.slot, scale=scale, logn=fixed.logn if scale and scale.log_n else None,
-                          scale_heads={layer: c.to(fixed.mask.device) for layer, c in self.scale_heads[plan].items()},
+                          scale_heads={layer: c.to(fixed.mask.device) for layer, c in scale_heads.items()},
                           decode_attention=self.decode_attention, read=plan.read_heads(),
                           biased=fixed.biased if bias is not None else None,
                           bias_layers=frozenset(bias.layers) if bias is not None else frozenset(),
-                          bias_heads={layer: g.to(fixed.mask.device) for layer, g in self._heads_of(plan).items()})
+                          bias_heads={layer: g.to(fixed.mask.device) for layer, g in bias_heads.items()})
 
     def _pass(self, state: StaticState, plan: PassPlan, start: int, stop: int, hidden: torch.Tensor | None = None):
         """Run (or replay) layers start..stop-1 of `plan`'s pass: from the step's tokens (`start` 0)
