@@ -19,6 +19,7 @@ from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.decoding.choices import BACKENDS
+from dysco_interp.decoding.methods import PAPER_TAUS
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.decoding_runs import (
     GRID,
@@ -47,7 +48,8 @@ def main(argv=None) -> int:
     p.add_argument("--ablation-lengths", default="2k,8k")
     p.add_argument("--robustness-length", default="2k")
     p.add_argument("--tau-length", default="2k")
-    p.add_argument("--taus", default="1.0,0.9,0.8,0.7,0.6")
+    p.add_argument("--taus", default=",".join(f"{t:g}" for t in PAPER_TAUS),
+                   help="UniAttnS temperatures swept on MRCR, and the grid tau is chosen on (default: the paper's)")
     p.add_argument("--pt-new-tokens", type=int, default=120, help="4 route lines take about 60")
     p.add_argument("--mrcr-new-tokens", type=int, default=160, help="the answers take 60-120")
     p.add_argument("--heads", default="shipped")

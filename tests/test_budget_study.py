@@ -1,11 +1,13 @@
 """The selection-budget study's grid, test methods and the dev-split choice rule (no model)."""
 
+import json
+
 import pytest
 
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.budget_choice import choose_config, paired_gains, ranking, shortlist
-from dysco_interp.studies.budget_study import TAUS, Grid, dev_methods, heldout_methods, label
+from dysco_interp.studies.budget_study import Grid, chosen_tau, dev_methods, heldout_methods, label
 
 PAPER = {"beta": 2.0, "top_p": 0.975, "top_k": 4096, "top_k_fraction": None}
 
@@ -27,13 +29,13 @@ def test_the_dev_grid_holds_every_setting_once():
 
 def test_the_test_methods_put_the_ablations_at_the_chosen_budget():
     chosen = {"beta": 1.5, "top_p": 0.975, "top_k": 8, "top_k_fraction": None}
-    methods = heldout_methods("qwen2.5-coder-1.5b", chosen, 120)
+    methods = heldout_methods(chosen, 120, tau=0.975)
     by_method = {c.method: c for c in methods.values() if c.method != "dysco"}
-    assert by_method["uniattns"].tau == TAUS["qwen2.5-coder-1.5b"]
+    assert by_method["uniattns"].tau == 0.975
     for name in ("dysco-random", "dysco-static"):
         assert (by_method[name].beta, by_method[name].top_k) == (1.5, 8)
     assert {(c.beta, c.top_k) for c in methods.values() if c.method == "dysco"} == {(1.5, 8), (2.0, 4096)}
-    assert "uniattns" not in {c.method for c in heldout_methods("my-model", chosen, 120).values()}
+    assert "uniattns" not in {c.method for c in heldout_methods(chosen, 120).values()}
 
 
 def rec(config: DecodingConfig, task: str, length: int, instance: int, value: float) -> dict:
@@ -81,3 +83,16 @@ def test_a_configuration_missing_a_cell_is_no_candidate_and_no_sweep_is_an_error
     with pytest.raises(ConfigError, match="run the dev sweep first"):
         ranking(records({}))
     assert PAPER == dict(PAPER)
+
+
+def test_uniattns_tau_is_chosen_on_the_papers_grid_only(tmp_path):
+    """An older, harsher sweep in the same store is never chosen, even where it scores best."""
+    assert chosen_tau(tmp_path, "m") is None
+    path = tmp_path / "mrcr" / "m_2k_tau.jsonl"
+    path.parent.mkdir()
+    scores = {0.7: 0.9, 0.975: 0.5, 0.95: 0.6, 0.9: 0.4, 0.85: 0.3}
+    path.write_text("".join(
+        json.dumps({"model": "m", "task": "mrcr", "length": 2048, "index": i, "id": f"mrcr-{i}", "score": score,
+                    "method": f"uniattns tau={tau:g}", "config": {"method": "uniattns", "tau": tau}}) + "\n"
+        for tau, score in scores.items() for i in range(3)))
+    assert chosen_tau(tmp_path, "m") == 0.95

@@ -45,11 +45,11 @@ def _write(path: Path, records) -> None:
 def figures(tmp_path):
     root = tmp_path / "figures"
     _write(root / "mrcr/m_1k_tau.jsonl", [_record("uniattns", "mrcr", i, v, tau=t)
-                                          for t, vals in ((1.0, [0.2, 0.4]), (0.8, [0.5, 0.5]))
+                                          for t, vals in ((0.975, [0.2, 0.4]), (0.85, [0.5, 0.5]))
                                           for i, v in enumerate(vals)])
     _write(root / "path_traversal/m_1k.jsonl",
            [_record(m, "path_traversal", i, v, **c) for m, c, vals in
-            (("vanilla", {}, [0, 1, 0]), ("uniattns", {"tau": 0.8}, [1, 1, 0]), ("dysco", {}, [1, 1, 1]))
+            (("vanilla", {}, [0, 1, 0]), ("uniattns", {"tau": 0.85}, [1, 1, 0]), ("dysco", {}, [1, 1, 1]))
             for i, v in enumerate(vals)])
     for task in ("path_traversal", "mrcr"):
         _write(root / f"ablations/m_{task}_1k.jsonl",
@@ -64,9 +64,9 @@ def test_table_scripts_on_synthetic_stores(figures, tmp_path):
     assert ok(run_script("pt_table", "--stores", str(figures / "path_traversal/*.jsonl"), "--tau-stores",
                          str(figures / "mrcr/*.jsonl"), "--out", str(out / "pt")))
     table = json.loads((out / "pt.json").read_text())
-    assert table["tau_selection"]["m"]["chosen_tau"] == 0.8  # 0.5 beats 0.3
+    assert table["tau_selection"]["m"]["chosen_tau"] == 0.85  # 0.5 beats 0.3
     assert [(r["method"], r["metrics"]["accuracy"]["mean"]) for r in table["rows"]] == [
-        ("vanilla", pytest.approx(1 / 3, abs=1e-4)), ("UniAttnS (tau=0.8)", pytest.approx(2 / 3, abs=1e-4)),
+        ("vanilla", pytest.approx(1 / 3, abs=1e-4)), ("UniAttnS (tau=0.85)", pytest.approx(2 / 3, abs=1e-4)),
         ("DySCO", 1.0)]
     assert "**chosen**" in (out / "pt.md").read_text()
     assert ok(run_script("ablation_table", "--stores", str(figures / "ablations/*.jsonl"), "--out", str(out / "abl")))

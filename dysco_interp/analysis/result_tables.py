@@ -22,7 +22,7 @@ a share outside [0, 1].
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,8 +229,11 @@ def choose_tau(mean_by_tau: Mapping[float, float], tolerance: float = TAU_TIE_TO
 
 
 def tau_sweep(records: Iterable[Mapping], metric: str = MRCR.metrics.primary,
-              ci: CIOptions = CIOptions()) -> dict[str, dict]:
-    """Per model: every UniAttnS tau's mean MRCR score (pooled over lengths) and the chosen tau."""
+              ci: CIOptions = CIOptions(), grid: Collection[float] | None = None) -> dict[str, dict]:
+    """Per model: every UniAttnS tau's mean MRCR score (pooled over lengths) and the tau chosen
+    among those of `grid` (None: every stored tau). Temperatures off the grid stay in the rows,
+    marked, so an older sweep in the same store is shown but never chosen."""
+    on_grid = None if grid is None else {round(float(t), 9) for t in grid}
     by_model: dict[str, dict[float, list[Mapping]]] = defaultdict(lambda: defaultdict(list))
     for r in records:
         key = method_key(r)
@@ -239,13 +242,19 @@ def tau_sweep(records: Iterable[Mapping], metric: str = MRCR.metrics.primary,
     out = {}
     for model, by_tau in sorted(by_model.items()):
         rows = [{"tau": tau, "n": len(recs), "lengths": sorted({int(r.get("length") or 0) for r in recs}),
-                 metric: bootstrap_ci([float(r[metric]) for r in recs], n_boot=ci.n_boot, seed=ci.seed).as_dict()}
+                 metric: bootstrap_ci([float(r[metric]) for r in recs], n_boot=ci.n_boot, seed=ci.seed).as_dict(),
+                 **({} if on_grid is None else {"on_grid": round(tau, 9) in on_grid})}
                 for tau, recs in sorted(by_tau.items())]
-        means = {tau: sum(float(r[metric]) for r in recs) / len(recs) for tau, recs in by_tau.items()}
+        means = {tau: sum(float(r[metric]) for r in recs) / len(recs) for tau, recs in by_tau.items()
+                 if on_grid is None or round(tau, 9) in on_grid}
+        if not means:
+            continue
         best = max(means.values())
         tied = sum(1 for m in means.values() if m >= best - TAU_TIE_TOLERANCE)
         out[model] = {"rows": rows, "chosen_tau": choose_tau(means), "tied": tied > 1,
                       "all_tied": tied == len(means) > 1}
+        if grid is not None:
+            out[model]["grid"] = [float(t) for t in grid]
     return out
 
 

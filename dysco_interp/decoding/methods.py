@@ -187,6 +187,10 @@ class Method:
         return None
 
 
+# The temperatures the paper tried for UniAttnS; tables that compare against it choose tau on this grid.
+PAPER_TAUS = (0.975, 0.95, 0.9, 0.85)
+
+
 class UniAttnS(Method):
     name = "uniattns"
     description = "uniform attention temperature tau in every head and layer, prefill included"

@@ -42,7 +42,7 @@ from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.stores.archives import stores_in
 from dysco_interp.studies.budget_choice import choose_config
-from dysco_interp.studies.budget_study import TAUS
+from dysco_interp.studies.budget_study import chosen_tau
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
 from dysco_interp.tasks.registry import TASKS
 from dysco_interp.viz.budget_figure import budget_figure
@@ -444,7 +444,8 @@ def write_reports(budget_dir: Path, *, ci: CIOptions = CIOptions()) -> list[str]
 
     - curves.md/.json and effect.png/.html (+ effect-fraction.*): the teacher-forced dev sweep;
     - dev_free.md/.json: free generation on the dev split, paired against vanilla;
-    - test_table.md/.json: the test split, with UniAttnS at `budget_study.TAUS`.
+    - test_table.md/.json: the test split, with UniAttnS at the tau its MRCR sweep chose on the
+      paper's grid (`budget_study.chosen_tau`, read from `<budget_dir>/../mrcr/`).
 
     A model with stores but no chosen_<model>.json gets the rule applied to its dev stores again
     (said in a note). Returns "wrote PATH" and "note: ..." lines; missing or unusable inputs
@@ -511,7 +512,7 @@ def write_reports(budget_dir: Path, *, ci: CIOptions = CIOptions()) -> list[str]
         note(f"test table leaves out {', '.join(left)}: no chosen configuration")
     if test_tf or test_free:
         models = {str(r["model"]) for r in test_tf + test_free}
-        taus = {m: t for m, t in TAUS.items() if m in models}
+        taus = {m: t for m in sorted(models) if (t := chosen_tau(budget_dir.parent, m)) is not None}
 
         def table() -> tuple[Path, Path]:
             rows, notes = heldout_table(test_tf, test_free, {}, taus=taus, ci=ci,

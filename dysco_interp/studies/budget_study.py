@@ -10,8 +10,9 @@ Parts (each a set of resumable stores under `<out>/budget/`, one record per inst
              another seed) -> dev/<model>_<task>_<len>_tf.jsonl
 - dev-free:  free generation on the dev split for vanilla, the paper preset and the best
              teacher-forced configurations -> dev/<model>_<task>_<len>_free.jsonl
-- test-tf / test-free: the test split (Path Traversal, seed 0) under vanilla, UniAttnS, the
-             paper preset, the chosen configuration and its random-head and static ablations
+- test-tf / test-free: the test split (Path Traversal, seed 0) under vanilla, UniAttnS (the tau
+             its MRCR sweep chose on the paper's grid, `chosen_tau`), the paper preset, the
+             chosen configuration and its random-head and static ablations
              -> test/<model>_path_traversal_<len>_{tf,free}.jsonl
 The choice is written to `chosen_<model>.json` by `choose` and read by the test parts.
 """
@@ -25,8 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dysco_interp.analysis.records import read_records
+from dysco_interp.analysis.result_tables import tau_sweep
 from dysco_interp.atomic import atomic_open
 from dysco_interp.decoding.config import DecodingConfig, preset
+from dysco_interp.decoding.methods import PAPER_TAUS
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
@@ -41,8 +44,6 @@ P_VALUES = (0.5, 0.8, 0.9, 0.975)
 BETAS = (1.5, 2.0, 2.5, 3.0, 4.0)
 FRACTIONS = (0.005, 0.01, 0.02, 0.05, 0.1)
 RANDOM_BETAS = (2.0, 3.0)  # random heads at every K, at two strengths fixed in advance
-# the paper's choice of UniAttnS tau, on MRCR (figures/mrcr/*_tau.jsonl)
-TAUS = {"qwen2.5-coder-0.5b": 0.8, "qwen2.5-coder-1.5b": 0.7}
 FORCED_TOKENS = {"path_traversal": 400, "mrcr": 128, "needle_qa": 32}
 FREE_TOKENS = {"path_traversal": 120, "mrcr": 160, "needle_qa": 32}
 
@@ -89,16 +90,31 @@ def chosen_config(fields: Mapping, max_new_tokens: int) -> DecodingConfig:
     return preset("paper", max_new_tokens=max_new_tokens, **dict(fields))
 
 
-def heldout_methods(model_name: str, chosen: Mapping, max_new_tokens: int) -> dict[str, DecodingConfig]:
-    """vanilla, UniAttnS (the MRCR tau), the paper preset, the chosen configuration and its
-    random-head and static ablations at the same budget."""
+def heldout_methods(chosen: Mapping, max_new_tokens: int, tau: float | None = None) -> dict[str, DecodingConfig]:
+    """vanilla, UniAttnS at `tau` (none without one), the paper preset, the chosen configuration
+    and its random-head and static ablations at the same budget."""
     base = preset("paper", max_new_tokens=max_new_tokens)
     best = chosen_config(chosen, max_new_tokens)
     configs = [base.replace(method="vanilla"), preset("paper", max_new_tokens=max_new_tokens), best,
                best.replace(method="dysco-random"), best.replace(method="dysco-static")]
-    if model_name in TAUS:
-        configs.insert(1, base.replace(method="uniattns", tau=TAUS[model_name]))
+    if tau is not None:
+        configs.insert(1, base.replace(method="uniattns", tau=tau))
     return named(configs)
+
+
+def tau_store(out_dir: Path, model_name: str) -> Path:
+    """The MRCR tau sweep UniAttnS's temperature is chosen on: the decoding runs' (part 'tau' of
+    `studies.decoding_runs`, at 2K on seed 0), which no test table of this study reads."""
+    return stored(out_dir / "mrcr" / f"{model_name}_2k_tau.jsonl")
+
+
+def chosen_tau(out_dir: Path, model_name: str) -> float | None:
+    """UniAttnS's tau for `model_name`: the best of the paper's grid in its MRCR sweep (None: no sweep)."""
+    path = tau_store(out_dir, model_name)
+    if not path.exists():
+        return None
+    sweep = tau_sweep(read_records(path), grid=PAPER_TAUS).get(model_name)
+    return None if sweep is None else float(sweep["chosen_tau"])
 
 
 @dataclass(frozen=True)
@@ -186,9 +202,11 @@ def run_study(model: LoadedModel, heads: HeadSet, s: StudySettings, log: Callabl
     if "test-tf" in s.parts or "test-free" in s.parts:
         chosen = choose(s)
         log(f"chosen on the dev split: {chosen['config']} ({chosen['rule']})")
+        tau = chosen_tau(s.out_dir, s.model_name)
+        log(f"UniAttnS tau chosen on MRCR: {tau:g}" if tau is not None
+            else f"no MRCR tau sweep at {tau_store(s.out_dir, s.model_name)}: UniAttnS is left out")
         for length in s.test_lengths:
             for forced in (True, False):
                 if ("test-tf" if forced else "test-free") in s.parts:
                     tokens = (FORCED_TOKENS if forced else FREE_TOKENS)["path_traversal"]
-                    run("test", "path_traversal", length, heldout_methods(s.model_name, chosen["config"], tokens),
-                        forced)
+                    run("test", "path_traversal", length, heldout_methods(chosen["config"], tokens, tau), forced)

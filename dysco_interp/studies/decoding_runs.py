@@ -3,7 +3,8 @@
 Parts (each a set of resumable `ResultStore` files under the output folder, one record per
 (instance, method); a killed run continues where it stopped):
 - tau:        UniAttnS temperatures on MRCR-style data -> mrcr/<model>_<len>_tau.jsonl
-              (the paper picks tau on MRCR; we never pick it on the test instances)
+              (the paper picks tau on MRCR, over its own grid `PAPER_TAUS`; we never pick it
+              on the test instances)
 - pt:         vanilla, UniAttnS (the chosen tau) and DySCO per length
               -> path_traversal/<model>_<len>.jsonl
 - ablation:   DySCO vs random heads vs static scaling, Path Traversal and MRCR
@@ -25,6 +26,7 @@ from pathlib import Path
 from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.result_tables import tau_sweep
 from dysco_interp.decoding.config import DecodingConfig, preset
+from dysco_interp.decoding.methods import PAPER_TAUS
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
@@ -37,7 +39,7 @@ PARTS = ("tau", "pt", "ablation", "robustness", "reuse")
 GRID = {"top_p": (0.9, 0.95, 0.975, 0.99), "top_k": (1024, 2048, 4096, 8192), "beta": (1.5, 2.0, 2.5, 3.0)}
 SMALL_GRID = {"top_p": (0.9,), "top_k": (256,), "beta": (1.5,)}
 GRID_LABEL = {"top_p": "p", "top_k": "K", "beta": "beta"}
-SMALL_TAUS = (1.0, 0.85)
+SMALL_TAUS = (0.975, 0.85)  # two of the paper's grid, which the tables choose on
 
 
 class MissingRunInput(ConfigError):
@@ -73,7 +75,7 @@ class RunSettings:
     ablation_lengths: Sequence[str] = ("2k", "8k")
     robustness_length: str = "2k"
     tau_length: str = "2k"
-    taus: Sequence[float] = (1.0, 0.9, 0.8, 0.7, 0.6)
+    taus: Sequence[float] = PAPER_TAUS  # swept, and the grid the choice is made on
     pt_new_tokens: int = 120  # 4 route lines take about 60
     mrcr_new_tokens: int = 160  # the answers take 60-120
     grid: Mapping[str, Sequence[float]] = field(default_factory=lambda: dict(GRID))
@@ -117,9 +119,10 @@ def run_parts(model: LoadedModel, heads: HeadSet, s: RunSettings, log: Callable[
     if "pt" in s.parts:
         if not s.tau_store.exists():
             raise MissingRunInput(f"part 'pt' needs the tau sweep {s.tau_store}; run part 'tau' first")
-        sweep = tau_sweep(read_records(s.tau_store)).get(s.model_name)
+        sweep = tau_sweep(read_records(s.tau_store), grid=s.taus).get(s.model_name)
         if sweep is None:
-            raise MissingRunInput(f"{s.tau_store} holds no UniAttnS records of {s.model_name}")
+            raise MissingRunInput(f"{s.tau_store} holds no UniAttnS records of {s.model_name} at the swept "
+                                  f"temperatures {', '.join(f'{t:g}' for t in s.taus)}; run part 'tau' first")
         tau = sweep["chosen_tau"]
         log(f"UniAttnS tau chosen on MRCR: {tau:g} (sweep: {sweep['rows']})")
         base = preset("paper", max_new_tokens=s.pt_new_tokens)

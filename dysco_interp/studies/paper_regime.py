@@ -36,6 +36,7 @@ from pathlib import Path
 from dysco_interp.analysis.records import read_records
 from dysco_interp.atomic import atomic_open
 from dysco_interp.decoding.config import DecodingConfig, preset
+from dysco_interp.decoding.methods import PAPER_TAUS
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
@@ -61,7 +62,7 @@ DEV_FRACTIONS = (0.005, 0.02)
 DEV_FRACTION_BETAS = (2.0, 3.0)
 # UniAttnS's temperatures: the paper's own grid. (A first run swept 0.6-0.9, harsher than any
 # temperature the paper tried; its dev records stay in the stores but no longer enter the choice.)
-TAUS = (0.975, 0.95, 0.9, 0.85)
+TAUS = PAPER_TAUS
 # the data split of the Needle QA test cells: a seed never used for head detection (the shipped
 # QRHeads were detected on needle_qa seed 0, whose gold facts and questions every length shares),
 # for the gold-mass check of the heads (seed 1000), or for dev (seed 1)

@@ -18,6 +18,7 @@ from dysco_interp.analysis.report import DELTA_LEGEND, fmt_ci, fmt_delta, with_f
 from dysco_interp.analysis.result_tables import delta_metrics
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import user_methods
+from dysco_interp.decoding.methods import PAPER_TAUS
 from dysco_interp.errors import DyscoError
 from dysco_interp.tasks.path_traversal.spec import PATH_TRAVERSAL
 from dysco_interp.tasks.registry import TASKS
@@ -78,7 +79,7 @@ def pt_table_result(stores: Sequence[str], tau_stores: Sequence[str], ci: T.CIOp
     tau_pooled, tau_files, tau_unmatched = load_pooled(tau_stores)
     if not any(r["task"] == PATH_TRAVERSAL.name for r in pooled.records):
         raise DyscoError(f"no Path Traversal records in {' '.join(stores)}")
-    sweep = T.tau_sweep(tau_pooled.records, ci=ci)
+    sweep = T.tau_sweep(tau_pooled.records, ci=ci, grid=PAPER_TAUS)
     rows, notes = T.pt_table(pooled.records, {m: s["chosen_tau"] for m, s in sweep.items()}, ci)
     T.with_table_q(rows)
     notes = pooled.notes(unmatched + tau_unmatched) + notes
@@ -90,7 +91,9 @@ def pt_table_result(stores: Sequence[str], tau_stores: Sequence[str], ci: T.CIOp
         "command": command,
         "ci": ci.description,
         "tau_rule": "Per model, the UniAttnS tau with the best mean MRCR score over the sweep stores "
-                    "(all lengths pooled); ties go to the tau closest to 1.",
+                    f"(all lengths pooled) among the paper's grid ({', '.join(f'{t:g}' for t in PAPER_TAUS)}); "
+                    "ties go to the tau closest to 1. Temperatures of an earlier, harsher grid stay in the "
+                    "sweep table, marked off the grid, and are never chosen.",
         "stores": [display_path(f, root) for f in files],
         "tau_stores": [display_path(f, root) for f in tau_files],
         "tau_selection": sweep,
@@ -116,6 +119,8 @@ def render_pt_table(result: dict) -> str:
     for model, s in result["tau_selection"].items():
         for row in s["rows"]:
             chosen = "**chosen**" + (" (tie)" if s["tied"] else "") if row["tau"] == s["chosen_tau"] else ""
+            if row.get("on_grid") is False:
+                chosen = "off the grid"
             sweep.append([model, f"{row['tau']:g}", row["n"], ",".join(map(str, row["lengths"])),
                           fmt_ci(row["score"]), chosen])
     parts.append(table_markdown(["model", "tau", "n", "lengths", "MRCR score", ""], sweep) if sweep
