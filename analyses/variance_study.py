@@ -42,8 +42,8 @@ def main(argv=None) -> int:
             raise ConfigError("--data-dir is needed unless --figures-only")
     except ConfigError as e:
         p.error(str(e))
-    settings = VarianceSettings(args.model, Path(args.data_dir), Path(args.out_dir), parts, lengths, args.batch_size, args.n,
-                                command=command_line("analyses/variance_study.py",
+    settings = VarianceSettings(args.model, Path(args.data_dir), Path(args.out_dir), parts, lengths, args.batch_size,
+                                args.n, command=command_line("analyses/variance_study.py",
                                                      sys.argv[1:] if argv is None else argv))
     try:
         from dysco_interp.studies.variance import methods, run_variance

@@ -331,3 +331,32 @@ def test_record_speed_rows_count_a_batch_as_one_run_with_all_its_tokens():
     (row,) = record_speed_rows(records, "store")
     assert (row["vanilla_tok_per_s"], row["dysco_tok_per_s"]) == pytest.approx((15.0, 6.0))
     assert row["batch"] == 2 and row["n_runs"] == {"vanilla": 1, "dysco": 1} and "batch of 2" in row["label"]
+
+
+def test_headerless_records_pool_with_recorded_ones_on_their_backend_and_are_counted():
+    old = [rec("vanilla", index=i, accuracy=0.0, backend="sdpa") for i in range(3)]
+    new = [{**rec("uniattns", index=i, tau=0.9, accuracy=1.0), "instance": f"h{i}", "seed": None}
+           for i in range(3)]
+    settings = {"backend": "sdpa", "device": "cuda", "dtype": "bfloat16"}
+    pooled = check_comparable([Sourced(r, Path("old.jsonl"), {"backend": "sdpa"}, recorded=False) for r in old]
+                              + [Sourced(r, Path("new.jsonl"), settings) for r in new])
+    assert len(pooled.records) == 6 and pooled.unrecorded == 3
+    assert any("3 records come from headerless stores" in n for n in pooled.notes())
+    other = {**settings, "backend": "static"}
+    with pytest.raises(ConfigError, match="do not pool"):
+        check_comparable([Sourced(r, Path("old.jsonl"), {"backend": "sdpa"}, recorded=False) for r in old]
+                         + [Sourced(r, Path("new.jsonl"), other) for r in new])
+    # two recorded stores still refuse what they record differently
+    with pytest.raises(ConfigError, match="do not pool"):
+        check_comparable([Sourced(new[0], Path("a.jsonl"), settings), Sourced(new[1], Path("b.jsonl"), other)])
+
+
+def test_deltas_pair_a_current_record_with_a_format_1_one_by_the_instance_id():
+    vanilla = [rec("vanilla", index=i, accuracy=a) for i, a in enumerate([0.0, 1.0, 0.0])]
+    current = [{**rec("uniattns", index=i, tau=0.9, accuracy=a), "instance": f"h{i}", "seed": None}
+               for i, a in enumerate([1.0, 1.0, 0.0])]
+    delta = T.paired_deltas(current, vanilla, ["accuracy"], CI)["accuracy"]
+    assert (delta["n"], delta["better"], delta["worse"]) == (3, 1, 0)
+    # where both sides name the content, the content decides: another instance's hash never pairs
+    renamed = [{**r, "instance": f"x{i}"} for i, r in enumerate(vanilla)]
+    assert T.paired_deltas(current, renamed, ["accuracy"], CI)["accuracy"] is None

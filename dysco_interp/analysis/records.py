@@ -13,6 +13,9 @@ since a table of mixed settings would silently pair them:
   record's own, or the backend a headerless record names;
 - records of one cell and method (what ran, from the config) whose method settings differ
   (sampling, the head set);
+A headerless (format-1) store records no settings beyond its backend: its records pool with a
+headered store's of the same cell when the backends agree, and the table names how many such
+records it paired that way, so a reader knows those settings are stated, not recorded.
 A record stored twice (same cell, method and instance) counts once, the first kept. When the
 two differ in results (timings and free-text label aside) the table says so in a note naming the
 first such pair: decoding in bf16 on a GPU is not bitwise repeatable, and headerless stores do
@@ -50,6 +53,7 @@ class Sourced:
     record: dict
     file: Path
     settings: dict
+    recorded: bool = True  # False: a headerless record, whose settings beyond its backend are unknown
 
 
 def record_settings(record: dict, store_settings: dict | None) -> dict:
@@ -104,7 +108,8 @@ def read_sourced(path: str | Path) -> list[Sourced]:
             raise ConfigError(f"{path}: a record lacks {', '.join(missing)}; not an evaluation store")
         check_record(record, f"{path}, record {number} ({record['method']}, instance "
                              f"{record.get('id', record['index'])})", store_task)
-    return [Sourced(r, Path(path), record_settings(r, contents.settings)) for r in contents.records]
+    return [Sourced(r, Path(path), record_settings(r, contents.settings),
+                    recorded=contents.settings is not None or "settings" in r) for r in contents.records]
 
 
 def read_records(path: str | Path) -> list[dict]:
@@ -135,9 +140,13 @@ class Pooled:
     dropped: int = 0  # repeats counted once
     differing: int = 0  # of those, repeats whose results differ from the record kept
     example: str = ""  # the first such repeat: where and what differs
+    unrecorded: int = 0  # headerless records pooled with recorded ones on their backend alone
 
     def notes(self, unmatched: Sequence[str] = ()) -> list[str]:
         notes = store_notes(unmatched, self.dropped)
+        if self.unrecorded:
+            notes.append(f"{self.unrecorded} records come from headerless stores, which record no settings but their "
+                         "backend; they share cells with recorded runs of the same backend")
         if self.differing:
             notes.append(f"{self.differing} of the repeated records differ in results from the one kept (first: "
                          f"{self.example}): decoding that is not bitwise repeatable, or settings the stores do "
@@ -152,12 +161,17 @@ def check_comparable(items: Iterable[Sourced], apart: Sequence[str] = ()) -> Poo
     by_cell: dict[tuple, Sourced] = {}
     by_method: dict[tuple, Sourced] = {}
     by_item: dict[tuple, Sourced] = {}
+    mixed: set[tuple] = set()  # cells where headerless records meet recorded ones
+    unrecorded: list[tuple] = []  # the cell of every headerless record kept
     out = Pooled([])
     for it in items:
         r = it.record
         cell = (cell_of(r), *(canonical_json(it.settings.get(f)) for f in apart))
         first = by_cell.setdefault(cell, it)
         shared = [{k: v for k, v in s.settings.items() if k != "method"} for s in (first, it)]
+        if first.recorded != it.recorded:  # one side knows only its backend: that much must agree
+            shared = [{"backend": d.get("backend")} for d in shared]
+            mixed.add(cell)
         if shared[0] != shared[1]:
             _refuse(first, it, f"{_where(r)} results computed with other settings", differences(*shared))
         key = (cell, method_key(r))
@@ -168,6 +182,8 @@ def check_comparable(items: Iterable[Sourced], apart: Sequence[str] = ()) -> Poo
         first = by_item.setdefault((key, instance_of(r)), it)
         if first is it:
             out.records.append(r)
+            if not it.recorded:
+                unrecorded.append(cell)
             continue
         out.dropped += 1
         results = [{k: v for k, v in s.record.items() if k not in VOLATILE_FIELDS} for s in (first, it)]
@@ -175,6 +191,7 @@ def check_comparable(items: Iterable[Sourced], apart: Sequence[str] = ()) -> Poo
             out.differing += 1
             out.example = out.example or (f"{_short(first.file)} and {_short(it.file)}, {_where(r)} {key[1].label} "
                                           f"{r.get('id', r['index'])}: {'; '.join(differences(*results))}")
+    out.unrecorded = sum(1 for cell in unrecorded if cell in mixed)
     return out
 
 

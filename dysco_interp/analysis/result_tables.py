@@ -87,7 +87,13 @@ def instance_of(record: Mapping) -> tuple:
     # current stores name an instance by its content; format-1 records only by seed, index and id
     if "instance" in record:
         return ("instance", record["instance"])
-    return (record.get("seed"), record.get("index"), record.get("id"))
+    return generated_instance(record)
+
+
+def generated_instance(record: Mapping) -> tuple:
+    """The instance as make-data names it (index, and the id that spells task, seed, index and
+    length): what a format-1 record shares with a current one made from the same data."""
+    return (record.get("index"), record.get("id"))
 
 
 def decoding_mode(record: Mapping) -> str:
@@ -170,8 +176,10 @@ def paired_deltas(records: Sequence[Mapping], reference: Sequence[Mapping], metr
     mean and bootstrap interval, the instances better, worse and the same, the exact sign-flip p
     and, where the metric has a margin (`analysis.margins`), the TOST p of equivalence within it
     (`analysis.paired`); `with_table_q` adds the BH q once a table's comparisons are all made."""
-    ref = {instance_of(r): r for r in reference}
-    pairs = [(r, ref[instance_of(r)]) for r in records if instance_of(r) in ref]
+    # by content where both sides name it, else by what format-1 records keep
+    key = instance_of if all("instance" in r for r in (*records, *reference)) else generated_instance
+    ref = {key(r): r for r in reference}
+    pairs = [(r, ref[key(r)]) for r in records if key(r) in ref]
     out = {}
     for m in metrics:
         diffs = [float(a[m]) - float(b[m]) for a, b in pairs if a.get(m) is not None and b.get(m) is not None]

@@ -34,7 +34,7 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
-from dysco_interp.stores.archives import stored
+from dysco_interp.stores.archives import glob_stores, stored
 from dysco_interp.studies.budget_choice import choose_config, shortlist
 from dysco_interp.tasks import load_dataset
 
@@ -102,18 +102,19 @@ def heldout_methods(chosen: Mapping, max_new_tokens: int, tau: float | None = No
     return named(configs)
 
 
-def tau_store(out_dir: Path, model_name: str) -> Path:
-    """The MRCR tau sweep UniAttnS's temperature is chosen on: the decoding runs' (part 'tau' of
-    `studies.decoding_runs`, at 2K on seed 0), which no test table of this study reads."""
-    return stored(out_dir / "mrcr" / f"{model_name}_2k_tau.jsonl")
+def tau_stores(out_dir: Path, model_name: str) -> list[Path]:
+    """The MRCR tau sweeps UniAttnS's temperature is chosen on: the decoding runs' (part 'tau' of
+    `studies.decoding_runs`, at 2K on seed 0, which no test table of this study reads), its first
+    store and any later one beside it (`<model>_2k_tau_<suffix>.jsonl`), pooled."""
+    folder = out_dir / "mrcr"
+    return [Path(p) for pattern in (f"{model_name}_2k_tau.jsonl", f"{model_name}_2k_tau_*.jsonl")
+            for p in glob_stores(folder / pattern)]
 
 
 def chosen_tau(out_dir: Path, model_name: str) -> float | None:
-    """UniAttnS's tau for `model_name`: the best of the paper's grid in its MRCR sweep (None: no sweep)."""
-    path = tau_store(out_dir, model_name)
-    if not path.exists():
-        return None
-    sweep = tau_sweep(read_records(path), grid=PAPER_TAUS).get(model_name)
+    """UniAttnS's tau for `model_name`: the best of the paper's grid in its MRCR sweeps (None: no sweep)."""
+    records = [r for path in tau_stores(out_dir, model_name) for r in read_records(path)]
+    sweep = tau_sweep(records, grid=PAPER_TAUS).get(model_name)
     return None if sweep is None else float(sweep["chosen_tau"])
 
 
@@ -204,7 +205,7 @@ def run_study(model: LoadedModel, heads: HeadSet, s: StudySettings, log: Callabl
         log(f"chosen on the dev split: {chosen['config']} ({chosen['rule']})")
         tau = chosen_tau(s.out_dir, s.model_name)
         log(f"UniAttnS tau chosen on MRCR: {tau:g}" if tau is not None
-            else f"no MRCR tau sweep at {tau_store(s.out_dir, s.model_name)}: UniAttnS is left out")
+            else f"no MRCR tau sweep under {s.out_dir / 'mrcr'}: UniAttnS is left out")
         for length in s.test_lengths:
             for forced in (True, False):
                 if ("test-tf" if forced else "test-free") in s.parts:

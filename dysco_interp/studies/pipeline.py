@@ -162,6 +162,12 @@ def regenerate_steps(script: ScriptRunner, root: Path) -> list[Step]:
                       script("step_account", ["--figures-only", "--out-dir", str(root)]),
                       needs=[str(account / "test" / "*_steps.jsonl")],
                       outputs=[str(account / f"{name}.*") for name in ("step_account", "examples", "signals")]))
+    variance = root / "variance"
+    steps.append(Step("variance: the small-budget effect under another machine, fp32 decode attention, another "
+                      "head set",
+                      script("variance_study", ["--figures-only", "--out-dir", str(root)]),
+                      needs=[str(variance / "*.jsonl")], outputs=[str(variance / "*.md"), str(variance / "*.json"),
+                                                                  str(variance / "*.png"), str(variance / "*.html")]))
     for alias in available_shipped_heads():
         steps.append(Step(f"QRScore heatmap {alias}",
                           heatmap_runner(alias, root / "heads"),

@@ -20,7 +20,7 @@ from dysco_interp.analysis.paired import PairedComparison, paired_comparison, wi
 from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_delta, write_json, write_text
 from dysco_interp.heads import HeadSet, available_shipped_heads, shipped_heads
-from dysco_interp.studies.variance import LENGTHS, TASK, VarianceSettings
+from dysco_interp.studies.variance import LENGTHS, TASK, VarianceSettings, methods
 from dysco_interp.tasks.lengths import parse_length
 from dysco_interp.viz.figures import save_ci_lines
 from dysco_interp.viz.panels import Panel, Series
@@ -45,18 +45,16 @@ def values_of(records: Sequence[Mapping], metric: str) -> Values:
     return out
 
 
-def effects(run: Values, vanilla: Values) -> dict[str, float]:
-    """Per instance: the non-vanilla method minus vanilla (`vanilla` supplies the vanilla values)."""
-    [chosen] = [k for k in run if k != VANILLA] or [None]
+def effects(run: Values, vanilla: Values, chosen: MethodKey) -> dict[str, float]:
+    """Per instance: `chosen` minus vanilla (`vanilla` supplies the vanilla values)."""
     base = vanilla.get(VANILLA, {})
-    if chosen is None:
-        return {}
-    return {i: v - base[i] for i, v in run[chosen].items() if i in base}
+    return {i: v - base[i] for i, v in run.get(chosen, {}).items() if i in base}
 
 
-def machines(records: Sequence[Mapping]) -> str:
-    """The machines that made `records` (the provenance each record keeps), most records first."""
-    counts = Counter(str((r.get("run") or {}).get("machine") or "not recorded") for r in records)
+def machines(records: Sequence[Mapping], keys: Sequence[MethodKey]) -> str:
+    """The machines that made the records of `keys` (the provenance each record keeps), most first."""
+    counts = Counter(str((r.get("run") or {}).get("machine") or "not recorded") for r in records
+                     if method_key(r) in keys)
     return ", ".join(name for name, _ in counts.most_common())
 
 
@@ -67,7 +65,7 @@ def compare(differences: Mapping[str, float], metric: str, margin: bool) -> Pair
     return paired_comparison(ordered, margin=margin_of(metric) if margin else None)
 
 
-def variance_result(model: str, lengths: Sequence[str], reference: Callable[[str], Path],
+def variance_result(model: str, lengths: Sequence[str], chosen: MethodKey, reference: Callable[[str], Path],
                     store: Callable[[str, str], Path], heads: Mapping[str, HeadSet]) -> dict:
     """Rows per (length, metric, run): the effect and, for a variant, its shift and the vanilla drift."""
     rows: list[dict] = []
@@ -80,12 +78,12 @@ def variance_result(model: str, lengths: Sequence[str], reference: Callable[[str
                 notes.append(f"{length}: no {run} run ({paths[run].name})")
         for metric, label in METRICS:
             vals = {run: values_of(recs, metric) for run, recs in records.items()}
-            effect = {run: effects(v, vals["machine"] if run == "heads" else v) for run, v in vals.items()}
+            effect = {run: effects(v, vals["machine"] if run == "heads" else v, chosen) for run, v in vals.items()}
             for run, (changes, base) in RUNS.items():
                 if not effect[run]:
                     continue
                 row = {"length": parse_length(length), "metric": metric, "label": label, "run": run,
-                       "changes": changes, "machine": machines(records[run]), "n": len(effect[run]),
+                       "changes": changes, "machine": machines(records[run], (VANILLA, chosen)), "n": len(effect[run]),
                        "effect": compare(effect[run], metric, margin=False)}
                 if base is not None and effect[base]:
                     shared = effect[run].keys() & effect[base].keys()
@@ -106,8 +104,8 @@ def variance_result(model: str, lengths: Sequence[str], reference: Callable[[str
         shipped, second = heads["shipped"].labels(), heads["second"].labels()
         overlap = {"shipped": shipped, "second": second, "shared": [h for h in shipped if h in second],
                    "n": len(shipped)}
-    return {"model": model, "runs": {k: v[0] for k, v in RUNS.items()}, "rows": rows, "heads": overlap,
-            "notes": notes}
+    return {"model": model, "chosen": chosen.label, "runs": {k: v[0] for k, v in RUNS.items()}, "rows": rows,
+            "heads": overlap, "notes": notes}
 
 
 def render(result: Mapping) -> str:
@@ -162,7 +160,8 @@ def write_reports(out_dir: Path, lengths: Sequence[str] = LENGTHS) -> list[str]:
         heads = {"shipped": shipped_heads(model)} if model in available_shipped_heads() else {}
         if s.heads_path.is_file():
             heads["second"] = HeadSet.from_json(s.heads_path)
-        result = variance_result(model, lengths, s.reference, s.store, heads)
+        [chosen] = [method_key({"config": c.record_fields()}) for c in methods(s).values() if c.method != "vanilla"]
+        result = variance_result(model, lengths, chosen, s.reference, s.store, heads)
         written = [write_json(folder / f"{model}.json", result), write_text(folder / f"{model}.md", render(result))]
         if result["rows"]:
             written += list(figure(result, folder / f"{model}_effect"))
