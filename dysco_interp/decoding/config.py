@@ -13,11 +13,11 @@ from dysco_interp.decoding.choices import DEFAULT_PRESET, PRESET_NAMES, MethodNa
 from dysco_interp.decoding.methods import (
     FLAT_DEFAULTS,
     FLAT_FIELDS,
-    FLAT_OWNERS,
     METHODS,
     REGISTRY,
     Method,
     SelectionParams,
+    check_flat,
 )
 from dysco_interp.decoding.params import MethodParams
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
@@ -177,13 +177,9 @@ def flat_pairs(given: Any) -> dict[str, Any]:
 
 def unowned_values(flat: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     """Flat values of a method that does not have them, checked as each one's built-in owner
-    checks it (`methods.FLAT_OWNERS`), as sorted pairs of those away from the owner's default (so
+    checks it (`methods.check_flat`), as sorted pairs of those away from the owner's default (so
     that a default given and one left out are one config)."""
-    by_owner: dict[type[MethodParams], dict[str, Any]] = {}
-    for name, value in flat.items():
-        by_owner.setdefault(FLAT_OWNERS[name], {})[name] = value
-    for owner, values in by_owner.items():
-        owner(**{**owner.defaults(), **values})  # a ConfigError in the words of the owner's check
+    check_flat(flat)
     return tuple((name, flat[name]) for name in sorted(flat) if flat[name] != FLAT_DEFAULTS[name][1])
 
 

@@ -143,7 +143,7 @@ class Method:
             cls.options = {k: v for k, v in defaults.items() if k not in FLAT_FIELDS}
         elif "options" in cls.__dict__ or "fields" in cls.__dict__ or (
                 "check_options" in cls.__dict__ and getattr(cls.Params, "legacy", False)):
-            cls.Params = legacy_params_class(cls, name, cls.fields, dict(cls.options), FLAT_DEFAULTS)
+            cls.Params = legacy_params_class(cls, name, cls.fields, dict(cls.options), FLAT_DEFAULTS, check_flat)
 
     def __init__(self, config: RunSettings, heads: HeadSet | None, spec: ModelSpec):
         self.config, self.heads, self.spec = config, heads, spec
@@ -428,6 +428,16 @@ FLAT_OWNERS: dict[str, type[MethodParams]] = {
     name: cls.Params for cls in reversed(BUILT_IN) if cls.Params is not None for name in sorted(cls.fields)}
 FLAT_DEFAULTS: dict[str, tuple[Any, Any]] = {
     name: (typing.get_type_hints(owner)[name], owner.defaults()[name]) for name, owner in FLAT_OWNERS.items()}
+
+
+def check_flat(values: Mapping[str, Any]) -> None:
+    """Check flat parameter values as their built-in owners check them (a ConfigError in the
+    owner's words), wherever they land: a method declared the older way, or `config.unowned`."""
+    by_owner: dict[type[MethodParams], dict[str, Any]] = {}
+    for name, value in values.items():
+        by_owner.setdefault(FLAT_OWNERS[name], {})[name] = value
+    for owner, given in by_owner.items():
+        owner(**{**owner.defaults(), **given})
 
 
 def register_method(cls: type[Method]) -> type[Method]:

@@ -25,7 +25,7 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from dysco_interp.checks import brief
@@ -144,10 +144,12 @@ class RunSettings(Protocol):
 
 
 def legacy_params_class(owner: type, method: str, fields: Any, options: dict[str, Any],
-                        flat: Mapping[str, tuple[Any, Any]]) -> type[MethodParams]:
+                        flat: Mapping[str, tuple[Any, Any]],
+                        check_flat: Callable[[Mapping[str, Any]], None]) -> type[MethodParams]:
     """The `Params` of a method declared the older way: the flat `fields` it names (declared as
-    the built-in method that owns each declares it, in `flat`) and its `options` (any JSON value,
-    their defaults as given), checked by its `check_options`."""
+    the built-in method that owns each declares it, in `flat`, and checked as it checks them, by
+    `check_flat`) and its `options` (any JSON value, their defaults as given), checked by its
+    `check_options`."""
     unknown = sorted(set(fields) - set(flat))
     if unknown:
         raise ConfigError(f"method {method!r} names fields that are no method's ({', '.join(unknown)}); "
@@ -162,6 +164,7 @@ def legacy_params_class(owner: type, method: str, fields: Any, options: dict[str
                  options.items()]
 
     def check(self) -> None:
+        check_flat({name: getattr(self, name) for name in fields})
         owner.check_options({name: getattr(self, name) for name in options})  # type: ignore[attr-defined]
 
     made = dataclasses.make_dataclass(f"{owner.__name__}Params", declared, bases=(MethodParams,), frozen=True,
