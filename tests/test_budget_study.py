@@ -41,7 +41,7 @@ def test_the_test_methods_put_the_ablations_at_the_chosen_budget():
 def rec(config: DecodingConfig, task: str, length: int, instance: int, value: float) -> dict:
     metric = "tf_step_accuracy" if task == "path_traversal" else "tf_logprob"
     return {"model": "m", "task": task, "length": length, "instance": str(instance), "method": label(config),
-            "index": instance, "config": {k: v for k, v in vars(config).items() if k != "sampling"}, metric: value}
+            "index": instance, "config": config.record_fields(), metric: value}
 
 
 def records(gains: dict[DecodingConfig, tuple[float, float]]) -> list[dict]:

@@ -9,7 +9,8 @@ from dysco_interp.analysis.method_key import MethodKey, key_fields, method_key
 from dysco_interp.decoding import methods
 from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
 
-CONFIG_FIELDS = {f.name for f in dataclasses.fields(DecodingConfig)}
+# the shared settings and the flat parameters a record keeps beside them
+CONFIG_FIELDS = {f.name for f in dataclasses.fields(DecodingConfig)} | methods.FLAT_FIELDS
 
 
 @pytest.mark.parametrize("name", list(methods.REGISTRY))

@@ -95,3 +95,28 @@ def test_a_params_class_must_be_a_frozen_dataclass_with_defaults():
                 x: float = 1.0
     with pytest.raises(ConfigError, match="declares no Params"):
         _ = methods.REGISTRY["vanilla"](DecodingConfig(method="vanilla"), None, None).params
+
+
+def test_flat_values_are_owned_or_kept_in_sight():
+    # a flat value the method lacks is checked and kept where equality and records see it
+    vanilla = DecodingConfig(method="vanilla", beta=2.0)
+    assert vanilla.unowned == (("beta", 2.0),) and vanilla != DecodingConfig(method="vanilla")
+    assert vanilla.record_fields()["beta"] == 2.0 and "beta" not in vanilla.used_fields()
+    assert DecodingConfig(method="vanilla", beta=1.5) == DecodingConfig(method="vanilla")  # a default is no change
+    assert vanilla.replace(method="dysco").params.beta == 2.0
+    with pytest.raises(ConfigError, match="beta must be"):
+        DecodingConfig(method="vanilla", beta=-1)
+    with pytest.raises(ConfigError, match="has no parameter 'beta'"):  # the typed spelling is strict
+        DecodingConfig(method="uniattns", params={"beta": 2.0})
+    with pytest.raises(ConfigError, match="must be its UniAttnS.Params"):
+        DecodingConfig(method="uniattns", params=methods.SelectionParams())
+
+    class Older(Method):  # declared the older way: its flat fields are checked as DySCO checks them
+        name = "test-older"
+        fields = frozenset({"beta"})
+        options = {"x": 1}
+
+    register_method(Older)
+    with pytest.raises(ConfigError, match="beta must be"):
+        DecodingConfig(method="test-older", beta=-1)
+    assert DecodingConfig(method="test-older", beta=3.0, options={"x": 2}).record_fields()["options"] == {"x": 2}

@@ -26,7 +26,7 @@ def test_the_dev_slice_lies_on_the_budget_grid_so_short_and_long_cells_rank_the_
 def rec(config: DecodingConfig, task: str, length: int, instance: int, value: float) -> dict:
     metric = "tf_step_accuracy" if task == "path_traversal" else "tf_logprob"
     return {"model": "m", "task": task, "length": length, "instance": str(instance), "method": label(config),
-            "index": instance, "config": {k: v for k, v in vars(config).items() if k != "sampling"}, metric: value}
+            "index": instance, "config": config.record_fields(), metric: value}
 
 
 def cells(gains: dict[DecodingConfig, dict[int, float]], lengths=(2048, 131072)) -> list[dict]:

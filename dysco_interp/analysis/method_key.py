@@ -10,14 +10,14 @@ without changing the method.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from dysco_interp.decoding import methods
-from dysco_interp.decoding.config import PRESETS, DecodingConfig
+from dysco_interp.decoding.config import PRESETS, RECORD_ORDER, flat_record
+from dysco_interp.decoding.params import MethodParams
 from dysco_interp.errors import ConfigError
 
 # Keys and labels measure a run against the paper's preset, not DecodingConfig's defaults: the
@@ -47,7 +47,7 @@ ALWAYS_SHOWN = ("tau", "head_seed")
 # were written in (their JSON keeps it), then any other field in DecodingConfig's order.
 SYMBOLS = {"beta": "beta", "top_p": "p", "top_k": "K", "top_k_fraction": "K/n", "decay": "decay", "warmup": "T_w",
            "schedule": "schedule", "template_masking": "template masking", "tau": "tau", "head_seed": "head seed"}
-_FIELD_ORDER = tuple(dict.fromkeys([*SYMBOLS, *(f.name for f in dataclasses.fields(DecodingConfig))]))
+_FIELD_ORDER = tuple(dict.fromkeys([*SYMBOLS, *RECORD_ORDER]))
 # a key's entry for a method's own option NAME is "options.NAME": no config field's name, whatever NAME is
 OPTION_PREFIX = "options."
 _NO_DEFAULT = object()  # an option the method no longer declares: every value of it is shown
@@ -139,6 +139,17 @@ def _option_params(method: str, config: Mapping) -> tuple[tuple[str, Any], ...]:
                                                       declared.get(name))) for name in names)
 
 
+def flattened(config: Mapping) -> Mapping:
+    """A config whose method's parameters are nested (`{"method", ..., "params", "unowned"}`: a
+    DecodingConfig's `vars` or `asdict`) in the flat form records keep (`config.flat_record`). A
+    flat config, or one of a method not registered, is returned as it is."""
+    if "params" not in config or config.get("method") not in methods.REGISTRY:
+        return config
+    params = config["params"]
+    values = params.as_dict() if isinstance(params, MethodParams) else dict(params or {})
+    return flat_record(config["method"], config, {**dict(config.get("unowned") or ()), **values})
+
+
 def _stored(config: Mapping, name: str) -> Any:
     if name in config:
         return default_value(name) if config[name] is None and name not in _LEGACY else config[name]
@@ -159,6 +170,7 @@ class MethodKey:
             raise ConfigError(f"unknown config method {method!r}; expected one of {', '.join(methods.REGISTRY)} "
                               "(a method of your own: the scripts that read stores take --methods-from FILE.py, "
                               "the file that registers it; in Python, import that file before reading its records)")
+        config = flattened(config)
         params = tuple((name, _normalise(name, _stored(config, name))) for name in key_fields(method))
         return cls(method, params + _option_params(method, config))
 

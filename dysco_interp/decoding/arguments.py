@@ -4,7 +4,6 @@ a one-line ConfigError that names what to pass instead."""
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import os
 from collections.abc import Mapping, Sequence
@@ -13,7 +12,7 @@ from typing import Any
 from dysco_interp.chat import encode_text
 from dysco_interp.checks import brief, check_type, is_int, typed
 from dysco_interp.decoding.backends import REGISTRY, check_backend, no_hooks_message
-from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.config import KEYWORDS, DecodingConfig
 from dysco_interp.decoding.format_forced import Run, check_segments, segment_runs
 from dysco_interp.decoding.prompts import outside_vocab
 from dysco_interp.errors import ConfigError
@@ -93,7 +92,7 @@ def format_runs(model: LoadedModel, segments, n_prompts: int) -> list[list[Run]]
 
 def with_fields(config: DecodingConfig, fields: Mapping) -> DecodingConfig:
     """`config` with some of its fields replaced; ConfigError naming an unknown one."""
-    names = [f.name for f in dataclasses.fields(DecodingConfig)]
+    names = list(KEYWORDS)
     unknown = sorted(set(fields) - set(names))
     if unknown:
         raise ConfigError(f"unknown option(s) {', '.join(unknown)}; the decoding options are {', '.join(names)}")

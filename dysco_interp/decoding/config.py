@@ -8,79 +8,84 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dysco_interp.checks import brief, check_bool, check_choice, check_int, check_number, check_seed, check_type
-from dysco_interp.decoding import relevance
-from dysco_interp.decoding.choices import (
-    DEFAULT_PRESET,
-    MASKING_MODES,
-    PRESET_NAMES,
-    SCHEDULES,
-    MethodName,
-    Schedule,
-    TemplateMasking,
+from dysco_interp.checks import brief, check_bool, check_int, check_type
+from dysco_interp.decoding.choices import DEFAULT_PRESET, PRESET_NAMES, MethodName
+from dysco_interp.decoding.methods import (
+    FLAT_DEFAULTS,
+    FLAT_FIELDS,
+    METHODS,
+    REGISTRY,
+    Method,
+    SelectionParams,
+    check_flat,
 )
-from dysco_interp.decoding.methods import METHOD_FIELDS, METHODS, REGISTRY, Method
 from dysco_interp.decoding.params import MethodParams
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
 from dysco_interp.errors import ConfigError
+
+_UNSET: Any = object()  # the method not given: its field's default
 
 # the layer count a method's prefill scale is asked with before any model is known (`changes_prefill`)
 ANY_DEPTH = 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class DecodingConfig:
-    """One decoding method and its parameters. The defaults are the `small-budget` preset's
+    """One decoding method, its typed parameters (`params`, an instance of the method's `Params`)
+    and the settings every method shares. The defaults are the `small-budget` preset's
     (`choices.DEFAULT_PRESET`, every command's default too); `preset("paper")` gives the paper's.
 
-    Every field is type-checked on construction: a wrong type or range is a ConfigError naming
-    the field (`DecodingConfig(beta="2")`, `DecodingConfig(warmup=True)`).
+    Every value is checked on construction: a wrong type or range is a ConfigError naming it
+    (`DecodingConfig(params=SelectionParams(beta="2"))`, `DecodingConfig(warmup=True)`).
+
+    The older flat spelling still works for one release, mapped into and out of `params`:
+    `DecodingConfig(beta=2.0)`, `config.replace(top_k=4)`, `config.beta`, and `options=` for a
+    method's other parameters. A flat parameter given to a method that has none of that name
+    (`DecodingConfig(method="vanilla", beta=2.0)`, one spelling for several methods) is checked
+    as the built-in method that has it checks it and kept in `unowned`, which equality, the
+    repr and records see, and which `replace(method=...)` hands to a method that has it.
     """
 
     method: MethodName = "dysco"
-    beta: float = 1.5  # strength: log(beta) added to the selected keys' scores (the paper's: 2.0)
-    top_p: float = 0.975  # nucleus mass of the selection
-    top_k: int = 8  # cap on the number of selected keys (the paper's: 4096)
-    decay: float = 0.75  # momentum d; history weight gamma = d / (1 + d)
     warmup: int = 8  # T_w: the prefill stops T_w + n_gen tokens before the prompt's end
-    # "reference": T_w - 1 unbiased warm-up tokens, then n_gen + 1 biased prompt steps (the
-    # official code); "paper": T_w unbiased, then the n_gen generation-prompt tokens biased
-    schedule: Schedule = "reference"
-    # chat-template tokens never selected: the official code's sequences ("reference"), every
-    # token outside the messages' contents ("skeleton"), or none ("off")
-    template_masking: TemplateMasking = "reference"
-    top_k_fraction: float | None = None  # also cap the selection at this share of each prompt
-    tau: float = 1.0  # UniAttnS temperature
-    head_seed: int = 0  # seed of the random heads (dysco-random)
     max_new_tokens: int = 256
     sampling: SamplingConfig = field(default=GREEDY)
     record_positions: bool = False  # keep every step's selected positions in the trace
     enable_thinking: bool | None = None  # forwarded to the chat template (Qwen3-style)
-    # a registered method's own parameters (its `Params`, or a mapping; kept as sorted (name, value)
-    # pairs, its defaults filled in): e.g. PASTA's alpha, or dysco-gated's min_mass. `params` gives
-    # them back typed.
-    options: tuple[tuple[str, Any], ...] = ()
+    # the method's `Params` with every default filled in (None: it declares none)
+    params: MethodParams | None = None
+    # for one release: flat parameters given that the method does not have, away from their
+    # defaults, as sorted (name, value) pairs. Compared, so that two configs equal as flat fields
+    # stay equal and two that differ stay apart, as they did when every parameter was a field.
+    unowned: tuple[tuple[str, Any], ...] = ()
 
-    def __post_init__(self):
+    def __init__(self, method: Any = _UNSET, *, params: Any = None, options: Any = (), unowned: Any = (),
+                 **settings: Any):
+        flat = {name: settings.pop(name) for name in list(settings) if name in FLAT_FIELDS}
+        unknown = sorted(set(settings) - set(SHARED_FIELDS))
+        if unknown:
+            raise TypeError(f"DecodingConfig got an unexpected keyword argument {unknown[0]!r}")
+        shared = {name: settings.get(name, f.default) for name, f in SHARED_FIELDS.items()}
+        shared["method"] = SHARED_FIELDS["method"].default if method is _UNSET else method
+        for name, value in shared.items():
+            object.__setattr__(self, name, value)
         if not isinstance(self.method, str) or self.method not in METHODS:
             raise ConfigError(f"unknown method {brief(self.method)}; choose one of {', '.join(METHODS)}")
-        relevance.check_beta(self.beta)
-        relevance.check_selection_params(self.top_p, self.top_k)
-        relevance.check_decay(self.decay)
         check_int("warmup", self.warmup, minimum=0)
-        check_choice("schedule", self.schedule, SCHEDULES)
-        check_choice("template_masking", self.template_masking, MASKING_MODES,
-                     then=" (the old switch: True is 'skeleton', False is 'off')" if isinstance(
-                         self.template_masking, bool) else "")
-        relevance.check_top_k_fraction(self.top_k_fraction)
-        check_number("tau", self.tau, above=0)
-        check_seed("head_seed", self.head_seed)
         check_int("max_new_tokens", self.max_new_tokens, minimum=1)
         check_type("sampling", self.sampling, SamplingConfig)
         check_bool("record_positions", self.record_positions)
         check_bool("enable_thinking", self.enable_thinking, allow_none=True)
-        object.__setattr__(self, "options", method_options(self.method, self.strategy.options, self.options))
-        self.strategy.check_options(dict(self.options))
+        flat = {**flat_pairs(unowned), **flat}
+        owned = {k: v for k, v in flat.items() if k in self.strategy.fields}
+        object.__setattr__(self, "params", method_params(self.strategy, params, owned, options))
+        object.__setattr__(self, "unowned", unowned_values({k: v for k, v in flat.items() if k not in owned}))
+
+    def __getattr__(self, name: str) -> Any:
+        # only reached for names that are no field: the older flat parameters, for one release
+        if name not in FLAT_FIELDS:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return flat_parameters(self)[name]
 
     @property
     def strategy(self) -> type[Method]:
@@ -92,29 +97,28 @@ class DecodingConfig:
         return self.strategy.uses_heads
 
     @property
-    def params(self) -> MethodParams | None:
-        """The method's typed parameters with this config's values (None: it declares no `Params`)."""
-        typed = self.strategy.Params
-        return None if typed is None else typed.of(self.method, dict(self.options))
+    def options(self) -> tuple[tuple[str, Any], ...]:
+        """The method's parameters other than the flat ones (`methods.FLAT_FIELDS`), as sorted
+        (name, value) pairs: what records keep under "options"."""
+        values = {} if self.params is None else self.params.as_dict()
+        return tuple((name, values[name]) for name in sorted(self.strategy.options))
 
     def used_fields(self) -> dict:
         """The fields this method's outputs depend on (sampling as a dict): what a result store
         compares, so that vanilla results stay valid when only DySCO's beta changes."""
-        unused = (METHOD_FIELDS - self.strategy.fields) | {"record_positions"}  # the trace, never the tokens
-        if not self.options:
-            unused |= {"options"}  # stores written before methods had options stay comparable
-        used = {k: v for k, v in dataclasses.asdict(self).items() if k not in unused}
-        if "options" in used:
-            used["options"] = dict(self.options)
-        return used
+        unused = (FLAT_FIELDS - self.strategy.fields) | {"record_positions"}  # the trace, never the tokens
+        record = flat_record(self.method, {**vars(self), "sampling": dataclasses.asdict(self.sampling)},
+                             self.values())
+        return {k: v for k, v in record.items() if k not in unused}
 
     def record_fields(self) -> dict:
-        """The fields a result record keeps for the tables to group by: all but sampling, and the
-        options (as a mapping) only when the method has some, so older records stay comparable."""
-        out = {k: v for k, v in vars(self).items() if k not in ("sampling", "options")}
-        if self.options:
-            out["options"] = dict(self.options)
-        return out
+        """The fields a result record keeps for the tables to group by (`flat_record`): all but
+        sampling, and the options (as a mapping) only when the method has some."""
+        return {k: v for k, v in flat_record(self.method, vars(self), self.values()).items() if k != "sampling"}
+
+    def values(self) -> dict[str, Any]:
+        """Every parameter value this config holds by name: its method's and those `unowned`."""
+        return {**dict(self.unowned), **({} if self.params is None else self.params.as_dict())}
 
     @property
     def temperature(self) -> float:
@@ -129,7 +133,118 @@ class DecodingConfig:
         return self.strategy.prefill_scale(self, ANY_DEPTH) is not None
 
     def replace(self, **changes) -> "DecodingConfig":
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes`: shared settings, `params`, or (the older spelling) flat parameters
+        and `options`. A change of method moves every flat value to the new method or to `unowned`
+        (the paper's beta goes from dysco to vanilla and back) and keeps the other parameters the
+        two methods share by name; the new method's others take its defaults."""
+        method = changes.get("method", self.method)
+        keep: dict[str, Any] = {name: getattr(self, name) for name in SHARED_FIELDS}
+        if method == self.method:
+            keep.update(params=self.params, unowned=self.unowned)
+        else:
+            values = self.values()
+            flat = {k: v for k, v in values.items() if k in FLAT_FIELDS}
+            if "params" in changes:  # given whole: the old flat values stay only where the new method has none
+                strategy = REGISTRY.get(method) if isinstance(method, str) else None
+                flat = {k: v for k, v in flat.items() if strategy is None or k not in strategy.fields}
+            keep.update(params=shared_values(values, method), unowned=flat)
+        return DecodingConfig(**{**keep, **changes})
+
+
+# the settings every method shares: DecodingConfig's fields but its parameters
+SHARED_FIELDS = {f.name: f for f in dataclasses.fields(DecodingConfig) if f.name not in ("params", "unowned")}
+# The flat record's keys in the order DecodingConfig's fields had when they were all flat: stores
+# and tables written then keep it (and their JSON, key for key).
+RECORD_ORDER = ("method", "beta", "top_p", "top_k", "decay", "warmup", "schedule", "template_masking",
+                "top_k_fraction", "tau", "head_seed", "max_new_tokens", "sampling", "record_positions",
+                "enable_thinking")
+assert set(RECORD_ORDER) == set(SHARED_FIELDS) | FLAT_FIELDS
+# what DecodingConfig(...) and replace(...) take: its fields, and for one release the older spelling
+KEYWORDS = (*RECORD_ORDER, "options", "params", "unowned")
+
+
+def flat_pairs(given: Any) -> dict[str, Any]:
+    """`unowned` as given ((name, value) pairs or a mapping) as a mapping of flat parameters."""
+    try:
+        pairs = dict(given.items() if isinstance(given, Mapping) else given)
+    except (TypeError, ValueError):
+        raise ConfigError(f"unowned must be (name, value) pairs of flat parameters, got {brief(given)}") from None
+    unknown = sorted(set(pairs) - FLAT_FIELDS)
+    if unknown:
+        raise ConfigError(f"unowned holds flat parameters only ({', '.join(sorted(FLAT_FIELDS))}), got {unknown[0]!r}")
+    return pairs
+
+
+def unowned_values(flat: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Flat values of a method that does not have them, checked as each one's built-in owner
+    checks it (`methods.check_flat`), as sorted pairs of those away from the owner's default (so
+    that a default given and one left out are one config)."""
+    check_flat(flat)
+    return tuple((name, flat[name]) for name in sorted(flat) if flat[name] != FLAT_DEFAULTS[name][1])
+
+
+def shared_values(values: Mapping[str, Any], method: Any) -> dict[str, Any]:
+    """The non-flat `values` that `method` has parameters of, by name (none for a method unknown
+    or without parameters: DecodingConfig then says what is wrong)."""
+    strategy = REGISTRY.get(method) if isinstance(method, str) else None
+    typed = None if strategy is None else strategy.Params
+    names = set() if typed is None else set(typed.defaults())
+    return {k: v for k, v in values.items() if k in names and k not in FLAT_FIELDS}
+
+
+def method_params(strategy: type[Method], params: Any, owned: Mapping[str, Any], options: Any) -> MethodParams | None:
+    """The method's `Params` from `params` (its own `Params`, or a mapping of some of their
+    values), the flat values given that it has (`owned`) and `options` (its non-flat parameters
+    as a mapping, or its `Params`: the spelling before `params`); later ones win. Another
+    method's `Params` is a ConfigError."""
+    typed, method = strategy.Params, strategy.name
+    if typed is not None and type(options) is typed:  # the spelling before `params`: the whole set
+        params, options = options, ()
+    if isinstance(params, MethodParams):
+        if typed is None or type(params) is not typed:
+            raise ConfigError(f"params of method {method!r} must be {_params_name(strategy)}, got "
+                              f"{type(params).__qualname__}")
+        values = params.as_dict()
+    elif isinstance(params, Mapping):
+        values = dict(params)
+    elif params is None:
+        values = {}
+    else:
+        raise ConfigError(f"params of method {method!r} must be {_params_name(strategy)} or a mapping, got "
+                          f"{brief(params)}")
+    values.update(owned)
+    values.update(checked_options(method, strategy.options, options))
+    if typed is None:
+        if values:
+            raise ConfigError(f"method {method!r} has no parameters (got {sorted(values)[0]!r})")
+        return None
+    return typed.of(method, {k: _frozen(v) for k, v in {**typed.defaults(), **values}.items()})
+
+
+def _params_name(strategy: type[Method]) -> str:
+    return "None (it has no parameters)" if strategy.Params is None else f"its {strategy.Params.__qualname__}"
+
+
+def flat_parameters(config: DecodingConfig) -> dict[str, Any]:
+    """Every flat parameter's value: the method's own, one given `unowned`, or the default of the
+    built-in method that has it."""
+    values = config.values()
+    return {name: values.get(name, default) for name, (_, default) in FLAT_DEFAULTS.items()}
+
+
+def flat_record(method: str, settings: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
+    """The record form of a config: its shared `settings` and its parameter `values` (the
+    method's and those unowned), as they were recorded when every parameter was a field of its
+    own: the flat parameters beside the settings (at their owners' defaults where not given), the
+    method's other parameters under "options" only when it has some. The one place that form is
+    made, for new records and for reading configs whose parameters are nested."""
+    flat = {name: values.get(name, default) for name, (_, default) in FLAT_DEFAULTS.items()}
+    merged = {**settings, **flat, "method": method}
+    out = {name: merged[name] for name in RECORD_ORDER if name in merged}
+    own = {name: values[name] for name in sorted(values) if name not in FLAT_FIELDS}
+    if own:
+        out["options"] = own
+    return out
 
 
 def _frozen(value: Any) -> Any:
@@ -156,22 +271,20 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def method_options(method: str, defaults: Mapping[str, Any], given: Any) -> tuple[tuple[str, Any], ...]:
-    """`given` (the method's `Params`, a mapping or (name, value) pairs) checked against the
-    method's options and completed with their defaults, as sorted pairs; values must be JSON
-    (lists become tuples)."""
+def checked_options(method: str, declared: Mapping[str, Any], given: Any) -> dict[str, Any]:
+    """`given` (a mapping, (name, value) pairs, or some `MethodParams`) checked against the
+    method's declared options: known names, JSON values no deeper than MAX_OPTION_DEPTH."""
     if isinstance(given, MethodParams):
         given = given.as_dict()
     try:
         items = dict(given.items() if isinstance(given, Mapping) else given)
     except (TypeError, ValueError):
         raise ConfigError(f"options must be a mapping of names to values, got {brief(given)}") from None
-    unknown = sorted(set(items) - set(defaults))
+    unknown = sorted(set(items) - set(declared))
     if unknown:
-        known = ", ".join(sorted(defaults)) or "none"
+        known = ", ".join(sorted(declared)) or "none"
         raise ConfigError(f"method {method!r} has no option {unknown[0]!r} (its options: {known})")
-    merged = {**defaults, **items}
-    for name, value in merged.items():
+    for name, value in items.items():
         if _depth(value) > MAX_OPTION_DEPTH:
             raise ConfigError(f"option {name!r} of method {method!r} is nested more than {MAX_OPTION_DEPTH} "
                               "levels deep; an option is a number, a string, or a short list or object")
@@ -180,21 +293,29 @@ def method_options(method: str, defaults: Mapping[str, Any], given: Any) -> tupl
         except (TypeError, ValueError):
             raise ConfigError(f"option {name!r} of method {method!r} must be a JSON value, got {brief(value)}") \
                 from None
+    return items
+
+
+def method_options(method: str, defaults: Mapping[str, Any], given: Any) -> tuple[tuple[str, Any], ...]:
+    """`given` checked against the method's options (`checked_options`) and completed with their
+    defaults, as sorted pairs (lists become tuples)."""
+    merged = {**defaults, **checked_options(method, defaults, given)}
     return tuple((name, _frozen(merged[name])) for name in sorted(merged))
 
 
+# Named parameter sets of DySCO (its `SelectionParams`; a preset given another method keeps what it shares)
 PRESETS: dict[str, DecodingConfig] = {
     # the official defaults (Qwen3 / Llama-3.1 releases)
-    "paper": DecodingConfig(top_k=4096, beta=2.0),
+    "paper": DecodingConfig(params=SelectionParams(top_k=4096, beta=2.0)),
     # the paper's other grid point: wider nucleus cap, stronger scaling
-    "paper-strong": DecodingConfig(top_p=0.95, top_k=8192, beta=2.5),
+    "paper-strong": DecodingConfig(params=SelectionParams(top_p=0.95, top_k=8192, beta=2.5)),
     # the paper's parameter table for 64K-128K with YaRN: the nucleus kept, a larger cap, stronger scaling
-    "paper-long": DecodingConfig(top_k=8192, beta=2.5),
+    "paper-long": DecodingConfig(params=SelectionParams(top_k=8192, beta=2.5)),
     # the official quick check: top-K only (no nucleus cut), beta 2.5, 128 new tokens
-    "quick-check": DecodingConfig(top_p=1.0, top_k=1024, beta=2.5, max_new_tokens=128),
+    "quick-check": DecodingConfig(params=SelectionParams(top_p=1.0, top_k=1024, beta=2.5), max_new_tokens=128),
     # chosen on a dev split for Qwen2.5-Coder 0.5B and 1.5B at 2K-8K tokens (figures/budget/), where the
     # paper's nucleus holds hundreds of keys, and again for 1.5B over 2K-128K (figures/paper_regime/):
-    # a handful of keys, gently boosted, helps where the paper's settings do not. DecodingConfig's
+    # a handful of keys, gently boosted, helps where the paper's settings do not. SelectionParams'
     # defaults are its values, so Python and the command line default to one preset
     "small-budget": DecodingConfig(),
 }

@@ -16,16 +16,17 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from dysco_interp.checks import check_number
+from dysco_interp.checks import check_choice, check_number, check_seed
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.backends.base import StepOutput
-from dysco_interp.decoding.choices import METHOD_NAMES
-from dysco_interp.decoding.params import MethodParams, check_params_class
+from dysco_interp.decoding.choices import MASKING_MODES, METHOD_NAMES, SCHEDULES, Schedule, TemplateMasking
+from dysco_interp.decoding.params import MethodParams, RunSettings, check_params_class, legacy_params_class
 from dysco_interp.decoding.plan import Bias, PassPlan, Read, Scale
 from dysco_interp.decoding.template import warn_fallback
 from dysco_interp.errors import ConfigError
@@ -33,13 +34,51 @@ from dysco_interp.heads import HeadSet, random_like
 from dysco_interp.models import LoadedModel, ModelSpec
 
 if TYPE_CHECKING:
-    from dysco_interp.decoding.config import DecodingConfig
     from dysco_interp.decoding.plan import ReadOut
     from dysco_interp.decoding.prompts import PromptBatch
 
 Run = Callable[[PassPlan], StepOutput]  # one pass of this step's tokens on the backend
 
-SELECTION_FIELDS = frozenset({"beta", "top_p", "top_k", "top_k_fraction", "decay", "template_masking", "schedule"})
+
+@dataclasses.dataclass(frozen=True)
+class SelectionParams(MethodParams):
+    """DySCO's parameters, shared by its ablations and by `SteeringMethod`: the selection from the
+    QRHeads' running relevance and the scaling of the selected keys. The defaults are the
+    `small-budget` preset's (`choices.DEFAULT_PRESET`); `config.PRESETS` names the paper's."""
+
+    beta: float = 1.5  # strength: log(beta) added to the selected keys' scores (the paper's: 2.0)
+    top_p: float = 0.975  # nucleus mass of the selection
+    top_k: int = 8  # cap on the number of selected keys (the paper's: 4096)
+    decay: float = 0.75  # momentum d; history weight gamma = d / (1 + d)
+    top_k_fraction: float | None = None  # also cap the selection at this share of each prompt
+    # "reference": T_w - 1 unbiased warm-up tokens, then n_gen + 1 biased prompt steps (the
+    # official code); "paper": T_w unbiased, then the n_gen generation-prompt tokens biased
+    schedule: Schedule = "reference"
+    # chat-template tokens never selected: the official code's sequences ("reference"), every
+    # token outside the messages' contents ("skeleton"), or none ("off")
+    template_masking: TemplateMasking = "reference"
+
+    def __post_init__(self) -> None:
+        # the checks below test the types too, in the words the flat fields' errors always had
+        self.check()
+        super().__post_init__()
+
+    def check(self) -> None:
+        relevance.check_beta(self.beta)
+        relevance.check_selection_params(self.top_p, self.top_k)
+        relevance.check_decay(self.decay)
+        check_choice("schedule", self.schedule, SCHEDULES)
+        check_choice("template_masking", self.template_masking, MASKING_MODES,
+                     then=" (the old switch: True is 'skeleton', False is 'off')" if isinstance(
+                         self.template_masking, bool) else "")
+        relevance.check_top_k_fraction(self.top_k_fraction)
+
+
+SELECTION_FIELDS = frozenset(f.name for f in dataclasses.fields(SelectionParams))
+# The parameters that were DecodingConfig's own fields before methods owned them: a record keeps
+# them flat beside the shared settings (and `DecodingConfig(beta=2.0)` still sets them), the
+# other parameters of a method under "options".
+FLAT_FIELDS = SELECTION_FIELDS | {"tau", "head_seed"}
 
 
 class Selector:
@@ -48,7 +87,7 @@ class Selector:
     `caps`: long `[B]`, each row's own key cap (`top_k_fraction`), or None for `top_k`.
     """
 
-    def __init__(self, config: DecodingConfig, excluded: torch.Tensor, caps: torch.Tensor | None = None):
+    def __init__(self, config: RunSettings, excluded: torch.Tensor, caps: torch.Tensor | None = None):
         self.config = config
         self.excluded = excluded  # bool [B, capacity]: keys never selected (pads, template tokens)
         self.top_k: int | torch.Tensor = config.top_k if caps is None else caps.to(excluded.device)
@@ -72,33 +111,41 @@ class Selector:
 class Method:
     """Vanilla decoding: no intervention. Subclasses override what they change.
 
-    Class attributes describe the method (`name`, `description`, whether it `uses_heads`, the
-    `fields` of `DecodingConfig` its outputs depend on); an instance, made fresh for each run by
-    `method_for(config, heads, spec)`, holds its plans and whatever state it keeps across steps.
+    Class attributes describe the method (`name`, `description`, whether it `uses_heads`, its
+    typed `Params`); an instance, made fresh for each run by `method_for(config, heads, spec)`,
+    holds its plans and whatever state it keeps across steps.
     """
 
     name: ClassVar[str] = "vanilla"
     description: ClassVar[str] = "no intervention (equals plain decoding)"
     uses_heads: ClassVar[bool] = False  # reads the QRHeads (H*)
-    fields: ClassVar[frozenset[str]] = frozenset()  # DecodingConfig fields beyond the shared ones it uses
-    # the method's own typed parameters (`params.MethodParams`, a nested frozen dataclass); their
-    # values ride in `DecodingConfig.options` and are recorded with its results like any field
+    # the method's own typed parameters (`params.MethodParams`, a nested frozen dataclass): the whole
+    # declaration of what a run of it can vary; `DecodingConfig.params` holds one, checked when made
     Params: ClassVar[type[MethodParams] | None] = None
-    # the same as a plain mapping of defaults, derived from `Params` (or, the older way, declared
-    # with `check_options` beside it)
+    # Both derived from `Params`, for what still reads a record's flat form (`config.record_fields`):
+    # the parameters that were DecodingConfig's fields before methods owned them (`FLAT_FIELDS`),
+    # and the rest with their defaults. The older way declares these two instead of `Params`
+    # (`legacy_params_class` makes its `Params` from them), with `check_options` beside them.
+    fields: ClassVar[frozenset[str]] = frozenset()
     options: ClassVar[Mapping[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name", cls.__name__)
         own = cls.__dict__.get("Params")
         if own is not None:
-            name = cls.__dict__.get("name", cls.__name__)
             check_params_class(name, own)
-            if "options" in cls.__dict__:
-                raise ConfigError(f"method {name!r} declares both Params and options: its Params are its options")
-            cls.options = own.defaults()
+            if "options" in cls.__dict__ or "fields" in cls.__dict__:
+                raise ConfigError(f"method {name!r} declares both Params and options or fields: its Params are its "
+                                  "parameters")
+            defaults = own.defaults()
+            cls.fields = frozenset(defaults) & FLAT_FIELDS
+            cls.options = {k: v for k, v in defaults.items() if k not in FLAT_FIELDS}
+        elif "options" in cls.__dict__ or "fields" in cls.__dict__ or (
+                "check_options" in cls.__dict__ and getattr(cls.Params, "legacy", False)):
+            cls.Params = legacy_params_class(cls, name, cls.fields, dict(cls.options), FLAT_DEFAULTS, check_flat)
 
-    def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
+    def __init__(self, config: RunSettings, heads: HeadSet | None, spec: ModelSpec):
         self.config, self.heads, self.spec = config, heads, spec
         self.plain = PassPlan()
         # bool [B, capacity]: keys no selection should take (each row's pads and the chat template's
@@ -133,36 +180,34 @@ class Method:
             self.selector.update(attention)
 
     @classmethod
-    def temperature_of(cls, config: DecodingConfig) -> float:
+    def temperature_of(cls, config: RunSettings) -> float:
         """Attention temperature of every head, prefill included (1.0: none)."""
         return 1.0
 
     @classmethod
-    def prefill_scale(cls, config: DecodingConfig, n_layers: int) -> Scale | None:
+    def prefill_scale(cls, config: RunSettings, n_layers: int) -> Scale | None:
         """The logit scale of the prompt's prefill (None: the model's own attention, which any
         method that keeps it shares)."""
         return None
 
     @classmethod
     def check_options(cls, options: Mapping[str, Any]) -> None:
-        """Refuse bad option values when the config is made (before any model loads): the typed
-        `Params` check them, if the method has some."""
-        if cls.Params is not None:
-            cls.Params.of(cls.name, options)
+        """The older way's check of the `options` values (a typed `Params` checks its own): refuse
+        bad ones when the config is made, before any model loads."""
 
     @property
     def params(self) -> MethodParams:
         """This run's values of the method's `Params` (a ConfigError for a method without them)."""
-        if self.Params is None:
+        if self.Params is None or self.config.params is None:
             raise ConfigError(f"method {self.name!r} declares no Params")
-        return self.Params.of(self.name, dict(self.config.options))
+        return self.config.params
 
     def option(self, name: str) -> Any:
         """The value of one of the method's `options` in this run's config."""
         return dict(self.config.options)[name]
 
     @classmethod
-    def heads_for(cls, config: DecodingConfig, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
+    def heads_for(cls, config: RunSettings, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
         """The head set this method reads, checked against the model (None: it reads none)."""
         return None
 
@@ -194,18 +239,24 @@ PAPER_TAUS = (0.975, 0.95, 0.9, 0.85)
 class UniAttnS(Method):
     name = "uniattns"
     description = "uniform attention temperature tau in every head and layer, prefill included"
-    fields = frozenset({"tau"})
 
-    def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
+    @dataclasses.dataclass(frozen=True)
+    class Params(MethodParams):
+        tau: float = 1.0  # 1 leaves every attention score as it is: vanilla decoding
+
+        def check(self):
+            check_number("tau", self.tau, above=0)
+
+    def __init__(self, config: RunSettings, heads: HeadSet | None, spec: ModelSpec):
         super().__init__(config, heads, spec)
         self.plain = PassPlan(scale=self.prefill_scale(config, spec.n_layers))
 
     @classmethod
-    def temperature_of(cls, config: DecodingConfig) -> float:
+    def temperature_of(cls, config: RunSettings) -> float:
         return config.tau
 
     @classmethod
-    def prefill_scale(cls, config: DecodingConfig, n_layers: int) -> Scale | None:
+    def prefill_scale(cls, config: RunSettings, n_layers: int) -> Scale | None:
         return None if config.tau == 1.0 else Scale(range(n_layers), temperature=config.tau)
 
 
@@ -230,9 +281,9 @@ class Dysco(Method):
     name = "dysco"
     description = "dynamic attention scaling with the QRHeads"
     uses_heads = True
-    fields = SELECTION_FIELDS
+    Params = SelectionParams
 
-    def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
+    def __init__(self, config: RunSettings, heads: HeadSet | None, spec: ModelSpec):
         super().__init__(config, heads, spec)
         assert heads is not None
         self.reads = HeadReads(heads)
@@ -240,7 +291,7 @@ class Dysco(Method):
         self.biased = PassPlan(bias=Bias(range(spec.n_layers)))
 
     @classmethod
-    def heads_for(cls, config: DecodingConfig, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
+    def heads_for(cls, config: RunSettings, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
         return checked_heads(cls.name, model, heads)
 
     @property
@@ -292,7 +343,14 @@ class DyscoStatic(Dysco):
 class DyscoRandom(Dysco):
     name = "dysco-random"
     description = "DySCO with |H*| random heads (seeded) instead of the QRHeads"
-    fields = SELECTION_FIELDS | {"head_seed"}
+
+    @dataclasses.dataclass(frozen=True)
+    class Params(SelectionParams):
+        head_seed: int = 0  # seed of the random heads
+
+        def check(self):
+            super().check()
+            check_seed("head_seed", self.head_seed)
 
     @classmethod
     def heads_for(cls, config, model, heads):
@@ -333,11 +391,12 @@ class DyscoGated(Dysco):
     description = "DySCO that scales a step only when its selected keys hold min_mass of the QRHeads' relevance"
 
     @dataclasses.dataclass(frozen=True)
-    class Params(MethodParams):
+    class Params(SelectionParams):
         # 0 scales every step (plain DySCO); above 1 none (vanilla's tokens, at DySCO's cost)
         min_mass: float = 0.0
 
         def check(self):
+            super().check()
             check_number("min_mass", self.min_mass, at_least=0)
 
     def step(self, run, n_keys):
@@ -364,8 +423,25 @@ REGISTRY: dict[str, type[Method]] = {cls.name: cls for cls in BUILT_IN}
 # what `--method NAME` and `--methods A,B` can name: no spaces, commas, quotes or line breaks
 METHOD_NAME = re.compile(r"[A-Za-z0-9._-]+")
 METHODS: dict[str, str] = {name: cls.description for name, cls in REGISTRY.items()}
-# the DecodingConfig fields that belong to some method; a registered method can only name these
+# the flat parameters of some built-in method; a method declared the older way can only name these
 METHOD_FIELDS = frozenset().union(*(cls.fields for cls in BUILT_IN))
+assert METHOD_FIELDS == FLAT_FIELDS
+# the built-in Params that first declares each flat parameter: it checks a value given to a method
+# without it, and its declaration (type, default) is the one a method declared the older way gets
+FLAT_OWNERS: dict[str, type[MethodParams]] = {
+    name: cls.Params for cls in reversed(BUILT_IN) if cls.Params is not None for name in sorted(cls.fields)}
+FLAT_DEFAULTS: dict[str, tuple[Any, Any]] = {
+    name: (typing.get_type_hints(owner)[name], owner.defaults()[name]) for name, owner in FLAT_OWNERS.items()}
+
+
+def check_flat(values: Mapping[str, Any]) -> None:
+    """Check flat parameter values as their built-in owners check them (a ConfigError in the
+    owner's words), wherever they land: a method declared the older way, or `config.unowned`."""
+    by_owner: dict[type[MethodParams], dict[str, Any]] = {}
+    for name, value in values.items():
+        by_owner.setdefault(FLAT_OWNERS[name], {})[name] = value
+    for owner, given in by_owner.items():
+        owner(**{**owner.defaults(), **given})
 
 
 def register_method(cls: type[Method]) -> type[Method]:
@@ -380,7 +456,7 @@ def register_method(cls: type[Method]) -> type[Method]:
     taken = REGISTRY.get(name)
     if taken is not None and taken is not cls and not _same_definition(taken, cls):
         raise ConfigError(f"method {name!r} is already registered ({taken.__module__}.{taken.__qualname__})")
-    unknown = set(cls.fields) - METHOD_FIELDS
+    unknown = set(cls.fields) - FLAT_FIELDS
     if unknown:
         raise ConfigError(f"method {name!r} names fields that are no method's ({', '.join(sorted(unknown))}); "
                           "its own parameters go in its `options`")
@@ -394,6 +470,6 @@ def _same_definition(a: type, b: type) -> bool:
     return a.__module__ == b.__module__ and a.__qualname__ == b.__qualname__
 
 
-def method_for(config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec) -> Method:
+def method_for(config: RunSettings, heads: HeadSet | None, spec: ModelSpec) -> Method:
     """The method of `config.method` with its plans, fresh for one run (some keep state across steps)."""
     return REGISTRY[config.method](config, heads, spec)

@@ -21,11 +21,12 @@ and its tables label runs by them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import types
 import typing
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
 from dysco_interp.checks import brief
 from dysco_interp.errors import ConfigError
@@ -120,3 +121,60 @@ def check_params_class(method: str, params: Any) -> None:
             and params.__dataclass_params__.frozen):  # type: ignore[attr-defined]
         raise ConfigError(f"method {method!r}: its Params must be a @dataclass(frozen=True) subclassing MethodParams")
     params.defaults()
+
+
+class RunSettings(Protocol):
+    """What a method reads of its run's `DecodingConfig` (typed here, so that the methods need not
+    import the config that names them): the shared settings and its `params`. The flat names of
+    the older config (`config.beta`) still read through, for one release."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def params(self) -> MethodParams | None: ...
+
+    @property
+    def options(self) -> tuple[tuple[str, Any], ...]: ...
+
+    @property
+    def warmup(self) -> int: ...
+
+    def __getattr__(self, name: str) -> Any: ...
+
+
+def legacy_params_class(owner: type, method: str, fields: Any, options: dict[str, Any],
+                        flat: Mapping[str, tuple[Any, Any]],
+                        check_flat: Callable[[Mapping[str, Any]], None]) -> type[MethodParams]:
+    """The `Params` of a method declared the older way: the flat `fields` it names (declared as
+    the built-in method that owns each declares it, in `flat`, and checked as it checks them, by
+    `check_flat`) and its `options` (any JSON value, their defaults as given), checked by its
+    `check_options`."""
+    unknown = sorted(set(fields) - set(flat))
+    if unknown:
+        raise ConfigError(f"method {method!r} names fields that are no method's ({', '.join(unknown)}); "
+                          "its own parameters go in its `options`")
+    both = sorted(set(fields) & set(options))
+    if both:
+        raise ConfigError(f"method {method!r} names {both[0]!r} both in its fields and in its options")
+    declared: list[tuple[str, Any, dataclasses.Field]] = [
+        (name, flat[name][0], dataclasses.field(default=flat[name][1])) for name in sorted(fields)]
+    # a mutable default (a list, an object) is shared by no two configs: each is given it anew
+    declared += [(name, Any, dataclasses.field(default_factory=functools.partial(_copied, value))) for name, value in
+                 options.items()]
+
+    def check(self) -> None:
+        check_flat({name: getattr(self, name) for name in fields})
+        owner.check_options({name: getattr(self, name) for name in options})  # type: ignore[attr-defined]
+
+    made = dataclasses.make_dataclass(f"{owner.__name__}Params", declared, bases=(MethodParams,), frozen=True,
+                                      namespace={"check": check, "legacy": True})
+    made.__module__ = owner.__module__
+    made.__qualname__ = f"{owner.__qualname__}.Params"
+    return made
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _copied(v) for k, v in value.items()}
+    return [_copied(v) for v in value] if isinstance(value, (list, tuple)) else value

@@ -13,8 +13,8 @@ Override what differs from DySCO: `select(relevance, n_keys)` (relevance -> sele
 bias, -> the additive bias), `bias_layers()` and `bias_heads()` (where it applies);
 `start(model, batch)` prepares per-prompt data. Register the class under its name
 (`register_method`) and it runs in `generate`, `generate_batch`, `evaluate` and the replay, on
-every backend, in batches, with CUDA graphs on the static backend; its `options` are recorded
-with its results like any other setting.
+every backend, in batches, with CUDA graphs on the static backend; its `Params` are recorded
+with its results like any other setting (subclass `SelectionParams` to keep DySCO's beside its own).
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import torch
 
 from dysco_interp.decoding import relevance
-from dysco_interp.decoding.methods import SELECTION_FIELDS, HeadReads, Method, checked_heads
+from dysco_interp.decoding.methods import HeadReads, Method, SelectionParams, checked_heads
 from dysco_interp.decoding.plan import Bias, PassPlan, head_pairs
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel, ModelSpec
 
 if TYPE_CHECKING:
-    from dysco_interp.decoding.config import DecodingConfig
     from dysco_interp.decoding.methods import Run
+    from dysco_interp.decoding.params import RunSettings
     from dysco_interp.decoding.plan import ReadOut
 
 Passes = Literal["two", "one", "none"]
@@ -56,14 +56,14 @@ class SteeringMethod(Method):
 
     passes: ClassVar[Passes] = "two"
     uses_heads = True
-    fields = SELECTION_FIELDS
+    Params = SelectionParams
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         if "uses_heads" not in cls.__dict__:  # a method that reads nothing needs no heads
             cls.uses_heads = cls.passes != "none"
 
-    def __init__(self, config: DecodingConfig, heads: HeadSet | None, spec: ModelSpec):
+    def __init__(self, config: RunSettings, heads: HeadSet | None, spec: ModelSpec):
         super().__init__(config, heads, spec)
         if self.passes not in ("two", "one", "none"):
             raise ConfigError(f"method {self.name!r}: passes is 'two', 'one' or 'none', not {self.passes!r}")
@@ -90,7 +90,7 @@ class SteeringMethod(Method):
         self.graded = len(inspect.signature(self.bias).parameters) >= 2
 
     @classmethod
-    def heads_for(cls, config: DecodingConfig, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
+    def heads_for(cls, config: RunSettings, model: LoadedModel, heads: HeadSet | None) -> HeadSet | None:
         return None if cls.passes == "none" else checked_heads(cls.name, model, heads)
 
     @property

@@ -38,7 +38,7 @@ from dysco_interp.analysis.result_tables import (
     paired_deltas,
     with_table_q,
 )
-from dysco_interp.decoding.config import DecodingConfig, preset
+from dysco_interp.decoding.config import KEYWORDS, preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.stores.archives import stores_in
 from dysco_interp.studies.budget_choice import choose_config
@@ -178,9 +178,9 @@ def config_key(method: str, fields: Mapping[str, Any]) -> MethodKey:
     try:
         config = preset("paper", method=method, **fields)
     except TypeError:
-        unknown = sorted(set(fields) - set(DecodingConfig.__dataclass_fields__))
+        unknown = sorted(set(fields) - set(KEYWORDS))
         raise ConfigError(f"not DecodingConfig fields: {', '.join(unknown)}") from None
-    return MethodKey.from_config(vars(config))
+    return MethodKey.from_config(config.record_fields())
 
 
 def _estimate(recs: Sequence[Mapping], ref: Sequence[Mapping], metric: str, paired: bool,
