@@ -102,6 +102,11 @@ def heldout_methods(chosen: Mapping, max_new_tokens: int, tau: float | None = No
     return named(configs)
 
 
+def choice_path(out_dir: Path, model_name: str) -> Path:
+    """Where `choose` writes the dev split's choice for a model, and the studies that rerun it read it."""
+    return out_dir / "budget" / f"chosen_{model_name}.json"
+
+
 def tau_stores(out_dir: Path, model_name: str) -> list[Path]:
     """The MRCR tau sweeps UniAttnS's temperature is chosen on: the decoding runs' (part 'tau' of
     `studies.decoding_runs`, at 2K on seed 0, which no test table of this study reads), its first
@@ -138,7 +143,7 @@ class StudySettings:
 
     @property
     def choice_path(self) -> Path:
-        return self.out_dir / "budget" / f"chosen_{self.model_name}.json"
+        return choice_path(self.out_dir, self.model_name)
 
 
 def check_parts(parts: Sequence[str]) -> None:

@@ -31,7 +31,7 @@ from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
 from dysco_interp.stores.archives import stored
-from dysco_interp.studies.budget_study import FORCED_TOKENS, chosen_config, named, split_instances
+from dysco_interp.studies.budget_study import FORCED_TOKENS, choice_path, chosen_config, named, split_instances
 
 PARTS = ("detect", "machine", "fp32", "heads")
 VARIANTS = ("machine", "fp32", "heads")
@@ -70,7 +70,7 @@ class VarianceSettings:
 
     @property
     def choice_path(self) -> Path:
-        return self.out_dir / "budget" / f"chosen_{self.model_name}.json"
+        return choice_path(self.out_dir, self.model_name)
 
 
 def check_parts(parts: Sequence[str]) -> None:
