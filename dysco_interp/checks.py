@@ -132,5 +132,13 @@ def check_choice(name: str, value: Any, choices: tuple[str, ...], then: str = ""
     return value
 
 
-__all__ = ["MAX_SEED", "brief", "typed", "check_bool", "check_choice", "check_int", "check_number", "check_seed",
-           "is_int"]
+def check_parts(parts: Any, known: tuple[str, ...]) -> None:
+    """A study's parts, each one of `known`: else one ConfigError naming the unknown ones and the choices."""
+    unknown = set(parts) - set(known)
+    if unknown:
+        raise ConfigError(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(known)}")
+
+
+__all__ = ["MAX_SEED", "brief", "typed", "check_bool", "check_choice", "check_int", "check_number", "check_parts",
+           "check_seed", "is_int"]
+

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dysco_interp import checks
 from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.result_tables import tau_sweep
 from dysco_interp.atomic import atomic_open
@@ -147,9 +148,7 @@ class StudySettings:
 
 
 def check_parts(parts: Sequence[str]) -> None:
-    unknown = set(parts) - set(PARTS)
-    if unknown:
-        raise ConfigError(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    checks.check_parts(parts, PARTS)
 
 
 def dev_records(s: StudySettings, kind: str) -> list[dict]:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dysco_interp import checks
 from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.result_tables import tau_sweep
 from dysco_interp.decoding.config import DecodingConfig, preset
@@ -89,9 +90,7 @@ class RunSettings:
 
 
 def check_parts(parts: Sequence[str]) -> None:
-    unknown = set(parts) - set(PARTS)
-    if unknown:
-        raise ConfigError(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    checks.check_parts(parts, PARTS)
 
 
 def run_parts(model: LoadedModel, heads: HeadSet, s: RunSettings, log: Callable[[str], None] = print) -> None:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dysco_interp import checks
 from dysco_interp.analysis.records import read_records
 from dysco_interp.atomic import atomic_open
 from dysco_interp.decoding.config import DecodingConfig, preset
@@ -137,9 +138,7 @@ class RegimeSettings:
 
 
 def check_parts(parts: Sequence[str]) -> None:
-    unknown = set(parts) - set(PARTS)
-    if unknown:
-        raise ConfigError(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    checks.check_parts(parts, PARTS)
 
 
 def dev_stores(s: RegimeSettings, kind: str) -> list[Path]:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dysco_interp import checks
 from dysco_interp.analysis.replay import replay_path_traversal, route_steps, token_pieces
 from dysco_interp.analysis.step_mechanism import step_mechanisms
 from dysco_interp.atomic import atomic_open
@@ -77,9 +78,7 @@ class AccountSettings:
 
 
 def check_parts(parts: Sequence[str], split: str) -> None:
-    unknown = set(parts) - set(PARTS)
-    if unknown:
-        raise ConfigError(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    checks.check_parts(parts, PARTS)
     if "gate" in parts and split != "dev":
         raise ConfigError("the gate is chosen on the dev split only (--split dev)")
     if "free" in parts and split != "test":

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dysco_interp import checks
 from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.config import DecodingConfig, preset
 from dysco_interp.errors import ConfigError
@@ -74,9 +75,7 @@ class VarianceSettings:
 
 
 def check_parts(parts: Sequence[str]) -> None:
-    unknown = set(parts) - set(PARTS)
-    if unknown:
-        raise ConfigError(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(PARTS)}")
+    checks.check_parts(parts, PARTS)
 
 
 def methods(s: VarianceSettings) -> dict[str, DecodingConfig]:
