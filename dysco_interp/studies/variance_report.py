@@ -10,6 +10,7 @@ the shifts) and for equivalence within the metric's margin (`analysis.margins`; 
 
 from __future__ import annotations
 
+import textwrap
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -143,7 +144,9 @@ def figure(result: Mapping, stem: Path) -> tuple[Path, Path]:
                                  [e and e["lo"] for e in at], [e and e["hi"] for e in at]))
         panels.append(Panel(label, f"Δ {label}\n(chosen − vanilla)", series, note="no runs", ref=0.0,
                             ref_label="vanilla (Δ = 0)"))
-    return save_ci_lines(panels, [f"{run}\n({RUNS[run][0]})" for run in runs], stem,
+    # wrapped, since four descriptions side by side overrun each other under a half-width panel
+    ticks = [f"{run}\n" + textwrap.fill(f"({RUNS[run][0]})", 16) for run in runs]
+    return save_ci_lines(panels, ticks, stem,
                          title=f"The small-budget effect under each run ({result['model']})", xlabel="run")
 
 

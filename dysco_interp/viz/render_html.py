@@ -158,7 +158,9 @@ def ci_lines_html(
                                      line={"color": color}, hovertemplate=hover, legendgroup=s.name,
                                      showlegend=s.name not in shown), row=1, col=i + 1)
             shown.add(s.name)
-        fig.update_xaxes(title_text=xlabel, type="category", row=1, col=i + 1)
+        # plotly breaks a tick label only at <br>, not at the PNG's newlines
+        fig.update_xaxes(title_text=xlabel, type="category", tickmode="array", tickvals=list(x_labels),
+                         ticktext=[html_title(x) for x in x_labels], row=1, col=i + 1)
         fig.update_yaxes(title_text=panel.ylabel, range=list(panel.ylim) if panel.ylim else None, row=1, col=i + 1)
     fig.update_layout(title=html_title(title), height=500 + 20 * title.count("\n"),
                       margin={"t": 90 + 20 * title.count("\n"), "l": 60, "r": 30})
