@@ -188,10 +188,11 @@ CASES = {
                                     "dysco-interp evaluate: error: argument --methods: unknown method(s) cli-pastaa; "
                                     "choose from vanilla, uniattns, dysco, dysco-static, dysco-random, dysco-reuse, "),
     "unknown option": ([*GEN, *FROM, "--method", "cli-pasta", "--method-options", 'cli-pasta={"alfa": 1}'],
-                       "argument --params: method 'cli-pasta' has no option 'alfa' "
-                       "(its options: alpha, heads, tail)"),
+                       "argument --params: method 'cli-pasta' has no parameter 'alfa' "
+                       "(its parameters: alpha, heads, schedule, tail)"),
     "options of a built-in method": ([*EVAL, "--methods", "dysco", "--method-options", 'dysco={"alpha": 1}'],
-                                     "method 'dysco' has no option 'alpha' (its options: none)"),
+                                     "method 'dysco' has no parameter 'alpha' (its parameters: beta, decay, "
+                                     "k_fraction, schedule, select_k, select_p, template_masking)"),
     "options of a method not run": ([*EVAL, *FROM, "--methods", "vanilla", "--method-options", "cli-pasta={}"],
                                     "argument --params: cli-pasta is not a method this run uses "
                                     "(--methods vanilla)"),

@@ -80,3 +80,19 @@ def test_records_keep_their_labels_whatever_decoding_configs_defaults():
     default = method_key({"config": dataclasses.asdict(DecodingConfig())})
     assert default == method_key({"config": dataclasses.asdict(preset("small-budget"))})
     assert default.deviations() == {"beta": 1.5, "top_k": 8} and default.label == "DySCO (beta=1.5, K=8)"
+
+
+@pytest.mark.parametrize("name", ["vanilla", "uniattns", "dysco", "dysco-random", "dysco-gated"])
+def test_a_record_keyed_by_its_params_has_its_flat_configs_key(name):
+    config = preset("paper", method=name)
+    if config.params is not None and "select_k" in config.params.as_dict():
+        config = config.with_params(select_k=16, beta=3.0)
+    elif name == "uniattns":
+        config = config.with_params(tau=0.9)
+    params = None if config.params is None else config.params.as_dict()
+    flat_only = {"config": config.record_fields()}
+    key = method_key({**flat_only, "params": params})
+    assert key == method_key(flat_only)
+    # the params decide where the two disagree: the flat form is only what older records have
+    if params is not None and "beta" in params:
+        assert method_key({"config": {**config.record_fields(), "beta": 9.0}, "params": params}) == key

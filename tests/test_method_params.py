@@ -59,7 +59,7 @@ def test_typed_parameters_are_checked_recorded_and_read_back(tiny_llama):
     assert "beta" not in config.used_fields()  # no bookkeeping: parameters it does not have never split its stores
     assert DecodingConfig(method=SpanBoost.name, options={"factor": 8}).params.factor == 8  # JSON's 8 is a float
     for bad, message in (({"factor": "8"}, "parameter 'factor' must be float"), ({"factor": 0}, "factor must be"),
-                         ({"fator": 2}, "has no option 'fator'"), ({"layers": 3}, "parameter 'layers' must be"),
+                         ({"fator": 2}, "has no parameter 'fator'"), ({"layers": 3}, "parameter 'layers' must be"),
                          ({"layers": []}, "non-empty list")):
         with pytest.raises(ConfigError, match=message):
             DecodingConfig(method=SpanBoost.name, options=bad)

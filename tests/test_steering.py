@@ -197,7 +197,7 @@ def test_a_user_method_is_refused_in_one_line_when_it_cannot_run(tiny_llama):
         generate(tiny_llama, PROMPT, DecodingConfig(method="test-broken", max_new_tokens=2), heads=heads)
     with pytest.raises(ConfigError, match="outside the model"):
         generate(tiny_llama, PROMPT, DecodingConfig(method="test-outside", max_new_tokens=2))
-    with pytest.raises(ConfigError, match="has no option 'beta'"):
+    with pytest.raises(ConfigError, match="has no parameter 'beta'"):
         DecodingConfig(method=Pasta.name, options={"beta": 2})
     with pytest.raises(ConfigError, match="already registered"):
         register_method(type("Other", (SteeringMethod,), {"name": Pasta.name, "description": "x"}))

@@ -31,7 +31,7 @@ from transformers import AutoModelForCausalLM
 from dysco_interp.decoding.backends import BackendSpec, DecodeState
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import Stepper
-from dysco_interp.decoding.methods import register_method
+from dysco_interp.decoding.methods import flat_name, register_method
 from dysco_interp.decoding.plan import PassPlan, Read
 from dysco_interp.decoding.prompts import PromptBatch
 from dysco_interp.decoding.steering import SteeringMethod
@@ -427,7 +427,9 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
         "devices": [str(d) for d in model_devices(model)],
         "n_gpus": sum(d.type == "cuda" for d in model_devices(model)),
         "copy_bandwidth_gb_per_s": round(bandwidth / 1e9, 1) if bandwidth else None,
-        "config": {"method": config.method, "top_p": config.top_p, "top_k": config.top_k, "beta": config.beta},
+        # by the record names, as every committed benchmark keeps them
+        "config": {"method": config.method, **{flat_name(name): config.parameter(name)
+                                                for name in ("select_p", "select_k", "beta")}},
         "threads": torch.get_num_threads(),
         **provenance(model.device),
         "command": command,

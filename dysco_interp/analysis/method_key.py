@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dysco_interp.decoding import methods
-from dysco_interp.decoding.config import PRESETS, RECORD_ORDER, flat_record
+from dysco_interp.decoding.config import PRESETS, RECORD_ORDER, as_flat, flat_record
+from dysco_interp.decoding.methods import param_name
 from dysco_interp.decoding.params import MethodParams
 from dysco_interp.errors import ConfigError
 
@@ -80,8 +81,9 @@ _READERS: dict[str, Callable[[Any], Any]] = {"template_masking": _masking, "top_
 
 
 def default_value(name: str) -> Any:
-    """The paper's value of a decoding parameter (its preset's field): what keys compare against."""
-    return getattr(_DEFAULTS, name)
+    """The paper's value of a decoding parameter by its record name (its preset's): what keys
+    compare against."""
+    return _DEFAULTS.parameter(param_name(name)) if name in methods.FLAT_FIELDS else getattr(_DEFAULTS, name)
 
 
 def _reader(name: str) -> Callable[[Any], Any]:
@@ -147,7 +149,7 @@ def flattened(config: Mapping) -> Mapping:
         return config
     params = config["params"]
     values = params.as_dict() if isinstance(params, MethodParams) else dict(params or {})
-    return flat_record(config["method"], config, {**dict(config.get("unowned") or ()), **values})
+    return flat_record(config["method"], config, {**dict(config.get("unowned") or ()), **as_flat(values)})
 
 
 def _stored(config: Mapping, name: str) -> Any:
@@ -218,7 +220,12 @@ def symbol(name: str) -> str:
 
 
 def method_key(record: Mapping) -> MethodKey:
-    return MethodKey.from_config(record.get("config"))
+    """What ran: a record's method and its `params` (the method's parameters by their Python
+    names), or, in a record written before records kept them, its flat `config`."""
+    config, params = record.get("config"), record.get("params")
+    if isinstance(params, Mapping) and isinstance(config, Mapping):
+        config = {**config, "params": params}
+    return MethodKey.from_config(config)
 
 
 def setting_of(record: Mapping) -> tuple[tuple[str, Any], ...]:

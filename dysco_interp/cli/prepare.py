@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def decoding_config(args, method: str):
     """The DecodingConfig of `method` from --preset, its overrides, --tau, its --method-options and
     the sampling flags."""
-    from dysco_interp.decoding.config import preset
+    from dysco_interp.decoding.config import preset, with_flat
     from dysco_interp.decoding.methods import REGISTRY
     from dysco_interp.decoding.sampling import SamplingConfig
 
@@ -31,18 +31,15 @@ def decoding_config(args, method: str):
             "vanilla decoding; the paper picks tau per model on MRCR (figures/README.md gives the values "
             "chosen for the Qwen models)"
         )
-    changes = {
-        "method": method,
-        "max_new_tokens": args.max_new_tokens,
-        "head_seed": args.head_seed,
-        "sampling": SamplingConfig(args.temperature, args.top_p, args.top_k, args.seed),
-    }
-    changes.update(dysco_overrides(args))
+    config = preset(args.preset, method=method, max_new_tokens=args.max_new_tokens,
+                    sampling=SamplingConfig(args.temperature, args.top_p, args.top_k, args.seed))
+    # one flag for every method of --methods: a method without the parameter keeps it unowned
+    flat = {"head_seed": args.head_seed, **dysco_overrides(args)}
     if args.tau is not None:
-        changes["tau"] = args.tau
-    if method in args.method_options:  # --method-options, checked when the command line was read
-        changes["options"] = args.method_options[method]
-    return preset(args.preset, **changes)
+        flat["tau"] = args.tau
+    config = with_flat(config, flat)
+    # --params, checked against the method's Params when the command line was read
+    return config.with_params(**args.method_options.get(method, {}))
 
 
 def dysco_overrides(args) -> dict:

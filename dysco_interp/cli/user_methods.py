@@ -147,8 +147,7 @@ def _check_names(flag: str, names: list[str], loaded: bool) -> None:
 
 
 def _checked_options(given: list[tuple[str, dict]], names: list[str], flag: str) -> dict[str, dict]:
-    from dysco_interp.decoding.config import method_options
-    from dysco_interp.decoding.methods import REGISTRY
+    from dysco_interp.decoding.config import checked_params
     from dysco_interp.errors import ConfigError
 
     out: dict[str, dict] = {}
@@ -160,7 +159,7 @@ def _checked_options(given: list[tuple[str, dict]], names: list[str], flag: str)
             raise argparse.ArgumentTypeError(f"argument {OPTIONS_FLAG}: {name} is not a method this run uses "
                                              f"({flag} {','.join(names)})")
         try:  # the check DecodingConfig makes, now rather than after the data is read
-            method_options(name, REGISTRY[name].options, options)
+            checked_params(name, options)
         except ConfigError as e:
             raise argparse.ArgumentTypeError(f"argument {OPTIONS_FLAG}: {e}") from None
         out[name] = options

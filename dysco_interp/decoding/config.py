@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +19,8 @@ from dysco_interp.decoding.methods import (
     Method,
     SelectionParams,
     check_flat,
+    flat_name,
+    param_name,
 )
 from dysco_interp.decoding.params import MethodParams
 from dysco_interp.decoding.sampling import GREEDY, SamplingConfig
@@ -38,12 +41,17 @@ class DecodingConfig:
     Every value is checked on construction: a wrong type or range is a ConfigError naming it
     (`DecodingConfig(params=SelectionParams(beta="2"))`, `DecodingConfig(warmup=True)`).
 
-    The older flat spelling still works for one release, mapped into and out of `params`:
-    `DecodingConfig(beta=2.0)`, `config.replace(top_k=4)`, `config.beta`, and `options=` for a
-    method's other parameters. A flat parameter given to a method that has none of that name
-    (`DecodingConfig(method="vanilla", beta=2.0)`, one spelling for several methods) is checked
-    as the built-in method that has it checks it and kept in `unowned`, which equality, the
-    repr and records see, and which `replace(method=...)` hands to a method that has it.
+    Change parameters with `with_params` (`preset("paper").with_params(select_k=8)`) and shared
+    settings with `replace`; read them as `config.params.beta`, or `config.parameter(name)` for
+    one the method may lack (its built-in owner's default then).
+
+    The older flat spelling still works for one release, with a notice, mapped into and out of
+    `params`: `DecodingConfig(beta=2.0)`, `config.replace(top_k=4)`, `config.beta`, and
+    `options=` for a method's other parameters. A flat parameter given to a method that has none
+    of that name (`DecodingConfig(method="vanilla", beta=2.0)`, one spelling for several methods)
+    is checked as the built-in method that has it checks it and kept in `unowned`, which
+    equality, the repr and records see, and which `replace(method=...)` hands to a method that
+    has it.
     """
 
     method: MethodName = "dysco"
@@ -62,6 +70,20 @@ class DecodingConfig:
     def __init__(self, method: Any = _UNSET, *, params: Any = None, options: Any = (), unowned: Any = (),
                  **settings: Any):
         flat = {name: settings.pop(name) for name in list(settings) if name in FLAT_FIELDS}
+        older_spelling("DecodingConfig", flat, options)
+        self._build(method, params, options, unowned, flat, settings)
+
+    @classmethod
+    def _made(cls, method: Any = _UNSET, *, params: Any = None, options: Any = (), unowned: Any = (),
+              **settings: Any) -> "DecodingConfig":
+        # what replace and preset build: their callers' spelling has had its notice already
+        flat = {name: settings.pop(name) for name in list(settings) if name in FLAT_FIELDS}
+        made = object.__new__(cls)
+        made._build(method, params, options, unowned, flat, settings)
+        return made
+
+    def _build(self, method: Any, params: Any, options: Any, unowned: Any, flat: dict[str, Any],
+               settings: dict[str, Any]) -> None:
         unknown = sorted(set(settings) - set(SHARED_FIELDS))
         if unknown:
             raise TypeError(f"DecodingConfig got an unexpected keyword argument {unknown[0]!r}")
@@ -77,15 +99,44 @@ class DecodingConfig:
         check_bool("record_positions", self.record_positions)
         check_bool("enable_thinking", self.enable_thinking, allow_none=True)
         flat = {**flat_pairs(unowned), **flat}
-        owned = {k: v for k, v in flat.items() if k in self.strategy.fields}
+        owned = {param_name(k): v for k, v in flat.items() if k in self.strategy.fields}
         object.__setattr__(self, "params", method_params(self.strategy, params, owned, options))
-        object.__setattr__(self, "unowned", unowned_values({k: v for k, v in flat.items() if k not in owned}))
+        object.__setattr__(self, "unowned", unowned_values({k: v for k, v in flat.items()
+                                                            if k not in self.strategy.fields}))
 
     def __getattr__(self, name: str) -> Any:
         # only reached for names that are no field: the older flat parameters, for one release
         if name not in FLAT_FIELDS:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        return flat_parameters(self)[name]
+        own = param_name(name)
+        warnings.warn(f"config.{name} is the older flat spelling and goes in the next release: read "
+                      f"config.params.{own}, or config.parameter({own!r}) for a parameter the method may lack",
+                      DeprecationWarning, stacklevel=2)
+        return self.parameter(own)
+
+    def parameter(self, name: str) -> Any:
+        """This run's value of the parameter `name` (as its method's `Params` names it): the
+        method's own, else one kept `unowned`, else the default of the built-in method that has
+        it. The generic loop reads DySCO's schedule and template masking so for every method."""
+        if self.params is not None and name in {f.name for f in dataclasses.fields(self.params)}:
+            return getattr(self.params, name)
+        flat = flat_name(name)
+        if flat in dict(self.unowned):
+            return dict(self.unowned)[flat]
+        if flat in FLAT_DEFAULTS:
+            return FLAT_DEFAULTS[flat][1]
+        raise ConfigError(f"method {self.method!r} has no parameter {name!r}, nor does any built-in method")
+
+    def with_params(self, **values: Any) -> "DecodingConfig":
+        """A copy with these of its method's parameters changed, the others kept:
+        `preset("paper").with_params(select_k=8)`. An unknown name is a ConfigError that lists the
+        method's parameters."""
+        if not values:
+            return self
+        if self.params is None:
+            raise ConfigError(f"method {self.method!r} has no parameters (got {sorted(values)[0]!r})")
+        changed = type(self.params).of(self.method, {**self.params.as_dict(), **values})
+        return self._replaced({"params": changed})
 
     @property
     def strategy(self) -> type[Method]:
@@ -117,8 +168,9 @@ class DecodingConfig:
         return {k: v for k, v in flat_record(self.method, vars(self), self.values()).items() if k != "sampling"}
 
     def values(self) -> dict[str, Any]:
-        """Every parameter value this config holds by name: its method's and those `unowned`."""
-        return {**dict(self.unowned), **({} if self.params is None else self.params.as_dict())}
+        """Every parameter value this config holds, by its record name (`methods.flat_name`): its
+        method's and those `unowned`."""
+        return {**dict(self.unowned), **as_flat({} if self.params is None else self.params.as_dict())}
 
     @property
     def temperature(self) -> float:
@@ -137,6 +189,10 @@ class DecodingConfig:
         and `options`. A change of method moves every flat value to the new method or to `unowned`
         (the paper's beta goes from dysco to vanilla and back) and keeps the other parameters the
         two methods share by name; the new method's others take its defaults."""
+        older_spelling("replace", {k: v for k, v in changes.items() if k in FLAT_FIELDS}, changes.get("options", ()))
+        return self._replaced(changes)
+
+    def _replaced(self, changes: Mapping[str, Any]) -> "DecodingConfig":
         method = changes.get("method", self.method)
         keep: dict[str, Any] = {name: getattr(self, name) for name in SHARED_FIELDS}
         if method == self.method:
@@ -148,7 +204,7 @@ class DecodingConfig:
                 strategy = REGISTRY.get(method) if isinstance(method, str) else None
                 flat = {k: v for k, v in flat.items() if strategy is None or k not in strategy.fields}
             keep.update(params=shared_values(values, method), unowned=flat)
-        return DecodingConfig(**{**keep, **changes})
+        return DecodingConfig._made(**{**keep, **changes})
 
 
 # the settings every method shares: DecodingConfig's fields but its parameters
@@ -161,6 +217,40 @@ RECORD_ORDER = ("method", "beta", "top_p", "top_k", "decay", "warmup", "schedule
 assert set(RECORD_ORDER) == set(SHARED_FIELDS) | FLAT_FIELDS
 # what DecodingConfig(...) and replace(...) take: its fields, and for one release the older spelling
 KEYWORDS = (*RECORD_ORDER, "options", "params", "unowned")
+
+
+def with_flat(config: DecodingConfig, values: Mapping[str, Any]) -> DecodingConfig:
+    """`config` with flat parameter values given once for several methods (the command line's
+    --beta beside --methods vanilla,dysco): the method takes those it has, by their record names,
+    and the rest are kept in `unowned`, as records show them."""
+    unknown = sorted(set(values) - FLAT_FIELDS)
+    if unknown:
+        raise ConfigError(f"not flat parameters: {', '.join(unknown)}")
+    return config._replaced(dict(values))
+
+
+def older_spelling(where: str, flat: Mapping[str, Any], options: Any) -> None:
+    """The one notice of the older spelling of a method's parameters: flat fields, `options=`."""
+    if flat:
+        given = ", ".join(f"{name}=" for name in sorted(flat))
+        new = ", ".join(f"{param_name(name)}=..." for name in sorted(flat))
+        warnings.warn(f"{where}({given}) is the older flat spelling of a method's parameters and goes in the next "
+                      f"release: give params= (e.g. params=SelectionParams({new})) or use config.with_params({new})",
+                      DeprecationWarning, stacklevel=3)
+    if options not in ((), None) and not (isinstance(options, Mapping) and not options):
+        warnings.warn(f"{where}(options=) is the older spelling of params= and goes in the next release",
+                      DeprecationWarning, stacklevel=3)
+
+
+def as_flat(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's parameter values by their record names (`methods.flat_name`)."""
+    return {flat_name(name): value for name, value in values.items()}
+
+
+def param_values(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Parameter values by their record names (a record's config, a committed choice) by the
+    names a method's `Params` gives them: what `preset(..., params=)` and `with_params` take."""
+    return {param_name(name): value for name, value in flat.items()}
 
 
 def flat_pairs(given: Any) -> dict[str, Any]:
@@ -225,13 +315,6 @@ def _params_name(strategy: type[Method]) -> str:
     return "None (it has no parameters)" if strategy.Params is None else f"its {strategy.Params.__qualname__}"
 
 
-def flat_parameters(config: DecodingConfig) -> dict[str, Any]:
-    """Every flat parameter's value: the method's own, one given `unowned`, or the default of the
-    built-in method that has it."""
-    values = config.values()
-    return {name: values.get(name, default) for name, (_, default) in FLAT_DEFAULTS.items()}
-
-
 def flat_record(method: str, settings: Mapping[str, Any], values: Mapping[str, Any]) -> dict[str, Any]:
     """The record form of a config: its shared `settings` and its parameter `values` (the
     method's and those unowned), as they were recorded when every parameter was a field of its
@@ -283,7 +366,7 @@ def checked_options(method: str, declared: Mapping[str, Any], given: Any) -> dic
     unknown = sorted(set(items) - set(declared))
     if unknown:
         known = ", ".join(sorted(declared)) or "none"
-        raise ConfigError(f"method {method!r} has no option {unknown[0]!r} (its options: {known})")
+        raise ConfigError(f"method {method!r} has no parameter {unknown[0]!r} (its parameters: {known})")
     for name, value in items.items():
         if _depth(value) > MAX_OPTION_DEPTH:
             raise ConfigError(f"option {name!r} of method {method!r} is nested more than {MAX_OPTION_DEPTH} "
@@ -296,23 +379,27 @@ def checked_options(method: str, declared: Mapping[str, Any], given: Any) -> dic
     return items
 
 
-def method_options(method: str, defaults: Mapping[str, Any], given: Any) -> tuple[tuple[str, Any], ...]:
-    """`given` checked against the method's options (`checked_options`) and completed with their
-    defaults, as sorted pairs (lists become tuples)."""
-    merged = {**defaults, **checked_options(method, defaults, given)}
-    return tuple((name, _frozen(merged[name])) for name in sorted(merged))
+def checked_params(method: str, given: Any) -> dict[str, Any]:
+    """Some of `method`'s parameter values (as `--params` gives them) checked now as the config
+    will check them (`checked_options`, then its `Params`), before any model loads."""
+    typed = REGISTRY[method].Params
+    declared = {} if typed is None else typed.defaults()
+    values = checked_options(method, declared, given)
+    if typed is not None:
+        typed.of(method, {**declared, **{k: _frozen(v) for k, v in values.items()}})
+    return values
 
 
 # Named parameter sets of DySCO (its `SelectionParams`; a preset given another method keeps what it shares)
 PRESETS: dict[str, DecodingConfig] = {
     # the official defaults (Qwen3 / Llama-3.1 releases)
-    "paper": DecodingConfig(params=SelectionParams(top_k=4096, beta=2.0)),
+    "paper": DecodingConfig(params=SelectionParams(select_k=4096, beta=2.0)),
     # the paper's other grid point: wider nucleus cap, stronger scaling
-    "paper-strong": DecodingConfig(params=SelectionParams(top_p=0.95, top_k=8192, beta=2.5)),
+    "paper-strong": DecodingConfig(params=SelectionParams(select_p=0.95, select_k=8192, beta=2.5)),
     # the paper's parameter table for 64K-128K with YaRN: the nucleus kept, a larger cap, stronger scaling
-    "paper-long": DecodingConfig(params=SelectionParams(top_k=8192, beta=2.5)),
+    "paper-long": DecodingConfig(params=SelectionParams(select_k=8192, beta=2.5)),
     # the official quick check: top-K only (no nucleus cut), beta 2.5, 128 new tokens
-    "quick-check": DecodingConfig(params=SelectionParams(top_p=1.0, top_k=1024, beta=2.5), max_new_tokens=128),
+    "quick-check": DecodingConfig(params=SelectionParams(select_p=1.0, select_k=1024, beta=2.5), max_new_tokens=128),
     # chosen on a dev split for Qwen2.5-Coder 0.5B and 1.5B at 2K-8K tokens (figures/budget/), where the
     # paper's nucleus holds hundreds of keys, and again for 1.5B over 2K-128K (figures/paper_regime/):
     # a handful of keys, gently boosted, helps where the paper's settings do not. SelectionParams'
@@ -323,9 +410,20 @@ assert tuple(PRESETS) == PRESET_NAMES
 assert PRESETS[DEFAULT_PRESET] == DecodingConfig()
 
 
-def preset(name: str, **changes) -> DecodingConfig:
-    """A named DecodingConfig from `PRESETS` ("paper", "paper-strong", "paper-long", "quick-check", "small-budget"),
-    with `changes` applied to its fields, e.g. `preset("paper", beta=3.0, max_new_tokens=64)`."""
+def preset(name: str, *, params: Mapping[str, Any] | MethodParams | None = None, **changes) -> DecodingConfig:
+    """A named DecodingConfig from `PRESETS` ("paper", "paper-strong", "paper-long", "quick-check",
+    "small-budget"), with `changes` applied to its shared settings (the method included) and
+    `params` to its method's parameters: a mapping changes those it names
+    (`preset("paper", params={"beta": 3.0}, max_new_tokens=64)`), a method's `Params` replaces them all."""
     if not isinstance(name, str) or name not in PRESETS:
         raise ConfigError(f"unknown preset {brief(name)}; choose one of {', '.join(PRESETS)}")
-    return PRESETS[name].replace(**changes)
+    older_spelling("preset", {k: v for k, v in changes.items() if k in FLAT_FIELDS}, changes.get("options", ()))
+    if isinstance(params, MethodParams):
+        return PRESETS[name]._replaced({**changes, "params": params})
+    config = PRESETS[name]._replaced(changes)
+    if params is None:
+        return config
+    if not isinstance(params, Mapping):
+        raise ConfigError(f"params must be a mapping of parameter names to values or a method's Params, got "
+                          f"{brief(params)}")
+    return config.with_params(**params)

@@ -144,7 +144,7 @@ def _decode_batch(model, batch, config, heads, prefix, backend: BackendSpec, spa
     everyone = [True] * n_rows
     t0 = time.perf_counter()
     logits = None
-    first_biased = width - biased_prompt_steps(width - prefix.n_tokens, batch.n_gen, config.schedule)
+    first_biased = width - biased_prompt_steps(width - prefix.n_tokens, batch.n_gen, config.parameter("schedule"))
     for col in range(prefix.n_tokens, first_biased):
         logits, records = stepper.context_warmup(state, ids[:, col])
         keep(records, everyone)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
+import warnings
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -47,10 +48,11 @@ class SelectionParams(MethodParams):
     `small-budget` preset's (`choices.DEFAULT_PRESET`); `config.PRESETS` names the paper's."""
 
     beta: float = 1.5  # strength: log(beta) added to the selected keys' scores (the paper's: 2.0)
-    top_p: float = 0.975  # nucleus mass of the selection
-    top_k: int = 8  # cap on the number of selected keys (the paper's: 4096)
+    # select_*, not top_*: sampling's top_p and top_k are another thing (`SamplingConfig`)
+    select_p: float = 0.975  # nucleus mass of the selection
+    select_k: int = 8  # cap on the number of selected keys (the paper's: 4096)
     decay: float = 0.75  # momentum d; history weight gamma = d / (1 + d)
-    top_k_fraction: float | None = None  # also cap the selection at this share of each prompt
+    k_fraction: float | None = None  # also cap the selection at this share of each prompt
     # "reference": T_w - 1 unbiased warm-up tokens, then n_gen + 1 biased prompt steps (the
     # official code); "paper": T_w unbiased, then the n_gen generation-prompt tokens biased
     schedule: Schedule = "reference"
@@ -65,47 +67,64 @@ class SelectionParams(MethodParams):
 
     def check(self) -> None:
         relevance.check_beta(self.beta)
-        relevance.check_selection_params(self.top_p, self.top_k)
+        relevance.check_selection_params(self.select_p, self.select_k)
         relevance.check_decay(self.decay)
         check_choice("schedule", self.schedule, SCHEDULES)
         check_choice("template_masking", self.template_masking, MASKING_MODES,
                      then=" (the old switch: True is 'skeleton', False is 'off')" if isinstance(
                          self.template_masking, bool) else "")
-        relevance.check_top_k_fraction(self.top_k_fraction)
+        relevance.check_top_k_fraction(self.k_fraction)
 
 
 SELECTION_FIELDS = frozenset(f.name for f in dataclasses.fields(SelectionParams))
-# The parameters that were DecodingConfig's own fields before methods owned them: a record keeps
-# them flat beside the shared settings (and `DecodingConfig(beta=2.0)` still sets them), the
-# other parameters of a method under "options".
-FLAT_FIELDS = SELECTION_FIELDS | {"tau", "head_seed"}
+# A parameter's name where records (and the older flat spelling) name it otherwise. Records keep
+# the older names, so that stores written before and after the rename hold one setting.
+RECORD_NAMES = {"select_p": "top_p", "select_k": "top_k", "k_fraction": "top_k_fraction"}
+PARAM_NAMES = {flat: name for name, flat in RECORD_NAMES.items()}
+
+
+def flat_name(param: str) -> str:
+    """A parameter's name in records and in the older flat spelling."""
+    return RECORD_NAMES.get(param, param)
+
+
+def param_name(flat: str) -> str:
+    """A flat (record) parameter name's name in a method's `Params`."""
+    return PARAM_NAMES.get(flat, flat)
+
+
+# The parameters that were DecodingConfig's own fields before methods owned them, by their record
+# names: a record keeps them flat beside the shared settings (and `DecodingConfig(beta=2.0)` still
+# sets them, for one release), the other parameters of a method under "options".
+FLAT_FIELDS = frozenset(flat_name(name) for name in SELECTION_FIELDS) | {"tau", "head_seed"}
 
 
 class Selector:
     """Each row's running relevance over key positions, and the selection made from it.
 
-    `caps`: long `[B]`, each row's own key cap (`top_k_fraction`), or None for `top_k`.
+    `params`: the selection's (`SelectionParams`, or a subclass); `caps`: long `[B]`, each row's
+    own key cap (`k_fraction`), or None for `params.select_k`.
     """
 
-    def __init__(self, config: RunSettings, excluded: torch.Tensor, caps: torch.Tensor | None = None):
-        self.config = config
+    def __init__(self, params: SelectionParams, excluded: torch.Tensor, caps: torch.Tensor | None = None):
+        self.params = params
         self.excluded = excluded  # bool [B, capacity]: keys never selected (pads, template tokens)
-        self.top_k: int | torch.Tensor = config.top_k if caps is None else caps.to(excluded.device)
+        self.cap: int | torch.Tensor = params.select_k if caps is None else caps.to(excluded.device)
         self.relevance: torch.Tensor | None = None  # float32 [B, n_keys], rows sum to 1
         self.last: relevance.Selection | None = None  # the latest selection
 
     def update(self, attention: torch.Tensor) -> None:
-        self.relevance = relevance.update_relevance(attention, self.relevance, self.config.decay)
+        self.relevance = relevance.update_relevance(attention, self.relevance, self.params.decay)
 
     def select(self, n_keys: int) -> relevance.Selection:
         """Nucleus-then-K selection; excluded keys are never selected."""
         if self.relevance is None:
             raise RuntimeError("no relevance yet: update() with an attention read first")
-        self.last = relevance.select_keys(self.relevance, self.config.top_p, self.top_k, self.excluded[:, :n_keys])
+        self.last = relevance.select_keys(self.relevance, self.params.select_p, self.cap, self.excluded[:, :n_keys])
         return self.last
 
     def bias(self, mask: torch.Tensor) -> torch.Tensor:
-        return relevance.scaling_bias(mask, self.config.beta)
+        return relevance.scaling_bias(mask, self.params.beta)
 
 
 class Method:
@@ -139,11 +158,15 @@ class Method:
                 raise ConfigError(f"method {name!r} declares both Params and options or fields: its Params are its "
                                   "parameters")
             defaults = own.defaults()
-            cls.fields = frozenset(defaults) & FLAT_FIELDS
-            cls.options = {k: v for k, v in defaults.items() if k not in FLAT_FIELDS}
+            cls.fields = frozenset(flat_name(k) for k in defaults) & FLAT_FIELDS
+            cls.options = {k: v for k, v in defaults.items() if flat_name(k) not in FLAT_FIELDS}
         elif "options" in cls.__dict__ or "fields" in cls.__dict__ or (
                 "check_options" in cls.__dict__ and getattr(cls.Params, "legacy", False)):
-            cls.Params = legacy_params_class(cls, name, cls.fields, dict(cls.options), FLAT_DEFAULTS, check_flat)
+            warnings.warn(f"method {name!r} declares its parameters the older way (fields, options, check_options), "
+                          "which goes in the next release: declare them as a nested Params dataclass "
+                          "(dysco_interp.decoding.params)", DeprecationWarning, stacklevel=2)
+            cls.Params = legacy_params_class(cls, name, cls.fields, dict(cls.options), FLAT_DEFAULTS, check_flat,
+                                             param_name)
 
     def __init__(self, config: RunSettings, heads: HeadSet | None, spec: ModelSpec):
         self.config, self.heads, self.spec = config, heads, spec
@@ -163,15 +186,17 @@ class Method:
         self.start(model, batch)
 
     def make_selector(self, model: LoadedModel, batch: PromptBatch) -> Selector:
-        """DySCO's running relevance and nucleus-then-K selection over this batch's keys."""
+        """DySCO's running relevance and nucleus-then-K selection over this batch's keys, with the
+        selection parameters of this run (those the method lacks at `SelectionParams`' defaults)."""
         config = self.config
-        if config.template_masking == "reference" and any(p.reference_fallback for p in batch.prepared or ()):
+        selection = SelectionParams(**{name: config.parameter(name) for name in SELECTION_FIELDS})
+        if selection.template_masking == "reference" and any(p.reference_fallback for p in batch.prepared or ()):
             warn_fallback(model.tokenizer)
         caps = None
-        if config.top_k_fraction is not None:
-            caps = relevance.row_caps(batch.lengths, config.top_k, config.top_k_fraction)
+        if selection.k_fraction is not None:
+            caps = relevance.row_caps(batch.lengths, selection.select_k, selection.k_fraction)
         assert self.never_selected is not None
-        return Selector(config, self.never_selected, caps)
+        return Selector(selection, self.never_selected, caps)
 
     def warmed(self, attention: torch.Tensor | None) -> None:
         """After a context warm-up pass, with its read of the heads (None: it read nothing): a
@@ -253,11 +278,12 @@ class UniAttnS(Method):
 
     @classmethod
     def temperature_of(cls, config: RunSettings) -> float:
-        return config.tau
+        return config.parameter("tau")
 
     @classmethod
     def prefill_scale(cls, config: RunSettings, n_layers: int) -> Scale | None:
-        return None if config.tau == 1.0 else Scale(range(n_layers), temperature=config.tau)
+        tau = config.parameter("tau")
+        return None if tau == 1.0 else Scale(range(n_layers), temperature=tau)
 
 
 def checked_heads(name: str, model: LoadedModel, heads: HeadSet | None) -> HeadSet:
@@ -356,7 +382,7 @@ class DyscoRandom(Dysco):
     def heads_for(cls, config, model, heads):
         checked = super().heads_for(config, model, heads)
         assert checked is not None
-        return random_like(checked, model.spec, seed=config.head_seed)
+        return random_like(checked, model.spec, seed=config.parameter("head_seed"))
 
 
 class DyscoReuse(Dysco):
@@ -430,8 +456,10 @@ assert METHOD_FIELDS == FLAT_FIELDS
 # without it, and its declaration (type, default) is the one a method declared the older way gets
 FLAT_OWNERS: dict[str, type[MethodParams]] = {
     name: cls.Params for cls in reversed(BUILT_IN) if cls.Params is not None for name in sorted(cls.fields)}
+# flat name -> (type, default) of the parameter it names in its owner's Params
 FLAT_DEFAULTS: dict[str, tuple[Any, Any]] = {
-    name: (typing.get_type_hints(owner)[name], owner.defaults()[name]) for name, owner in FLAT_OWNERS.items()}
+    name: (typing.get_type_hints(owner)[param_name(name)], owner.defaults()[param_name(name)])
+    for name, owner in FLAT_OWNERS.items()}
 
 
 def check_flat(values: Mapping[str, Any]) -> None:
@@ -439,7 +467,7 @@ def check_flat(values: Mapping[str, Any]) -> None:
     owner's words), wherever they land: a method declared the older way, or `config.unowned`."""
     by_owner: dict[type[MethodParams], dict[str, Any]] = {}
     for name, value in values.items():
-        by_owner.setdefault(FLAT_OWNERS[name], {})[name] = value
+        by_owner.setdefault(FLAT_OWNERS[name], {})[param_name(name)] = value
     for owner, given in by_owner.items():
         owner(**{**owner.defaults(), **given})
 

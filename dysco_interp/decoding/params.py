@@ -125,8 +125,12 @@ def check_params_class(method: str, params: Any) -> None:
 
 class RunSettings(Protocol):
     """What a method reads of its run's `DecodingConfig` (typed here, so that the methods need not
-    import the config that names them): the shared settings and its `params`. The flat names of
-    the older config (`config.beta`) still read through, for one release."""
+    import the config that names them): the shared settings, its `params`, and `parameter(name)`
+    for a parameter the method may lack (the generic loop asks every method for DySCO's schedule).
+    The flat names of the older config (`config.beta`) still read through, for one release, with
+    a notice."""
+
+    def parameter(self, name: str) -> Any: ...
 
     @property
     def method(self) -> str: ...
@@ -145,26 +149,27 @@ class RunSettings(Protocol):
 
 def legacy_params_class(owner: type, method: str, fields: Any, options: dict[str, Any],
                         flat: Mapping[str, tuple[Any, Any]],
-                        check_flat: Callable[[Mapping[str, Any]], None]) -> type[MethodParams]:
+                        check_flat: Callable[[Mapping[str, Any]], None],
+                        rename: Callable[[str], str]) -> type[MethodParams]:
     """The `Params` of a method declared the older way: the flat `fields` it names (declared as
-    the built-in method that owns each declares it, in `flat`, and checked as it checks them, by
-    `check_flat`) and its `options` (any JSON value, their defaults as given), checked by its
-    `check_options`."""
+    the built-in method that owns each declares it, in `flat`, under the name `rename` gives its
+    parameter there, and checked as it checks them, by `check_flat`) and its `options` (any JSON
+    value, their defaults as given), checked by its `check_options`."""
     unknown = sorted(set(fields) - set(flat))
     if unknown:
         raise ConfigError(f"method {method!r} names fields that are no method's ({', '.join(unknown)}); "
                           "its own parameters go in its `options`")
-    both = sorted(set(fields) & set(options))
+    both = sorted({rename(name) for name in fields} & set(options))
     if both:
         raise ConfigError(f"method {method!r} names {both[0]!r} both in its fields and in its options")
     declared: list[tuple[str, Any, dataclasses.Field]] = [
-        (name, flat[name][0], dataclasses.field(default=flat[name][1])) for name in sorted(fields)]
+        (rename(name), flat[name][0], dataclasses.field(default=flat[name][1])) for name in sorted(fields)]
     # a mutable default (a list, an object) is shared by no two configs: each is given it anew
     declared += [(name, Any, dataclasses.field(default_factory=functools.partial(_copied, value))) for name, value in
                  options.items()]
 
     def check(self) -> None:
-        check_flat({name: getattr(self, name) for name in fields})
+        check_flat({name: getattr(self, rename(name)) for name in fields})
         owner.check_options({name: getattr(self, name) for name in options})  # type: ignore[attr-defined]
 
     made = dataclasses.make_dataclass(f"{owner.__name__}Params", declared, bases=(MethodParams,), frozen=True,

@@ -109,7 +109,7 @@ class SteeringMethod(Method):
         """The additive bias `[B, 1, 1, n_keys]` from the selected keys. Default: log(beta) on them.
         An override may take a second parameter, `relevance` (float32 `[B, n_keys]`, or None for
         passes "none"), to grade the bias by it."""
-        return relevance.scaling_bias(selected, self.config.beta)
+        return relevance.scaling_bias(selected, self.config.parameter("beta"))
 
     def bias_layers(self) -> Iterable[int]:
         """The layers the bias applies to. Default: every layer."""

@@ -69,7 +69,7 @@ class Stepper:
         self.last_read: ReadOut | None = None
         model = backend.model
         # on the device once, with room for every generated key (never excluded): each step slices it
-        excluded = extend_mask(batch.never_selected(config.template_masking),
+        excluded = extend_mask(batch.never_selected(config.parameter("template_masking")),
                                batch.width + config.max_new_tokens + 1).to(backend.model.device)
         with method_code(config.method):
             self.heads = config.strategy.heads_for(config, model, heads)

@@ -199,7 +199,8 @@ def run_demo(
 
 
 def config_label(config: DecodingConfig) -> str:
-    return config_words({"top_p": config.top_p, "top_k": config.top_k, "beta": config.beta})
+    value = config.parameter
+    return config_words({"top_p": value("select_p"), "top_k": value("select_k"), "beta": value("beta")})
 
 
 def config_words(params: Mapping) -> str:

@@ -455,6 +455,10 @@ def evaluate(
                             "timings": res.timings.as_dict(),
                             # `config` is what the tables group by; `settings` is everything that made the record
                             "config": config.record_fields(),
+                            # the method's own parameters by their Python names: what its run key
+                            # derives from (`analysis.method_key`); `config` keeps the flat form older
+                            # records have
+                            "params": None if config.params is None else config.params.as_dict(),
                             "backend": spec.name,
                             "settings": {**shared, "method": wanted[method]},
                             "run": run,

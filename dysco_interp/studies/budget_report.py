@@ -38,7 +38,8 @@ from dysco_interp.analysis.result_tables import (
     paired_deltas,
     with_table_q,
 )
-from dysco_interp.decoding.config import KEYWORDS, preset
+from dysco_interp.decoding.config import KEYWORDS, param_values, preset
+from dysco_interp.decoding.methods import FLAT_FIELDS
 from dysco_interp.errors import ConfigError
 from dysco_interp.stores.archives import stores_in
 from dysco_interp.studies.budget_choice import choose_config
@@ -175,11 +176,12 @@ def config_key(method: str, fields: Mapping[str, Any]) -> MethodKey:
     given = fields.pop("method", method)
     if given != method:
         raise ConfigError(f"expected a {method} configuration, got method {given!r}")
-    try:
-        config = preset("paper", method=method, **fields)
-    except TypeError:
-        unknown = sorted(set(fields) - set(KEYWORDS))
-        raise ConfigError(f"not DecodingConfig fields: {', '.join(unknown)}") from None
+    unknown = sorted(set(fields) - set(KEYWORDS))
+    if unknown:
+        raise ConfigError(f"not DecodingConfig fields: {', '.join(unknown)}")
+    flat = {name: value for name, value in fields.items() if name in FLAT_FIELDS}
+    shared = {name: value for name, value in fields.items() if name not in FLAT_FIELDS}
+    config = preset("paper", method=method, params=param_values(flat), **shared)
     return MethodKey.from_config(config.record_fields())
 
 

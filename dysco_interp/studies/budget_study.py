@@ -29,7 +29,7 @@ from dysco_interp import checks
 from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.result_tables import tau_sweep
 from dysco_interp.atomic import atomic_open
-from dysco_interp.decoding.config import DecodingConfig, preset
+from dysco_interp.decoding.config import DecodingConfig, param_values, preset
 from dysco_interp.decoding.methods import PAPER_TAUS
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
@@ -63,10 +63,11 @@ class Grid:
 
 def label(config: DecodingConfig) -> str:
     """A store label that names every swept field (the tables group by config, not by label)."""
+    value = config.parameter
     if config.method in ("vanilla", "uniattns"):
-        return config.method if config.method == "vanilla" else f"uniattns tau={config.tau:g}"
-    cap = f"f={config.top_k_fraction:g}" if config.top_k_fraction is not None else f"K={config.top_k}"
-    return f"{config.method} {cap} p={config.top_p:g} beta={config.beta:g}"
+        return config.method if config.method == "vanilla" else f"uniattns tau={value('tau'):g}"
+    cap = f"f={value('k_fraction'):g}" if value("k_fraction") is not None else f"K={value('select_k')}"
+    return f"{config.method} {cap} p={value('select_p'):g} beta={value('beta'):g}"
 
 
 def named(configs: Iterable[DecodingConfig]) -> dict[str, DecodingConfig]:
@@ -79,16 +80,21 @@ def named(configs: Iterable[DecodingConfig]) -> dict[str, DecodingConfig]:
 def dev_methods(grid: Grid, max_new_tokens: int) -> dict[str, DecodingConfig]:
     base = preset("paper", max_new_tokens=max_new_tokens)
     configs = [base.replace(method="vanilla")]
-    configs += [base.replace(top_k=k, beta=b) for b in grid.betas for k in grid.k_values]
-    configs += [base.replace(top_p=p, top_k=4096, beta=b) for b in (2.0, 3.0) for p in grid.p_values]
-    configs += [base.replace(top_k=4096, top_k_fraction=f, beta=b) for b in (2.0, 3.0) for f in grid.fractions]
-    configs += [base.replace(method="dysco-random", top_k=k, beta=b) for b in grid.random_betas
+    configs += [base.with_params(select_k=k, beta=b) for b in grid.betas for k in grid.k_values]
+    configs += [base.with_params(select_p=p, select_k=4096, beta=b) for b in (2.0, 3.0) for p in grid.p_values]
+    configs += [base.with_params(select_k=4096, k_fraction=f, beta=b) for b in (2.0, 3.0) for f in grid.fractions]
+    configs += [base.replace(method="dysco-random").with_params(select_k=k, beta=b) for b in grid.random_betas
                 for k in grid.k_values]
     return named(configs)
 
 
 def chosen_config(fields: Mapping, max_new_tokens: int) -> DecodingConfig:
-    return preset("paper", max_new_tokens=max_new_tokens, **dict(fields))
+    return preset("paper", max_new_tokens=max_new_tokens, params=param_values(fields))
+
+
+def uniattns(tau: float, max_new_tokens: int) -> DecodingConfig:
+    """UniAttnS at `tau`, with the paper preset's shared settings as every table runs it."""
+    return preset("paper", method="uniattns", max_new_tokens=max_new_tokens, params={"tau": tau})
 
 
 def heldout_methods(chosen: Mapping, max_new_tokens: int, tau: float | None = None) -> dict[str, DecodingConfig]:
@@ -99,7 +105,7 @@ def heldout_methods(chosen: Mapping, max_new_tokens: int, tau: float | None = No
     configs = [base.replace(method="vanilla"), preset("paper", max_new_tokens=max_new_tokens), best,
                best.replace(method="dysco-random"), best.replace(method="dysco-static")]
     if tau is not None:
-        configs.insert(1, base.replace(method="uniattns", tau=tau))
+        configs.insert(1, uniattns(tau, max_new_tokens))
     return named(configs)
 
 

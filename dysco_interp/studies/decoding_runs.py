@@ -26,13 +26,14 @@ from pathlib import Path
 from dysco_interp import checks
 from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.result_tables import tau_sweep
-from dysco_interp.decoding.config import DecodingConfig, preset
+from dysco_interp.decoding.config import DecodingConfig, param_values, preset
 from dysco_interp.decoding.methods import PAPER_TAUS
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
 from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
 from dysco_interp.stores.archives import stored
+from dysco_interp.studies.budget_study import uniattns
 from dysco_interp.tasks import load_dataset
 
 PARTS = ("tau", "pt", "ablation", "robustness", "reuse")
@@ -57,7 +58,7 @@ def grid_methods(base: DecodingConfig, grid: Mapping[str, Sequence[float]]) -> d
     for name, values in grid.items():
         for v in values:
             if v != getattr(base, name):
-                methods[f"{GRID_LABEL[name]}={v:g}"] = base.replace(**{name: v})
+                methods[f"{GRID_LABEL[name]}={v:g}"] = base.with_params(**param_values({name: v}))
     return methods
 
 
@@ -112,8 +113,7 @@ def run_parts(model: LoadedModel, heads: HeadSet, s: RunSettings, log: Callable[
         log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s")
 
     if "tau" in s.parts:
-        methods = {tau_label(t): preset("paper", method="uniattns", tau=t, max_new_tokens=s.mrcr_new_tokens)
-                   for t in s.taus}
+        methods = {tau_label(t): uniattns(t, s.mrcr_new_tokens) for t in s.taus}
         run("mrcr", s.tau_length, methods, s.tau_store)
     if "pt" in s.parts:
         if not s.tau_store.exists():
@@ -127,7 +127,7 @@ def run_parts(model: LoadedModel, heads: HeadSet, s: RunSettings, log: Callable[
         base = preset("paper", max_new_tokens=s.pt_new_tokens)
         methods = {"vanilla": base.replace(method="vanilla"), "dysco": base}
         if tau != 1.0:  # tau = 1 is vanilla decoding; the table reads it from the vanilla runs
-            methods[tau_label(tau)] = base.replace(method="uniattns", tau=tau)
+            methods[tau_label(tau)] = uniattns(tau, s.pt_new_tokens)
         for length in s.pt_lengths:
             run("path_traversal", length, methods, s.out_dir / "path_traversal" / f"{s.model_name}_{length}.jsonl")
     for task in ("path_traversal", "mrcr"):

@@ -51,6 +51,7 @@ from dysco_interp.studies.budget_study import (
     chosen_config,
     named,
     split_instances,
+    uniattns,
 )
 from dysco_interp.studies.length_rule import best_tau, choose_rule
 
@@ -76,15 +77,16 @@ TEST_PRESETS = ("paper", "paper-long", "quick-check", "small-budget")
 def dev_methods(max_new_tokens: int) -> dict[str, DecodingConfig]:
     base = preset("paper", max_new_tokens=max_new_tokens)
     configs = [base.replace(method="vanilla")]
-    configs += [base.replace(top_k=k, beta=b) for b in DEV_BETAS for k in DEV_K]
-    configs += [base.replace(top_k=4096, top_k_fraction=f, beta=b) for b in DEV_FRACTION_BETAS for f in DEV_FRACTIONS]
+    configs += [base.with_params(select_k=k, beta=b) for b in DEV_BETAS for k in DEV_K]
+    configs += [base.with_params(select_k=4096, k_fraction=f, beta=b)
+                for b in DEV_FRACTION_BETAS for f in DEV_FRACTIONS]
     configs += [preset(name, max_new_tokens=max_new_tokens) for name in ("paper-long", "quick-check")]
     return named(configs)
 
 
 def tau_methods(max_new_tokens: int) -> dict[str, DecodingConfig]:
     base = preset("paper", max_new_tokens=max_new_tokens)
-    return named([base.replace(method="vanilla")] + [base.replace(method="uniattns", tau=t) for t in TAUS])
+    return named([base.replace(method="vanilla")] + [uniattns(t, max_new_tokens) for t in TAUS])
 
 
 def tau_is_current(choice: Mapping) -> bool:
@@ -101,7 +103,7 @@ def test_methods(choice: Mapping, max_new_tokens: int, with_ablations: bool = Tr
     best = chosen_config(choice["config"], max_new_tokens)
     configs = [base.replace(method="vanilla")]
     if tau_is_current(choice):
-        configs.append(base.replace(method="uniattns", tau=float(choice["tau"])))
+        configs.append(uniattns(float(choice["tau"]), max_new_tokens))
     configs += [preset(name, max_new_tokens=max_new_tokens) for name in TEST_PRESETS]
     configs.append(best)
     if choice.get("other_kind"):

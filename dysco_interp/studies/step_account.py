@@ -90,7 +90,7 @@ def methods(max_new_tokens: int, gate: dict | None) -> dict[str, DecodingConfig]
     dysco = preset(DEFAULT_PRESET, max_new_tokens=max_new_tokens, record_positions=True)  # the replay reads them
     out = {"vanilla": DecodingConfig(method="vanilla", max_new_tokens=max_new_tokens), "dysco": dysco}
     if gate is not None:
-        out["gated"] = dysco.replace(method="dysco-gated", options={"min_mass": gate["min_mass"]})
+        out["gated"] = dysco.replace(method="dysco-gated").with_params(min_mass=gate["min_mass"])
     return out
 
 
