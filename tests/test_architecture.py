@@ -1,7 +1,7 @@
 """The package's shape: no import cycles, no private names across modules, the paper's studies on
 top of the library (nothing in the package imports them), the result stores below everything that
-writes or reads them, modules of a readable size, and tests that import the package, never other
-tests or the analysis scripts."""
+writes or reads them, no code outside the backends that tells a backend by its name, modules of a
+readable size, and tests that import the package, never other tests or the analysis scripts."""
 
 import ast
 from pathlib import Path
@@ -18,6 +18,10 @@ LIBRARY = "dysco_interp.analysis"
 # result stores: the jobs write them and the library reads them, so they build on neither; they
 # import only each other and the package's shared top-level modules (jsonl, atomic, errors, ...)
 STORES = "dysco_interp.stores"
+# what a backend can do is asked of its class (`supports_graphs`, `runs_hooks`, its `Options`;
+# `choices.backends_with` before torch is imported), never read off its name, so a registered
+# backend takes every path a built-in one does; only the backends' own package names them
+BACKENDS = "dysco_interp.decoding.backends"
 
 
 def module_name(path: Path) -> str:
@@ -152,6 +156,33 @@ def test_no_private_names_cross_a_module_boundary():
         if n.startswith("_") and not n.startswith("__")
     ]
     assert crossing == []
+
+
+def backend_name_tests(source: str) -> list[int]:
+    """The lines where a comparison (==, !=, in, not in) or a `case` tests against a built-in backend's name."""
+    from dysco_interp.decoding.choices import BACKENDS as NAMES
+
+    def names_one(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return isinstance(node.value, str) and node.value in NAMES
+        return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(names_one(e) for e in node.elts)
+
+    return sorted(node.lineno for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Compare) and any(names_one(n) for n in (node.left, *node.comparators))
+                  or isinstance(node, ast.MatchValue) and names_one(node.value))
+
+
+def test_the_checker_sees_a_backend_told_by_its_name():
+    source = ('a = spec.name == "static"\nb = "sdpa" != name\nc = name in ("bridge", "x")\n'
+              'match name:\n    case "static":\n        pass\n'
+              'make(attn_implementation="sdpa")\nd = name == "statics"\ne = options == ("x",)\n')
+    assert backend_name_tests(source) == [1, 2, 3, 5]
+
+
+def test_no_code_outside_the_backends_tells_a_backend_by_its_name():
+    told = [f"{name}:{line}" for name, path in MODULES.items() if not within(name, BACKENDS)
+            for line in backend_name_tests(path.read_text(encoding="utf-8"))]
+    assert told == [], "ask the backend's class (or choices.backends_with), not its name"
 
 
 def test_modules_stay_readable_or_say_why_not():

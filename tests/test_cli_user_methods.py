@@ -38,7 +38,7 @@ class AboveQRHeads(SteeringMethod):
 class Pasta(SteeringMethod):
     name = "cli-pasta"
     description = "PASTA-like: attention outside the prompt's last tokens scaled by alpha in chosen heads"
-    passes = "none"
+    step_shape = "bias-only"
     fields = frozenset({{"schedule"}})
     options = {{"alpha": 0.01, "heads": [[1, 0], [2, 3]], "tail": 16}}
 

@@ -158,7 +158,7 @@ from dysco_interp import SteeringMethod, register_method
 class HandMine(SteeringMethod):
     name = "hand-mine"
     description = "a method of one's own, read back by the tables"
-    passes = "none"
+    step_shape = "bias-only"
     fields = frozenset({"schedule"})
     options = {"alpha": 0.01}
 

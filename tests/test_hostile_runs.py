@@ -159,7 +159,7 @@ from dysco_interp import SteeringMethod, register_method
 class Leaves(SteeringMethod):
     name = "test-leaves-{code}"
     description = "ends the process on its third step"
-    passes = "none"
+    step_shape = "bias-only"
     steps = 0
 
     def start(self, model, batch):

@@ -38,12 +38,25 @@ def test_entry_points_take_options_by_keyword_and_document_them():
 
 
 def test_methods_and_backends_are_literal_types():
+    from dysco_interp.decoding import methods
     from dysco_interp.decoding.backends import BACKENDS, BackendName
     from dysco_interp.decoding.choices import MethodName
-    from dysco_interp.decoding.methods import BUILT_IN
 
-    # the built-in ones: a researcher's own methods join the registry at run time
-    assert typing.get_args(MethodName) == tuple(cls.name for cls in BUILT_IN)
+    # the built-in ones, registered first: a researcher's own methods join the registry at run time
+    assert typing.get_args(MethodName) == tuple(methods.REGISTRY)[:len(typing.get_args(MethodName))]
     assert typing.get_args(BackendName) == BACKENDS
     hints = typing.get_type_hints(dysco_interp.DecodingConfig)
     assert hints["method"] == MethodName
+
+
+def test_the_built_in_methods_register_through_the_public_function():
+    from dysco_interp.decoding import methods
+
+    # every method class of the module is registered (by `register_method`, as a researcher's is),
+    # and registering one again is harmless
+    defined = [cls for cls in vars(methods).values()
+               if isinstance(cls, type) and issubclass(cls, methods.Method) and cls.__module__ == methods.__name__]
+    registered = [cls for cls in methods.REGISTRY.values() if cls.__module__ == methods.__name__]
+    assert set(defined) == set(registered) and all(methods.METHODS[cls.name] == cls.description for cls in defined)
+    assert all(methods.register_method(cls) is cls for cls in registered)
+    assert [cls.name for cls in registered] == list(methods.REGISTRY)[:len(registered)]

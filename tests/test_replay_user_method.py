@@ -30,7 +30,7 @@ class AboveQRHeads(SteeringMethod):
 class Damped(SteeringMethod):
     name = "replay-damped"
     description = "every prompt key but the last few scaled by alpha in two heads (PASTA's shape)"
-    passes = "none"
+    step_shape = "bias-only"
     fields = frozenset({"schedule"})
     options = {"alpha": 0.5}
 

@@ -36,7 +36,7 @@ class Pasta(SteeringMethod):
 
     name = "test-pasta"
     description = "PASTA: attention outside the emphasised spans scaled by alpha in chosen heads"
-    passes = "none"
+    step_shape = "bias-only"
     fields = frozenset({"schedule"})
     options = {"alpha": 0.01, "heads": [[1, 0], [2, 3], [3, 1]], "emphasize": ["Rome is quiet."]}
 
@@ -266,6 +266,51 @@ def test_a_method_with_the_old_step_signature_runs_for_one_release_with_a_notice
     finally:
         methods.REGISTRY.pop(OldStep.name, None)
         methods.METHODS.pop(OldStep.name, None)
+
+
+def test_the_older_passes_declaration_runs_for_one_release_with_a_notice(tiny_llama):
+    with pytest.warns(DeprecationWarning, match="passes = 'one' is deprecated .* step_shape = 'read-while-biasing'"
+                      ) as caught:
+        class OldReuse(AboveQRHeads):
+            name = "test-old-reuse"
+            passes = "one"
+
+    # one line, pointing at the class that declares it
+    assert len(caught) == 1 and "\n" not in str(caught[0].message) and caught[0].filename == __file__
+
+    class Reuse(AboveQRHeads):
+        name = "test-reuse"
+        step_shape = "read-while-biasing"
+
+    assert OldReuse.step_shape == Reuse.step_shape and OldReuse.uses_heads
+
+    class Later(OldReuse):  # inherits the shape, with no notice of its own
+        name = "test-later"
+
+    assert Later.step_shape == "read-while-biasing"
+    with pytest.warns(DeprecationWarning, match="step_shape = 'bias-only'"):
+        class OldPasta(Pasta):
+            passes = "none"
+    assert OldPasta.step_shape == "bias-only" and not OldPasta.uses_heads
+    with pytest.raises(ConfigError, match="not 'three'"):
+        type("Three", (SteeringMethod,), {"passes": "three"})
+    with pytest.raises(ConfigError, match="both passes and step_shape"):
+        type("Both", (SteeringMethod,), {"passes": "two", "step_shape": "read-then-bias"})
+    with pytest.raises(ConfigError, match="step_shape is 'read-then-bias', 'read-while-biasing', 'bias-only'"):
+        type("Wrong", (SteeringMethod,), {"step_shape": "two"})(DecodingConfig(), None, tiny_llama.spec)
+
+    # read then biased in the same pass, the bias after the deepest read: dysco-reuse's tokens
+    for cls in (OldReuse, Reuse):
+        register_method(cls)
+    try:
+        config = DecodingConfig(method="dysco-reuse", beta=4.0, top_p=0.7, max_new_tokens=N_NEW)
+        out = {name: generate(tiny_llama, PROMPT, config.replace(method=name), heads=heads_for(tiny_llama)).tokens
+               for name in ("dysco-reuse", OldReuse.name, Reuse.name)}
+        assert out[OldReuse.name] == out[Reuse.name] == out["dysco-reuse"]
+    finally:
+        for cls in (OldReuse, Reuse):
+            methods.REGISTRY.pop(cls.name, None)
+            methods.METHODS.pop(cls.name, None)
 
 
 def test_a_method_keeps_values_of_its_own_in_each_step_of_the_trace(tiny_llama):

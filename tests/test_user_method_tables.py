@@ -15,7 +15,7 @@ class Scaled(SteeringMethod):
 
     name = "table-scaled"
     description = "a steering method with options of every JSON kind"
-    passes = "none"
+    step_shape = "bias-only"
     fields = frozenset({"schedule"})
     options = {"alpha": 0.01, "heads": [[1, 0], [2, 3]], "note": "x", "spans": {"b": [1, 2], "a": 0}}
 

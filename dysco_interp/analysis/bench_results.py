@@ -19,6 +19,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from dysco_interp.decoding.choices import backends_with
+
 METHODS = ("vanilla", "dysco")
 _TOK_KEYS = ("decode_tok_per_s", "tok_per_s", "tokens_per_s", "decode_tokens_per_s")
 _STEP_KEYS = ("step_ms", "decode_step_ms")
@@ -129,9 +131,10 @@ def decode_rows(doc: Any, source: str) -> tuple[list[dict], list[str]]:
         meta["device"] = machine["device"]
     variant = ((doc.get("config") or {}) if isinstance(doc, Mapping) else {}).get("method")
     variant = variant if isinstance(variant, str) else None  # a benchmark may time a DySCO variant
-    # the static backend's decoding attention; files from before the fused one timed the float32 path
+    # the decoding attention of a backend that has a choice of it; files from before the fused one
+    # timed the float32 path
     attention = doc.get("decode_attention") if isinstance(doc, Mapping) else None
-    if attention is None and meta.get("backend") == "static":
+    if attention is None and meta.get("backend") in backends_with("decode_attention"):
         attention = "float32"
     yarn = doc.get("yarn_factor") if isinstance(doc, Mapping) else None
     rows: Sequence[Mapping] = _rows_of(doc)

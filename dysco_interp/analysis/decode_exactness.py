@@ -59,8 +59,10 @@ class StepReadout:
 def two_steps(model: LoadedModel, heads: HeadSet, ids: torch.Tensor, path: DecodePath,
               bias_of: "BiasOf") -> StepReadout:
     """Prefill all but the last two tokens of `ids` `[1, n]`, read at the next one, bias the last."""
+    # eager on every backend (one that captures no graphs has none to turn off): the paths differ
+    # in their kernels, not in replaying them
     backend = make_backend(model, path.backend, decode_attention=path.decode_attention,
-                           compile_kernels=path.compile_kernels, graphs=False if path.backend == "static" else None)
+                           compile_kernels=path.compile_kernels, graphs=False)
     n = ids.shape[1] - 2
     ids = ids.to(model.device)
     state = backend.prefill(ids[:, :n], None, reserve=4)

@@ -8,8 +8,8 @@ Every backend runs every plan, so a method never knows which backend it runs on.
 relevance and the selection live in a `Selector`, the pure math in `relevance.py`; a method that
 reads heads makes its own when it begins (`Method.begin`), and nothing outside it builds one.
 
-A researcher's own method is a subclass registered under its name (`register_method`); see
-`decoding/steering.py` for the pieces most steering methods need.
+A researcher's own method is a subclass registered under its name (`register_method`), as each
+built-in one is; see `decoding/steering.py` for the pieces most steering methods need.
 """
 
 from __future__ import annotations
@@ -97,6 +97,38 @@ def param_name(flat: str) -> str:
 # names: a record keeps them flat beside the shared settings (and `DecodingConfig(beta=2.0)` still
 # sets them, for one release), the other parameters of a method under "options".
 FLAT_FIELDS = frozenset(flat_name(name) for name in SELECTION_FIELDS) | {"tau", "head_seed"}
+# name -> method: the built-in ones, which register themselves below, then those registered at run time
+REGISTRY: dict[str, type[Method]] = {}
+METHODS: dict[str, str] = {}  # name -> description
+# what `--method NAME` and `--methods A,B` can name: no spaces, commas, quotes or line breaks
+METHOD_NAME = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Register a method class under `cls.name` (usable as a class decorator), as the built-in
+    ones are. Registering the same class again is harmless; another class under a taken name is a
+    ConfigError."""
+    if not (isinstance(cls, type) and issubclass(cls, Method)):
+        raise ConfigError(f"register_method takes a Method subclass, got {cls!r}")
+    name = cls.__dict__.get("name")
+    if not isinstance(name, str) or not METHOD_NAME.fullmatch(name):
+        raise ConfigError(f"a method needs a name of its own, of letters, digits, '.', '_' and '-' only, which a "
+                          f"command line can select (got {name!r})")
+    taken = REGISTRY.get(name)
+    if taken is not None and taken is not cls and not _same_definition(taken, cls):
+        raise ConfigError(f"method {name!r} is already registered ({taken.__module__}.{taken.__qualname__})")
+    unknown = set(cls.fields) - FLAT_FIELDS
+    if unknown:
+        raise ConfigError(f"method {name!r} names fields that are no method's ({', '.join(sorted(unknown))}); "
+                          "its own parameters go in its `options`")
+    REGISTRY[name] = cls
+    METHODS[name] = cls.description
+    return cls
+
+
+def _same_definition(a: type, b: type) -> bool:
+    # a notebook cell or a script run twice defines the class anew: the same name in the same module
+    return a.__module__ == b.__module__ and a.__qualname__ == b.__qualname__
 
 
 class Selector:
@@ -257,10 +289,14 @@ class Method:
         return None
 
 
+register_method(Method)  # vanilla: the base class, which a decorator of its own could not yet name
+
+
 # The temperatures the paper tried for UniAttnS; tables that compare against it choose tau on this grid.
 PAPER_TAUS = (0.975, 0.95, 0.9, 0.85)
 
 
+@register_method
 class UniAttnS(Method):
     name = "uniattns"
     description = "uniform attention temperature tau in every head and layer, prefill included"
@@ -303,6 +339,7 @@ class HeadReads:
         self.partial = PassPlan(reads=(self.read,), stop_after=self.read.max_layer, write_cache=False)
 
 
+@register_method
 class Dysco(Method):
     name = "dysco"
     description = "dynamic attention scaling with the QRHeads"
@@ -343,6 +380,7 @@ class Dysco(Method):
         return out.logits, selection
 
 
+@register_method
 class DyscoStatic(Dysco):
     name = "dysco-static"
     description = "DySCO with the set selected once after the context warm-up, then kept"
@@ -366,6 +404,7 @@ class DyscoStatic(Dysco):
         return out.logits, self.kept
 
 
+@register_method
 class DyscoRandom(Dysco):
     name = "dysco-random"
     description = "DySCO with |H*| random heads (seeded) instead of the QRHeads"
@@ -385,6 +424,7 @@ class DyscoRandom(Dysco):
         return random_like(checked, model.spec, seed=config.parameter("head_seed"))
 
 
+@register_method
 class DyscoReuse(Dysco):
     name = "dysco-reuse"
     description = "DySCO in one pass per token: selection from layers 0..L*, bias only in the layers after L*"
@@ -412,6 +452,7 @@ class DyscoReuse(Dysco):
         return out.logits, selector.last
 
 
+@register_method
 class DyscoGated(Dysco):
     name = "dysco-gated"
     description = "DySCO that scales a step only when its selected keys hold min_mass of the QRHeads' relevance"
@@ -442,20 +483,17 @@ class DyscoGated(Dysco):
         return [{"scaled": bool(v)} for v in self.on.tolist()]
 
 
-BUILT_IN: tuple[type[Method], ...] = (Method, UniAttnS, Dysco, DyscoStatic, DyscoRandom, DyscoReuse, DyscoGated)
-assert tuple(cls.name for cls in BUILT_IN) == METHOD_NAMES
-# name -> method: the built-in ones, then those registered at run time
-REGISTRY: dict[str, type[Method]] = {cls.name: cls for cls in BUILT_IN}
-# what `--method NAME` and `--methods A,B` can name: no spaces, commas, quotes or line breaks
-METHOD_NAME = re.compile(r"[A-Za-z0-9._-]+")
-METHODS: dict[str, str] = {name: cls.description for name, cls in REGISTRY.items()}
+# Up to here only the built-in methods have registered, in the order of `choices.METHOD_NAMES`
+# (the command line's, which must answer without importing this module); a researcher's join later
+# and own none of what follows.
+assert tuple(REGISTRY) == METHOD_NAMES
 # the flat parameters of some built-in method; a method declared the older way can only name these
-METHOD_FIELDS = frozenset().union(*(cls.fields for cls in BUILT_IN))
+METHOD_FIELDS = frozenset().union(*(cls.fields for cls in REGISTRY.values()))
 assert METHOD_FIELDS == FLAT_FIELDS
 # the built-in Params that first declares each flat parameter: it checks a value given to a method
 # without it, and its declaration (type, default) is the one a method declared the older way gets
 FLAT_OWNERS: dict[str, type[MethodParams]] = {
-    name: cls.Params for cls in reversed(BUILT_IN) if cls.Params is not None for name in sorted(cls.fields)}
+    name: cls.Params for cls in reversed(REGISTRY.values()) if cls.Params is not None for name in sorted(cls.fields)}
 # flat name -> (type, default) of the parameter it names in its owner's Params
 FLAT_DEFAULTS: dict[str, tuple[Any, Any]] = {
     name: (typing.get_type_hints(owner)[param_name(name)], owner.defaults()[param_name(name)])
@@ -470,32 +508,6 @@ def check_flat(values: Mapping[str, Any]) -> None:
         by_owner.setdefault(FLAT_OWNERS[name], {})[param_name(name)] = value
     for owner, given in by_owner.items():
         owner(**{**owner.defaults(), **given})
-
-
-def register_method(cls: type[Method]) -> type[Method]:
-    """Register a method class under `cls.name` (usable as a class decorator). Registering the
-    same class again is harmless; another class under a taken name is a ConfigError."""
-    if not (isinstance(cls, type) and issubclass(cls, Method)):
-        raise ConfigError(f"register_method takes a Method subclass, got {cls!r}")
-    name = cls.__dict__.get("name")
-    if not isinstance(name, str) or not METHOD_NAME.fullmatch(name):
-        raise ConfigError(f"a method needs a name of its own, of letters, digits, '.', '_' and '-' only, which a "
-                          f"command line can select (got {name!r})")
-    taken = REGISTRY.get(name)
-    if taken is not None and taken is not cls and not _same_definition(taken, cls):
-        raise ConfigError(f"method {name!r} is already registered ({taken.__module__}.{taken.__qualname__})")
-    unknown = set(cls.fields) - FLAT_FIELDS
-    if unknown:
-        raise ConfigError(f"method {name!r} names fields that are no method's ({', '.join(sorted(unknown))}); "
-                          "its own parameters go in its `options`")
-    REGISTRY[name] = cls
-    METHODS[name] = cls.description
-    return cls
-
-
-def _same_definition(a: type, b: type) -> bool:
-    # a notebook cell or a script run twice defines the class anew: the same name in the same module
-    return a.__module__ == b.__module__ and a.__qualname__ == b.__qualname__
 
 
 def method_for(config: RunSettings, heads: HeadSet | None, spec: ModelSpec) -> Method:
