@@ -297,7 +297,7 @@ def iter_methods(
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
     """`generate_batch` one method at a time, with its arguments: yields (name, results) as each
     method finishes."""
-    # the one place the retired keywords are read: each announced once, then taken in its new form
+    # the retired keywords, each announced (`arguments.retired_keywords`), then taken in their new forms
     old = retired_keywords(retired)
     spec = BackendSpec.of(backend, old.get("graphs"), old.get("decode_attention"))
     check_configs(configs)
