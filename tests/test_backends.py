@@ -167,8 +167,8 @@ def test_replayed_graphs_give_the_eager_tokens_and_selections(style):
     model = tiny_model(style, device="cuda")
     heads = heads_for(model)
     prompts = [PROMPT, *OTHERS]
-    replayed = generate_batch(model, prompts, METHODS, heads, backend="static", graphs=True)
-    eager = generate_batch(model, prompts, METHODS, heads, backend="static", graphs=False)
+    replayed = generate_batch(model, prompts, METHODS, heads, backend=backends.BackendSpec("static", graphs=True))
+    eager = generate_batch(model, prompts, METHODS, heads, backend=backends.BackendSpec("static", graphs=False))
     sdpa = generate_batch(model, prompts, METHODS, heads, backend="sdpa")
     for name in METHODS:
         for ours, ref, other in zip(replayed[name], eager[name], sdpa[name]):
@@ -192,7 +192,8 @@ def test_the_static_decoding_attentions_give_the_same_tokens_and_selections(tiny
     out = {}
     for mode in ("sdpa", "float32"):
         kinds.clear()
-        out[mode] = generate_batch(tiny, prompts, METHODS, heads, backend="static", decode_attention=mode)
+        out[mode] = generate_batch(tiny, prompts, METHODS, heads,
+                                   backend=backends.BackendSpec("static", decode_attention=mode))
         assert kinds == {mode}  # the choice reaches every decoding step
     for name in METHODS:
         for ours, ref in zip(out["sdpa"][name], out["float32"][name]):
@@ -201,7 +202,7 @@ def test_the_static_decoding_attentions_give_the_same_tokens_and_selections(tiny
     with pytest.raises(ConfigError, match="the sdpa backend has no option decode_attention"):
         backends.make_backend(tiny, "sdpa", decode_attention="float32")
     with pytest.raises(ConfigError, match="the sdpa backend has no option decode_attention"):
-        generate_batch(tiny, prompts, METHODS, heads, backend="sdpa", decode_attention="float32")
+        generate_batch(tiny, prompts, METHODS, heads, backend=backends.BackendSpec("sdpa", decode_attention="float32"))
     with pytest.raises(ConfigError, match="decode_attention must be one of"):
         backends.make_backend(tiny, "static", decode_attention="flash")
 

@@ -1,5 +1,6 @@
-"""Hooks and read-outs scoped by `observe(...)`: the same runs as the decoding calls' own keywords,
-nesting adds hooks, a read or callback given twice is refused, and a read is checked up front."""
+"""Hooks and read-outs scoped by `observe(...)`: a call's own `read=` gives what a context's does,
+nesting adds hooks, a read or callback given twice is refused, and what a context is given is
+checked up front."""
 
 import pytest
 import torch
@@ -21,11 +22,11 @@ def damp(layer):
     return (scores_name(layer), fn)
 
 
-def test_a_context_gives_what_the_keywords_give(tiny_llama):
+def test_a_context_s_read_is_the_call_s_own(tiny_llama):
     read = Read(((0, 1), (2, 0)), returns="rows")
     by_keywords, by_context = [], []
-    ours = generate(tiny_llama, PROMPT, CONFIG, hooks=[damp(1)], read_out=read,
-                    on_read=lambda step, out: by_keywords.append(out.rows))
+    with observe(tiny_llama, hooks=[damp(1)], on_read=lambda step, out: by_keywords.append(out.rows)):
+        ours = generate(tiny_llama, PROMPT, CONFIG, read=read)
     with observe(tiny_llama, hooks=[damp(1)], read=read, on_read=lambda step, out: by_context.append(out.rows)):
         theirs = generate(tiny_llama, PROMPT, CONFIG)
         both = compare_methods(tiny_llama, PROMPT, {"a": CONFIG, "b": CONFIG})  # every call inside observes
@@ -41,11 +42,12 @@ def test_contexts_nest_and_refuse_a_read_given_twice(tiny_llama):
             assert len(current_observation().hooks) == 2
             nested = generate(tiny_llama, PROMPT, CONFIG)
         assert len(current_observation().hooks) == 1
-    assert nested.tokens == generate(tiny_llama, PROMPT, CONFIG, hooks=[damp(1), damp(2)]).tokens
+    with observe(hooks=[damp(1), damp(2)]):
+        assert nested.tokens == generate(tiny_llama, PROMPT, CONFIG).tokens
     with observe(read=Read(((0, 1),))):
-        with pytest.raises(ConfigError, match="read_out is set by an observe"):
-            generate(tiny_llama, PROMPT, CONFIG, read_out=Read(((1, 1),)))
-        with pytest.raises(ConfigError, match="read_out is set by an observe"), observe(read=Read(((1, 1),))):
+        with pytest.raises(ConfigError, match="read is set by an observe"):
+            generate(tiny_llama, PROMPT, CONFIG, read=Read(((1, 1),)))
+        with pytest.raises(ConfigError, match="read is set by an observe"), observe(read=Read(((1, 1),))):
             pass
 
 
@@ -55,6 +57,10 @@ def test_a_context_checks_what_it_is_given_before_anything_runs(tiny_llama):
     with pytest.raises(ConfigError, match="plan.Read"), observe(read=[(0, 1)]):
         pass
     with pytest.raises(ConfigError, match="on_read"), observe(on_read="print"):
+        pass
+    with pytest.raises(ConfigError, match="wrap one pair in a list"), observe(hooks=damp(1)):
+        pass
+    with pytest.raises(ConfigError, match="is no hook point"), observe(tiny_llama, hooks=[("blocks.0.nope", print)]):
         pass
     with observe(hooks=[damp(1)]), pytest.raises(ConfigError, match="bridge"):
         generate(tiny_llama, PROMPT, CONFIG, backend="sdpa")  # hooks need the bridge, from a context too

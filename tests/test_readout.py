@@ -4,7 +4,7 @@ on every backend, without a full pattern, and without changing what is decoded."
 import pytest
 import torch
 
-from dysco_interp import DecodingConfig, Read, generate
+from dysco_interp import DecodingConfig, Read, generate, observe
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 
@@ -21,9 +21,9 @@ def qrheads(model):
 def observed_run(model, method, backend, returns):
     seen = []
     read = Read(OBSERVED, returns=returns, spans=SPANS if returns == "span_mass" else ())
-    res = generate(model, PROMPT, DecodingConfig(method=method, beta=3.0, top_p=0.8, max_new_tokens=6),
-                   heads=qrheads(model), backend=backend, read_out=read,
-                   on_read=lambda step, out: seen.append((step, out)))
+    with observe(model, on_read=lambda step, out: seen.append((step, out))):
+        res = generate(model, PROMPT, DecodingConfig(method=method, beta=3.0, top_p=0.8, max_new_tokens=6),
+                       heads=qrheads(model), backend=backend, read=read)
     return res, seen
 
 
@@ -57,8 +57,8 @@ def test_span_mass_is_the_rows_summed_and_lands_in_the_trace(tiny_of):
 
 def test_a_read_out_outside_the_model_is_one_line_before_decoding(tiny_llama):
     with pytest.raises(ConfigError, match="outside the model"):
-        generate(tiny_llama, PROMPT, max_new_tokens=2, read_out=Read(((99, 0),)))
+        generate(tiny_llama, PROMPT, max_new_tokens=2, read=Read(((99, 0),)))
     with pytest.raises(ConfigError, match="plan.Read"):
-        generate(tiny_llama, PROMPT, max_new_tokens=2, read_out=[(0, 1)])
+        generate(tiny_llama, PROMPT, max_new_tokens=2, read=[(0, 1)])
     with pytest.raises(ConfigError, match="needs spans"):
         Read(((0, 1),), returns="span_mass")

@@ -6,8 +6,9 @@ import math
 import pytest
 import torch
 
-from dysco_interp import DecodingConfig, SteeringMethod, generate, generate_batch, register_method
+from dysco_interp import DecodingConfig, SteeringMethod, generate, generate_batch, observe, register_method
 from dysco_interp.decoding import methods
+from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.passes import current_pass
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
@@ -169,8 +170,9 @@ def test_pasta_as_a_plan_equals_pasta_written_as_bridge_hooks(tiny_llama):
     ours = generate(tiny_llama, PROMPT, config)
     # the direct version rides on a method whose biased passes add nothing (beta 1 selects and adds log 1)
     hooks = direct_pasta(tiny_llama, 0.05, Pasta.options["heads"], span, len(prepared.ids))
-    direct = generate(tiny_llama, PROMPT, DecodingConfig(method=AboveQRHeads.name, beta=1.0, max_new_tokens=N_NEW),
-                      heads=heads_for(tiny_llama), hooks=hooks)
+    with observe(tiny_llama, hooks=hooks):
+        direct = generate(tiny_llama, PROMPT, DecodingConfig(method=AboveQRHeads.name, beta=1.0, max_new_tokens=N_NEW),
+                          heads=heads_for(tiny_llama))
     plain = generate(tiny_llama, PROMPT, DecodingConfig(method="vanilla", max_new_tokens=N_NEW))
     assert ours.tokens == direct.tokens
     assert ours.tokens != plain.tokens  # alpha 0.05 changes the output, so equality means something
@@ -220,8 +222,8 @@ def test_a_user_method_s_options_are_recorded_with_its_results():
 def test_user_methods_replay_as_cuda_graphs_with_the_eager_tokens(style):
     model = tiny_model(style, device="cuda")
     heads = heads_for(model)
-    replayed = generate_batch(model, [PROMPT, OTHER], configs(), heads, backend="static", graphs=True)
-    eager = generate_batch(model, [PROMPT, OTHER], configs(), heads, backend="static", graphs=False)
+    replayed = generate_batch(model, [PROMPT, OTHER], configs(), heads, backend=BackendSpec("static", graphs=True))
+    eager = generate_batch(model, [PROMPT, OTHER], configs(), heads, backend=BackendSpec("static", graphs=False))
     for name in configs():
         for ours, ref in zip(replayed[name], eager[name]):
             assert ours.tokens == ref.tokens, name

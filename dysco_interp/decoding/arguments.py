@@ -1,12 +1,15 @@
 """The forms users write to the decoding API, checked and normalised once: configs and their
-keyword options, heads, teacher-forced answers, and TransformerLens hooks. Every wrong form is
-a one-line ConfigError that names what to pass instead."""
+keyword options, heads, teacher-forced answers, TransformerLens hooks, and the keywords the
+decoding calls still take for one release. Every wrong form is a one-line ConfigError that names
+what to pass instead."""
 
 from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping, Sequence
+import sys
+import warnings
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from dysco_interp.chat import encode_text
@@ -14,6 +17,7 @@ from dysco_interp.checks import brief, check_type, is_int, typed
 from dysco_interp.decoding.backends import REGISTRY, check_backend, no_hooks_message
 from dysco_interp.decoding.config import KEYWORDS, DecodingConfig
 from dysco_interp.decoding.format_forced import Run, check_segments, segment_runs
+from dysco_interp.decoding.plan import Read
 from dysco_interp.decoding.prompts import outside_vocab
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, resolve_heads
@@ -99,16 +103,15 @@ def with_fields(config: DecodingConfig, fields: Mapping) -> DecodingConfig:
     return config.replace(**fields) if fields else config
 
 
-def check_hooks(model: LoadedModel, hooks, backend: str) -> list[Hook]:
-    """User hooks as TransformerLens takes them: `(name, fn)` with `name` a hook point of the
-    bridge or a filter `name -> bool`; they need a backend that runs hooks (the bridge)."""
+def hook_pairs(hooks) -> list[Hook]:
+    """User hooks as TransformerLens takes them: `(name, fn)` with `name` a hook point's name or a
+    filter `name -> bool`; the names are checked against a model by `check_hooks`."""
     if hooks is None:
         return []
     if isinstance(hooks, (str, Mapping)) or not isinstance(hooks, Sequence):
         raise ConfigError(f"{HOOKS_FORM}, got {typed(hooks)}")
     if len(hooks) == 2 and (isinstance(hooks[0], str) or callable(hooks[0])) and callable(hooks[1]):
         raise ConfigError(f"{HOOKS_FORM}: wrap one pair in a list, hooks=[(name, fn)]")
-    names = model.bridge.hook_dict
     out: list[Hook] = []
     for i, hook in enumerate(hooks):
         if not (isinstance(hook, (list, tuple)) and len(hook) == 2):
@@ -116,17 +119,61 @@ def check_hooks(model: LoadedModel, hooks, backend: str) -> list[Hook]:
         name, fn = hook
         if not callable(fn):
             raise ConfigError(f"hook #{i}: its function must be callable as fn(tensor, hook), got {typed(fn)}")
-        if isinstance(name, str):
-            if name not in names:
-                close = difflib.get_close_matches(name, list(names), n=2)
-                hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else \
-                    " (model.bridge.hook_dict lists them)"
-                raise ConfigError(f"hook #{i}: {name!r} is no hook point of {model.spec.name}{hint}")
-        elif not callable(name):
+        if not (isinstance(name, str) or callable(name)):
             raise ConfigError(f"hook #{i}: the name must be a hook point name or a filter function, got {typed(name)}")
         out.append((name, fn))
+    return out
+
+
+def check_hooks(model: LoadedModel, hooks, backend: str | None = None) -> list[Hook]:
+    """`hook_pairs(hooks)`, each name a hook point of the bridge; with `backend`, one that runs hooks."""
+    out = hook_pairs(hooks)
+    names = model.bridge.hook_dict
+    for i, (name, _) in enumerate(out):
+        if isinstance(name, str) and name not in names:
+            close = difflib.get_close_matches(name, list(names), n=2)
+            hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else \
+                " (model.bridge.hook_dict lists them)"
+            raise ConfigError(f"hook #{i}: {name!r} is no hook point of {model.spec.name}{hint}")
     # checked here too, before any prompt is encoded; the backend's own check is the same rule
-    runs_hooks = REGISTRY[check_backend(backend)].runs_hooks
-    if out and not runs_hooks:
+    if out and backend is not None and not REGISTRY[check_backend(backend)].runs_hooks:
         raise ConfigError(no_hooks_message(backend))
     return out
+
+
+# The keywords the decoding calls took before hooks and read-outs were scoped by `observe` and a
+# backend's options were its `BackendSpec`'s, and what replaces each: they work for one release.
+RETIRED = {
+    "hooks": "decode inside `with observe(model, hooks=...)`",
+    "read_out": "pass read= (the same plan.Read)",
+    "on_read": "decode inside `with observe(model, on_read=...)`",
+    "graphs": "pass backend=BackendSpec(name, graphs=...)",
+    "decode_attention": "pass backend=BackendSpec('static', decode_attention=...)",
+}
+# the modules a decoding call passes through before it reads its retired keywords
+API_MODULES = frozenset({"dysco_interp.decoding.loop", __name__})
+
+
+def retired_keywords(given: Mapping[str, Any], allowed: Collection[str] = tuple(RETIRED)) -> dict[str, Any]:
+    """`given` (a decoding call's extra keywords) if each is a retired keyword, each announced in
+    one DeprecationWarning that names the function called and points at the line that called
+    it; any other keyword is the TypeError Python gives for an unknown one."""
+    # the first frame outside the decoding API is the user's call (Python 3.12's skip_file_prefixes, by hand)
+    frame, level, called = sys._getframe(1), 2, "the decoding call"
+    while frame.f_back is not None and frame.f_globals.get("__name__") in API_MODULES:
+        called, frame, level = frame.f_code.co_name, frame.f_back, level + 1
+    for name in given:
+        if name not in allowed:
+            raise TypeError(f"{called}() got an unexpected keyword argument {name!r}")
+        warnings.warn(f"{called}({name}=) is deprecated and goes in the next release: {RETIRED[name]}",
+                      DeprecationWarning, stacklevel=level)
+    return dict(given)
+
+
+def the_read(read: Read | None, retired: Mapping[str, Any]) -> Read | None:
+    """A call's read, given as `read=` or by its retired name `read_out=` (not both)."""
+    if "read_out" not in retired:
+        return read
+    if read is not None:
+        raise ConfigError("read_out= is read='s old name: give read= alone")
+    return retired["read_out"]

@@ -10,12 +10,14 @@ Schedule for one prompt (the official code's, `schedule="reference"`):
 5. decode with the full step until EOS or the budget, or feed the gold tokens (teacher forcing).
 What a full step does is the method's (`methods.py`); where its passes run is the backend's
 (`backends/`). `Stepper` feeds one token per row and records the trace; `generate_batch`,
-`compare_methods` and `dysco_generate` run the whole schedule. With `hooks`, the bridge runs
-the user's TransformerLens hooks in every pass, and `passes.current_pass()` says which one.
+`compare_methods` and `generate` run the whole schedule, all three over `generate_batch`. Inside
+`observe(model, hooks=...)`, the bridge runs the user's TransformerLens hooks in every pass, and
+`passes.current_pass()` says which one.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -25,12 +27,15 @@ import torch
 from dysco_interp.chat import encode_text
 from dysco_interp.checks import check_bool
 from dysco_interp.decoding.arguments import (
+    RETIRED,
     as_heads,
     check_config,
     check_configs,
     check_hooks,
     forced_ids,
     format_runs,
+    retired_keywords,
+    the_read,
     with_fields,
 )
 from dysco_interp.decoding.backends import (
@@ -41,7 +46,7 @@ from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.format_forced import BOTH_FORCED, RowWalk, Run, Segment
 from dysco_interp.decoding.observe import current_observation
 from dysco_interp.decoding.passes import scheduled
-from dysco_interp.decoding.plan import PassPlan, Read
+from dysco_interp.decoding.plan import Read
 from dysco_interp.decoding.prompts import (
     PreparedPrompt,
     Prompt,
@@ -103,23 +108,24 @@ def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
                  prefix: Prefix, backend: BackendSpec | str = "bridge", spans: Sequence[Spans | None] | None = None,
                  forced: Sequence[Sequence[int]] | None = None,
                  hooks: Sequence[Hook] = (), name: str | None = None,
-                 read_out: Read | None = None,
+                 read: Read | None = None,
                  on_read: OnRead | None = None,
-                 format_forced: Sequence[Sequence[Run]] | None = None) -> list[GenerationResult]:
+                 format_forced: Sequence[Sequence[Run]] | None = None, **retired) -> list[GenerationResult]:
     """One method on every row, from a copy of the prefix; with `forced`, each row is fed its
     gold tokens instead of its own (teacher forcing through the method's steps); with
     `format_forced` (each row's answer as `format_forced.Run`s), its format tokens and its own
     content tokens (`format_forced` says where content ends). `hooks` run in
     every pass (bridge only); `name` is the method's name for `current_pass` (config.method if None);
-    `backend` is a name or a `BackendSpec` with its options; `read_out` and `on_read` are
-    `Stepper`'s."""
+    `backend` is a name or a `BackendSpec` with its options; `read` (the `Stepper`'s `read_out`)
+    is made in every pass that keeps a token and `on_read` is called with each `ReadOut`."""
+    read = the_read(read, retired_keywords(retired, allowed=("read_out",)))
     with scheduled(method=config.method if name is None else name):
         return _decode_batch(model, batch, config, heads, prefix, BackendSpec.of(backend), spans, forced, hooks,
-                             read_out, on_read, format_forced)
+                             read, on_read, format_forced)
 
 
 def _decode_batch(model, batch, config, heads, prefix, backend: BackendSpec, spans, forced, hooks,
-                  read_out, on_read, format_forced) -> list[GenerationResult]:
+                  read, on_read, format_forced) -> list[GenerationResult]:
     assert batch.prepared is not None
     if forced is not None and format_forced is not None:
         raise ConfigError(f"{BOTH_FORCED}: pass forced or format_forced")
@@ -130,7 +136,7 @@ def _decode_batch(model, batch, config, heads, prefix, backend: BackendSpec, spa
     span_mass = None
     if spans is not None:
         span_mass = [None if s is None else SpanMass(s, n) for s, n in zip(spans, batch.lengths)]
-    stepper = Stepper(runner, config, batch, span_mass, heads, read_out, on_read)
+    stepper = Stepper(runner, config, batch, span_mass, heads, read, on_read)
     heads = stepper.heads
     traces = [Trace(config.method, n, list(heads) if heads is not None else []) for n in batch.lengths]
     state = prefix.state.clone()
@@ -279,36 +285,28 @@ def iter_methods(
     configs: Mapping[str, DecodingConfig],
     heads: HeadSet | None = None,
     *,
+    backend: BackendSpec | str = "bridge",
     spans: Sequence[Spans | None] | None = None,
     prepared: Sequence[PreparedPrompt] | None = None,
-    backend: BackendSpec | str = "bridge",
-    graphs: bool | None = None,
-    decode_attention: str | None = None,
     forced: Sequence[str | Sequence[int]] | None = None,
-    hooks: Sequence[Hook] | None = None,
+    format_forced: Sequence[Sequence[Segment]] | None = None,
+    read: Read | None = None,
     chat: bool = True,
     progress: bool = False,
-    read_out: Read | None = None,
-    on_read: OnRead | None = None,
-    format_forced: Sequence[Sequence[Segment]] | None = None,
+    **retired,
 ) -> Iterator[tuple[str, list[GenerationResult]]]:
-    """`generate_batch` one method at a time: yields (name, results) as each method finishes."""
-    if graphs is not None or decode_attention is not None:
-        warnings.warn("graphs= and decode_attention= beside a backend's name are deprecated and go in the next "
-                      "release: pass backend=BackendSpec('static', graphs=..., decode_attention=...)",
-                      DeprecationWarning, stacklevel=3)
-    spec = BackendSpec.of(backend, graphs, decode_attention)
+    """`generate_batch` one method at a time, with its arguments: yields (name, results) as each
+    method finishes."""
+    # the retired keywords, each announced (`arguments.retired_keywords`), then taken in their new forms
+    old = retired_keywords(retired)
+    spec = BackendSpec.of(backend, old.get("graphs"), old.get("decode_attention"))
     check_configs(configs)
     check_bool("chat", chat)
     check_bool("progress", progress)
-    seen = current_observation().merged(hooks, read_out, on_read)  # an observe() context's, and the call's own
-    hooks, read_out, on_read = list(seen.hooks) or None, seen.read, seen.on_read
-    user_hooks = check_hooks(model, hooks, spec.name)
+    seen = current_observation().merged(old.get("hooks"), the_read(read, old), old.get("on_read"))
+    user_hooks = check_hooks(model, seen.hooks, spec.name)
     heads = as_heads(model, heads)
-    if read_out is not None:
-        if not isinstance(read_out, Read):
-            raise ConfigError(f"read_out is a plan.Read, got {type(read_out).__name__}")
-        PassPlan(reads=(read_out,)).check(model.spec.n_layers, model.spec.n_heads)
+    seen.check(model)
     prompts = prompt_list(prompts)
     if not prompts:
         raise ConfigError("no prompts to decode")
@@ -346,7 +344,7 @@ def iter_methods(
                 shared[key(name)] = prefill_prefix(model, batch, config, spec, hooks=user_hooks,
                                                    name=users[0] if len(users) == 1 else None)
             results = decode_batch(model, batch, config, heads, shared[key(name)], spec, spans, gold,
-                                   hooks=user_hooks, name=name, read_out=read_out, on_read=on_read,
+                                   hooks=user_hooks, name=name, read=seen.read, on_read=seen.on_read,
                                    format_forced=runs)
             bar.update()
             yield name, results
@@ -360,18 +358,15 @@ def generate_batch(
     configs: Mapping[str, DecodingConfig],
     heads: HeadSet | None = None,
     *,
+    backend: BackendSpec | str = "bridge",
     spans: Sequence[Spans | None] | None = None,
     prepared: Sequence[PreparedPrompt] | None = None,
-    backend: BackendSpec | str = "bridge",
-    graphs: bool | None = None,
-    decode_attention: str | None = None,
     forced: Sequence[str | Sequence[int]] | None = None,
-    hooks: Sequence[Hook] | None = None,
+    format_forced: Sequence[Sequence[Segment]] | None = None,
+    read: Read | None = None,
     chat: bool = True,
     progress: bool = False,
-    read_out: Read | None = None,
-    on_read: OnRead | None = None,
-    format_forced: Sequence[Sequence[Segment]] | None = None,
+    **retired,
 ) -> dict[str, list[GenerationResult]]:
     """Several methods on several prompts decoded together; one result per prompt per method.
 
@@ -389,137 +384,94 @@ def generate_batch(
     3x the gold segment's tokens + 8); `decoding.format_forced` says how a boundary is read. Each
     result's `chosen` says which of its tokens the method chose.
 
+    Your TransformerLens hooks, and a callback for each read-out, are scoped by a context
+    around the call, `with observe(model, hooks=..., on_read=...)` (`decoding.observe`). For
+    one release the call still takes `hooks=`, `read_out=` (now `read=`) and `on_read=`, and
+    `graphs=` and `decode_attention=` beside a backend's name (now inside its `BackendSpec`),
+    each with a DeprecationWarning.
+
     Args:
         model: the loaded model.
         prompts: a list of prompts (texts, chat-message lists, token-id lists or 1-D tensors),
             or a `[B, N]` integer tensor: B prompts of N tokens each (no token is taken for a
             pad; prompts of different lengths go as a list, and are left-padded here).
         configs: name -> method and parameters.
-        heads: the QRHeads (H*) for the DySCO methods.
+        heads: the QRHeads (H*) for the DySCO methods: a HeadSet, (layer, head) pairs,
+            "shipped", an 'L17H3,L17H4' string or a head file.
+        backend: a `BackendSpec` (a backend and its typed options, e.g.
+            `BackendSpec("static", decode_attention="float32")`), or its name: "bridge" (TL
+            hooks, one prompt), "sdpa" (fast; prompts of any lengths together, left-padded) or
+            "static" (as sdpa, with fixed KV buffers and CUDA-graph steps on a GPU).
         spans: per prompt, named token spans whose relevance mass the traces report.
         prepared: the prompts already encoded (`prepare_prompt`) with the configs' one `enable_thinking`.
-        backend: a `BackendSpec` (a backend and its options), or its name: "bridge" (TL hooks,
-            one prompt), "sdpa" (fast; prompts of any lengths together, left-padded) or "static"
-            (as sdpa, with fixed KV buffers and CUDA-graph steps on a GPU).
-        graphs: with a backend's name, CUDA graphs for the static backend (None: on CUDA devices).
-        decode_attention: with a backend's name, the static backend's decoding attention: "sdpa"
-            (fused; its default, fastest) or "float32" (bitwise repeatable on a GPU, slower at long
-            contexts); None for the other backends.
         forced: per prompt, the gold continuation (text, encoded on its own after the prompt, or
             token ids) to teacher-force; None decodes freely.
-        hooks: TransformerLens forward hooks `[(name or filter, fn(tensor, hook)), ...]` run in
-            every pass, the prefill included (bridge backend only); `passes.current_pass()`
-            inside one tells the passes apart.
-        chat: render text and messages with the model's chat template (the default); False
-            tokenizes text as `model.bridge.to_tokens` does. Token ids never get a template.
-        progress: a progress bar over the methods, naming the one that runs.
-        read_out: a `plan.Read` of any heads made in every pass that keeps a token, on every
-            backend and for any method: their rows or their mass over key spans (positions in the
-            batch's columns), without a full attention pattern; a span-mass read lands in each
-            trace step's `read_mass`.
-        on_read: called with (trace step, `readout.ReadOut`) after each such pass, e.g. to keep
-            the rank of a key or to draw a replay at lengths the bridge cannot reach.
         format_forced: per prompt, its answer as consecutive (text, is_content) segments (the
             joined text encoded on its own after the prompt, as `forced` text is); None decodes
             freely. Not with `forced`.
+        read: a `plan.Read` of any heads made in every pass that keeps a token, on every
+            backend and for any method: their rows or their mass over key spans (positions in the
+            batch's columns), without a full attention pattern; a span-mass read lands in each
+            trace step's `read_mass`, and `observe(on_read=...)` receives each `ReadOut`. Not
+            with a read set by an `observe` context.
+        chat: render text and messages with the model's chat template (the default); False
+            tokenizes text as `model.bridge.to_tokens` does. Token ids never get a template;
+            each result's `prompt_text` is what was encoded.
+        progress: a progress bar over the methods, naming the one that runs.
 
     Returns:
         name -> one `GenerationResult` per prompt, in order.
     """
-    return dict(iter_methods(model, prompts, configs, heads, spans=spans, prepared=prepared, backend=backend,
-                             graphs=graphs, decode_attention=decode_attention, forced=forced, hooks=hooks,
-                             chat=chat, progress=progress, read_out=read_out, on_read=on_read,
-                             format_forced=format_forced))
+    return dict(iter_methods(model, prompts, configs, heads, backend=backend, spans=spans, prepared=prepared,
+                             forced=forced, format_forced=format_forced, read=read, chat=chat, progress=progress,
+                             **retired))
 
 
-def compare_methods(
-    model: LoadedModel,
-    prompt: Prompt,
-    configs: Mapping[str, DecodingConfig],
-    heads: HeadSet | None = None,
-    *,
-    spans: Spans | None = None,
-    prepared: PreparedPrompt | None = None,
-    backend: BackendSpec | str = "bridge",
-    graphs: bool | None = None,
-    decode_attention: str | None = None,
-    hooks: Sequence[Hook] | None = None,
-    chat: bool = True,
-    progress: bool = False,
-    read_out: Read | None = None,
-    on_read: OnRead | None = None,
-) -> dict[str, GenerationResult]:
-    """Several methods on one prompt, prefilling once for all that keep prefill attention.
+# the keywords `generate` passes on to `generate_batch` (and for one release the retired ones); the
+# rest are its config's fields
+CALL_OPTIONS = frozenset({p.name for p in inspect.signature(generate_batch).parameters.values()
+                          if p.kind is p.KEYWORD_ONLY} | set(RETIRED))
+
+
+def compare_methods(model: LoadedModel, prompt: Prompt, configs: Mapping[str, DecodingConfig],
+                    heads: HeadSet | None = None, *, spans: Spans | None = None,
+                    prepared: PreparedPrompt | None = None, **options) -> dict[str, GenerationResult]:
+    """`generate_batch` on one prompt: several methods, prefilling once for all that keep prefill attention.
 
     Args:
         model: as `generate_batch`.
+        prompt: text, chat messages, or token ids (a list of ints, a 1-D or `[1, N]` tensor).
         configs: as `generate_batch`.
         heads: as `generate_batch`.
-        backend: as `generate_batch`.
-        graphs: as `generate_batch`.
-        decode_attention: as `generate_batch`.
-        hooks: as `generate_batch`.
-        chat: as `generate_batch`.
-        progress: as `generate_batch`.
-        read_out: as `generate_batch`.
-        on_read: as `generate_batch`.
-        prompt: text, chat messages, or token ids (a list of ints, a 1-D or `[1, N]` tensor).
         spans: named token spans of the prompt whose relevance mass the traces report.
         prepared: the prompt already encoded with the configs' one `enable_thinking`.
+        **options: `generate_batch`'s other keyword options (`backend`, `read`, `chat`, `progress`, ...).
 
     Returns:
         name -> its `GenerationResult`.
     """
     check_prompt(prompt)
     out = generate_batch(model, [prompt], configs, heads, spans=None if spans is None else [spans],
-                         prepared=None if prepared is None else [prepared], backend=backend, graphs=graphs,
-                         decode_attention=decode_attention, hooks=hooks, chat=chat, progress=progress,
-                         read_out=read_out, on_read=on_read)
+                         prepared=None if prepared is None else [prepared], **options)
     return {name: results[0] for name, results in out.items()}
 
 
-def generate(
-    model: LoadedModel,
-    prompt: Prompt,
-    config: DecodingConfig | None = None,
-    *,
-    heads: HeadSet | None = None,
-    spans: Spans | None = None,
-    prepared: PreparedPrompt | None = None,
-    backend: BackendSpec | str = "bridge",
-    graphs: bool | None = None,
-    decode_attention: str | None = None,
-    hooks: Sequence[Hook] | None = None,
-    chat: bool = True,
-    read_out: Read | None = None,
-    on_read: OnRead | None = None,
-    **fields,
-) -> GenerationResult:
+def generate(model: LoadedModel, prompt: Prompt, config: DecodingConfig | None = None, *,
+             heads: HeadSet | None = None, **options) -> GenerationResult:
     """Generate with one method; returns text, tokens and a per-step `Trace`.
 
     `generate(model, prompt_or_ids, method="dysco", heads="shipped", beta=2.5, max_new_tokens=32)`
-    works as well as passing a `DecodingConfig`: keyword options are its fields and override it.
+    works as well as passing a `DecodingConfig`: its fields given as keywords override it.
 
     Args:
         model: the loaded model.
         prompt: text, chat messages, or token ids (a list of ints, a 1-D or `[1, N]` integer
             tensor such as `model.bridge.to_tokens(text)`), used as given.
         config: the method and its parameters (None: vanilla decoding, 256 new tokens).
-        heads: the QRHeads (H*) for the DySCO methods: a HeadSet, (layer, head) pairs,
-            "shipped", an 'L17H3,L17H4' string or a head file.
-        spans: named token spans of the prompt (edges, documents) whose relevance mass the trace reports.
-        prepared: the prompt already encoded with `prepare_prompt`.
-        backend: "bridge" (TransformerLens hooks), "sdpa" (fast, same tokens) or "static" (fastest on a GPU).
-        graphs: CUDA graphs for the static backend (None: on CUDA devices).
-        decode_attention: as `generate_batch`.
-        hooks: TransformerLens forward hooks `[(name or filter, fn(tensor, hook)), ...]`, run in
-            every pass after the method's own, the prompt's prefill included (bridge backend only);
-            `dysco_interp.decoding.current_pass()` inside one says which pass is running.
-        chat: render text and messages with the model's chat template (the default); False
-            tokenizes text as `model.bridge.to_tokens` does. `result.prompt_text` is what was encoded.
-        read_out: as `generate_batch`.
-        on_read: as `generate_batch`.
-        **fields: `DecodingConfig` fields (`method`, `beta`, `top_k`, `max_new_tokens`, ...).
+        heads: as `generate_batch`.
+        **options: `compare_methods`' keyword options (`spans`, `prepared`; `backend`, `read`,
+            `chat`, ... as `generate_batch`) and `DecodingConfig` fields (`method`, `beta`,
+            `top_k`, `max_new_tokens`, ...).
 
     Returns:
         A `GenerationResult` whose `trace` records every step.
@@ -529,10 +481,9 @@ def generate(
     """
     config = DecodingConfig(method="vanilla") if config is None else config
     check_config(config)
-    config = with_fields(config, fields)
-    return compare_methods(model, prompt, {config.method: config}, heads, spans=spans, prepared=prepared,
-                           backend=backend, graphs=graphs, decode_attention=decode_attention, hooks=hooks,
-                           chat=chat, read_out=read_out, on_read=on_read)[config.method]
+    config = with_fields(config, {k: v for k, v in options.items() if k not in CALL_OPTIONS})
+    call = {k: v for k, v in options.items() if k in CALL_OPTIONS}
+    return compare_methods(model, prompt, {config.method: config}, heads, **call)[config.method]
 
 
 def dysco_generate(
@@ -543,7 +494,7 @@ def dysco_generate(
     **options,
 ) -> GenerationResult:
     """`generate` with the heads first and DySCO's default preset (small-budget) by default
-    (`config` None is an error); `options` are `generate`'s keyword options (`hooks`, `chat`, `backend`, ...),
+    (`config` None is an error); `options` are `generate`'s keyword options (`backend`, `chat`, `read`, ...),
     `DecodingConfig` fields included. Deprecated: call `generate(model, prompt, config, heads=heads)`."""
     warnings.warn("dysco_generate is deprecated and goes in the next release: call "
                   "generate(model, prompt, config, heads=heads)", DeprecationWarning, stacklevel=2)
