@@ -253,9 +253,9 @@ class BenchDecoder:
         vanilla = prefix.clone()
         batch, n_context = context.shape
 
-        def stepper(config: DecodingConfig, read_out: Read | None = None) -> Stepper:
+        def stepper(config: DecodingConfig, read: Read | None = None) -> Stepper:
             made = Stepper(self.backend.make(self.model), config, PromptBatch.from_ids(context),
-                           heads=self.heads, read_out=read_out)
+                           heads=self.heads, read=read)
             made.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
             return made
 
@@ -264,8 +264,8 @@ class BenchDecoder:
                                   "dysco": functools.partial(stepper(self.config).step, prefix)}
         # the extra steps share DySCO's context (a copy each would not fit at 100K): each step of
         # each adds a key, a few dozen over a run, nothing at these lengths
-        for name, (config, read_out) in self.extra.items():
-            steps[name] = functools.partial(stepper(config, read_out).step, prefix)
+        for name, (config, read) in self.extra.items():
+            steps[name] = functools.partial(stepper(config, read).step, prefix)
         return steps
 
 

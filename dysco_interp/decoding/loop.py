@@ -116,7 +116,7 @@ def decode_batch(model: LoadedModel, batch: PromptBatch, config: DecodingConfig,
     `format_forced` (each row's answer as `format_forced.Run`s), its format tokens and its own
     content tokens (`format_forced` says where content ends). `hooks` run in
     every pass (bridge only); `name` is the method's name for `current_pass` (config.method if None);
-    `backend` is a name or a `BackendSpec` with its options; `read` (the `Stepper`'s `read_out`)
+    `backend` is a name or a `BackendSpec` with its options; `read` (the `Stepper`'s)
     is made in every pass that keeps a token and `on_read` is called with each `ReadOut`."""
     read = the_read(read, retired_keywords(retired, allowed=("read_out",)))
     with scheduled(method=config.method if name is None else name):

@@ -28,7 +28,7 @@ class StepRecord:
     nucleus_mass: float | None = None  # relevance mass of the selected keys
     selected: list[int] | None = None  # selected positions (only with record_positions)
     top_spans: list[tuple[str, float]] | None = None  # most relevant named spans and their mass
-    # with a span-mass read-out (`read_out=Read(..., returns="span_mass")`): each read head's
+    # with a span-mass read (`read=Read(..., returns="span_mass")`): each read head's
     # attention mass over each span, in the pass that kept the token
     read_mass: list[list[float]] | None = None
     # the method's own values of this step for this row (`Method.step_values`; None: it keeps none)

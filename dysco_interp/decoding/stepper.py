@@ -55,7 +55,7 @@ class Stepper:
         batch: the prompts' rows (pads and template tokens are never selected).
         span_mass: per row, named spans whose relevance mass each record reports (or None).
         heads: the QRHeads (H*) for the methods that read heads.
-        read_out: a read (`plan.Read`: any heads, their rows or span mass) added to every pass
+        read: a read (`plan.Read`: any heads, their rows or span mass) added to every pass
             that writes the cache, whatever the method; `last_read` holds the latest one's result,
             a span-mass read lands in each record's `read_mass`.
         on_read: called with (trace step, `ReadOut`) after each such pass.
@@ -63,9 +63,9 @@ class Stepper:
 
     def __init__(self, backend: Backend, config: DecodingConfig, batch: PromptBatch,
                  span_mass: Sequence[SpanMass | None] | None = None, heads: HeadSet | None = None,
-                 read_out: Read | None = None, on_read: OnRead | None = None):
+                 read: Read | None = None, on_read: OnRead | None = None):
         self.backend, self.config, self.batch = backend, config, batch
-        self.read_out, self.on_read = read_out, on_read
+        self.read, self.on_read = read, on_read
         self.last_read: ReadOut | None = None
         model = backend.model
         # on the device once, with room for every generated key (never excluded): each step slices it
@@ -131,11 +131,11 @@ class Stepper:
         return logits, self._records(phase, n_cached, tokens, selection, own)
 
     def _runner(self, state: DecodeState, tokens: torch.Tensor) -> Callable[[PassPlan], StepOutput]:
-        """One pass of this step's tokens; the pass that keeps the token also makes `read_out`."""
+        """One pass of this step's tokens; the pass that keeps the token also makes `read`."""
         def run(plan: PassPlan) -> StepOutput:
-            if self.read_out is None or not plan.write_cache:
+            if self.read is None or not plan.write_cache:
                 return self.backend.run(state, tokens, plan)
-            out = self.backend.run(state, tokens, plan.with_read(self.read_out))
+            out = self.backend.run(state, tokens, plan.with_read(self.read))
             self.last_read = out.reads[-1]
             if self.on_read is not None:
                 self.on_read(self.n_steps, self.last_read)
