@@ -67,13 +67,13 @@ class SelectionParams(MethodParams):
 
     def check(self) -> None:
         relevance.check_beta(self.beta)
-        relevance.check_selection_params(self.select_p, self.select_k)
+        relevance.check_selection_params(self.select_p, self.select_k, names=("select_p", "select_k"))
         relevance.check_decay(self.decay)
         check_choice("schedule", self.schedule, SCHEDULES)
         check_choice("template_masking", self.template_masking, MASKING_MODES,
                      then=" (the old switch: True is 'skeleton', False is 'off')" if isinstance(
                          self.template_masking, bool) else "")
-        relevance.check_top_k_fraction(self.k_fraction)
+        relevance.check_top_k_fraction(self.k_fraction, name="k_fraction")
 
 
 SELECTION_FIELDS = frozenset(f.name for f in dataclasses.fields(SelectionParams))

@@ -123,18 +123,19 @@ class Selection:
     mass: torch.Tensor
 
 
-def check_selection_params(top_p: float, top_k: int) -> None:
+def check_selection_params(top_p: float, top_k: int, names: tuple[str, str] = ("top_p", "top_k")) -> None:
+    """`names`: how the caller's errors name the two (a method's Params say select_p, select_k)."""
     if isinstance(top_p, bool) or not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
-        raise ConfigError(f"top_p must be in (0, 1], got {top_p!r}")
+        raise ConfigError(f"{names[0]} must be in (0, 1], got {top_p!r}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ConfigError(f"top_k must be an integer >= 1, got {top_k!r}")
+        raise ConfigError(f"{names[1]} must be an integer >= 1, got {top_k!r}")
 
 
-def check_top_k_fraction(fraction: float | None) -> None:
+def check_top_k_fraction(fraction: float | None, name: str = "top_k_fraction") -> None:
     if fraction is None:
         return
     if isinstance(fraction, bool) or not (isinstance(fraction, (int, float)) and 0 < fraction <= 1):
-        raise ConfigError(f"top_k_fraction must be in (0, 1] or None, got {fraction!r}")
+        raise ConfigError(f"{name} must be in (0, 1] or None, got {fraction!r}")
 
 
 def row_caps(n_context: Sequence[int], top_k: int, fraction: float) -> torch.Tensor:

@@ -34,7 +34,7 @@ def primary_metrics(forced: bool) -> dict[str, str]:
 
 
 def paired_gains(records: Iterable[Mapping], primary: Mapping[str, str]) -> dict[MethodKey, dict[Cell, float]]:
-    """Per DySCO configuration and cell: the mean over instances of (config - vanilla) on the
+    """Per run key (any method but vanilla) and cell: the mean over instances of (run - vanilla) on the
     cell task's primary metric, paired by instance."""
     by_cell: dict[Cell, dict[MethodKey, dict[str, float]]] = defaultdict(lambda: defaultdict(dict))
     for r in records:
