@@ -1,0 +1,162 @@
+"""The steering harness's runs: every method's grid on the dev split, one choice per method by the
+protocol's rule, then each method at its choice on the test split (`harness_protocol` fixes
+the tasks, lengths, splits, grids and rule).
+
+Parts (resumable stores under `<out>/harness/`, one record per instance x run):
+- dev:     vanilla and every grid point of every method, teacher forced, on the dev split
+           -> dev/<model>_<task>_<len>.jsonl
+- choose:  each method's point by the rule -> chosen_<model>.json (read by the test parts)
+- test-tf / test-free: vanilla and each method at its choice on the test split, teacher forced
+           and free -> test/<model>_<task>_<len>_{tf,free}.jsonl
+A method of one's own (registered by `--methods-from`) joins with `--grid NAME=JSON`, a list of
+its parameter sets; without one it runs at its defaults.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dysco_interp import checks
+from dysco_interp.analysis.records import read_records
+from dysco_interp.atomic import atomic_open
+from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.errors import ConfigError
+from dysco_interp.experiments.evaluate import evaluate
+from dysco_interp.heads import HeadSet
+from dysco_interp.models import LoadedModel
+from dysco_interp.stores.archives import stored
+from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, batch_for, split_instances
+from dysco_interp.studies.harness_protocol import GRIDS, LENGTHS, TASKS, Point, check_grid, choose
+
+PARTS = ("dev", "choose", "test-tf", "test-free")
+SCRIPT = "analyses/harness.py"
+
+
+@dataclass(frozen=True)
+class HarnessSettings:
+    model_name: str
+    data_dir: Path  # dev/ and test/ task files, as make-data writes them
+    out_dir: Path  # harness/ is written under it
+    methods: Sequence[str]  # compared with vanilla, which every cell runs
+    parts: Sequence[str] = PARTS
+    tasks: Sequence[str] = TASKS
+    lengths: Sequence[str] = LENGTHS
+    grids: Mapping[str, Sequence[Point]] = field(default_factory=lambda: dict(GRIDS))
+    backend: str = "static"
+    tokens_per_batch: int = 512 * 1024
+    n: int | None = None  # instances per file (None: all)
+    command: str | None = None
+
+    @property
+    def folder(self) -> Path:
+        return self.out_dir / "harness"
+
+    def store(self, split: str, task: str, length: str, kind: str | None = None) -> Path:
+        name = f"{self.model_name}_{task}_{length}" + ("" if kind is None else f"_{kind}")
+        return stored(self.folder / split / f"{name}.jsonl")
+
+    @property
+    def choice_path(self) -> Path:
+        return self.folder / f"chosen_{self.model_name}.json"
+
+
+def check_settings(s: HarnessSettings) -> None:
+    """Every part, method and grid point checked before any model loads."""
+    checks.check_parts(s.parts, PARTS)
+    if "vanilla" in s.methods:
+        raise ConfigError("vanilla is every cell's baseline: leave it out of the methods")
+    for method in s.methods:
+        check_grid(method, s.grids.get(method, ({},)))
+    unknown = sorted(set(s.grids) - set(GRIDS) - set(s.methods))
+    if unknown:
+        raise ConfigError(f"a grid for {unknown[0]!r}, which this run does not compare")
+
+
+def check_data(s: HarnessSettings) -> None:
+    """The task files the parts read are there (a ConfigError naming the first one missing), so a
+    run does not load a model to find that out."""
+    splits = (["dev"] if "dev" in s.parts else []) + (["test"] if {"test-tf", "test-free"} & set(s.parts) else [])
+    for split in splits:
+        for task in s.tasks:
+            for length in s.lengths:
+                path = s.data_dir / split / f"{task}_{length}.jsonl"
+                if not path.is_file():
+                    raise ConfigError(f"missing {path}: make the {split} split first (see {SCRIPT})")
+
+
+def labelled(configs: Sequence[DecodingConfig]) -> dict[str, DecodingConfig]:
+    """Store labels for `configs`: the method, and the parameters its point changes."""
+    out: dict[str, DecodingConfig] = {}
+    for config in configs:
+        defaults = DecodingConfig(method=config.method)
+        changed = {} if config.params is None else {
+            k: v for k, v in config.params.as_dict().items() if defaults.params is None or
+            getattr(defaults.params, k) != v}
+        out.setdefault(" ".join([config.method, *(f"{k}={v}" for k, v in sorted(changed.items()))]), config)
+    return out
+
+
+def dev_methods(s: HarnessSettings, tokens: int) -> dict[str, DecodingConfig]:
+    configs = [DecodingConfig(method="vanilla")]
+    for method in s.methods:
+        configs += check_grid(method, s.grids.get(method, ({},)))
+    return labelled([c.replace(max_new_tokens=tokens) for c in configs])
+
+
+def write_choices(s: HarnessSettings) -> dict:
+    """Each method's dev choice for the model, written to `s.choice_path`."""
+    records = [r for task in s.tasks for length in s.lengths
+               if (path := s.store("dev", task, length)).exists() for r in read_records(path)]
+    choices = {method: choose(records, s.model_name, method, s.grids) for method in s.methods}
+    with atomic_open(s.choice_path) as f:
+        f.write(json.dumps({"model": s.model_name, "choices": choices}, indent=1) + "\n")
+    return choices
+
+
+def test_methods(s: HarnessSettings, tokens: int) -> dict[str, DecodingConfig]:
+    """vanilla and each method at its committed dev choice."""
+    if not s.choice_path.is_file():
+        raise ConfigError(f"no {s.choice_path}: run the dev part and 'choose' first")
+    chosen = json.loads(s.choice_path.read_text())["choices"]
+    missing = [m for m in s.methods if m not in chosen]
+    if missing:
+        raise ConfigError(f"{s.choice_path} holds no choice for {', '.join(missing)}: run 'choose' again")
+    configs = [DecodingConfig(method="vanilla")]
+    configs += [DecodingConfig(method=m).with_params(**chosen[m]["point"]) for m in s.methods]
+    return labelled([c.replace(max_new_tokens=tokens) for c in configs])
+
+
+def run_harness(model: LoadedModel, heads: HeadSet, s: HarnessSettings, log: Callable[[str], None] = print) -> None:
+    check_settings(s)
+
+    def run(split: str, task: str, length: str, methods: dict[str, DecodingConfig], forced: bool,
+            path: Path) -> None:
+        instances = split_instances(s.data_dir, split, task, length, s.n, SCRIPT)
+        t0 = time.perf_counter()
+        done = evaluate(model, s.model_name, task, instances, methods, heads, path, backend=s.backend,
+                        batch_size=batch_for(instances, s.tokens_per_batch), teacher_forced=forced,
+                        command=s.command)
+        log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s")
+
+    if "dev" in s.parts:
+        for task in s.tasks:
+            for length in s.lengths:
+                run("dev", task, length, dev_methods(s, FORCED_TOKENS[task]), True, s.store("dev", task, length))
+    if "choose" in s.parts:
+        for method, choice in write_choices(s).items():
+            log(f"{method}: {choice['label']} (mean rank {choice['mean_rank']:g} over {len(choice['cells'])} cells)")
+    for forced, part in ((True, "test-tf"), (False, "test-free")):
+        if part in s.parts:
+            tokens = FORCED_TOKENS if forced else FREE_TOKENS
+            for task in s.tasks:
+                for length in s.lengths:
+                    run("test", task, length, test_methods(s, tokens[task]), forced,
+                        s.store("test", task, length, "tf" if forced else "free"))
+
+
+__all__ = ["PARTS", "HarnessSettings", "check_data", "check_settings", "dev_methods", "labelled", "run_harness",
+           "test_methods", "write_choices"]
