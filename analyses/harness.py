@@ -13,6 +13,7 @@ detection has seen), one file per task and length, e.g.
     dysco-interp make-data needle_qa --model qwen2.5-coder-1.5b --lengths 2k,8k,31k --n 100 --seed 2 --out DATA/test
     python analyses/harness.py --model qwen2.5-coder-1.5b --data-dir DATA --device cuda --dtype bfloat16 \
         --methods uniattns,dysco --parts dev,choose,test-tf,test-free
+    python analyses/harness.py --figures-only     # the leaderboard and figures from the stores (run_all too)
 
 A method of one's own: --methods-from my_methods.py --methods mine --grid 'mine=[{"alpha": 0.01}, {"alpha": 0.05}]'.
 """
@@ -29,7 +30,7 @@ from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.harness import PARTS, HarnessSettings, check_data, check_settings
 from dysco_interp.studies.harness_protocol import GRIDS, LENGTHS, TASKS
-from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model
+from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports
 
 
 def grid_flag(text: str) -> tuple[str, list]:
@@ -60,7 +61,9 @@ def main(argv=None) -> int:
     p.add_argument("--lengths", default=",".join(LENGTHS))
     args = p.parse_args(argv)
     if args.figures_only:
-        p.error("the harness's tables come with its report; run its parts")
+        from dysco_interp.studies.harness_report import write_reports
+
+        return print_reports("harness", lambda: write_reports(Path(args.out_dir)))
     grids = {**GRIDS, **dict(args.grid)}
     settings = HarnessSettings(args.model, Path(args.data_dir or "."), Path(args.out_dir), items(args.methods),
                                items(args.parts), items(args.tasks), items(args.lengths), grids, args.backend,

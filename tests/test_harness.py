@@ -46,6 +46,19 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
     again: list[str] = []
     harness.run_harness(model, HeadSet([(1, 0), (2, 1)]), s, log=again.append)
     assert all(" 0 new records" in line for line in again if "records" in line)
+    # the leaderboard: every method in both modes, one BH family, a figure per mode that opens offline
+    from dysco_interp.studies.harness_report import leaderboard, write_reports
+    from dysco_interp.viz.render_html import opens_offline
+
+    written = write_reports(s.out_dir)
+    board = leaderboard(s.folder)
+    assert {(r["mode"], r["method"]) for r in board["rows"]} == {(m, n) for m in ("tf", "free")
+                                                                 for n in ("uniattns", "dysco")}
+    assert all(r["n"] == 2 and r["delta"]["q"] is not None for r in board["rows"])
+    assert {Path(p).name for p in written} >= {"leaderboard.md", "leaderboard.json", "where_tiny-llama_tf.png",
+                                               "where_tiny-llama_free.html"}
+    assert opens_offline(s.folder / "where_tiny-llama_tf.html")
+    assert "| tiny-llama | teacher forced | path_traversal | 1K |" in (s.folder / "leaderboard.md").read_text()
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -168,6 +168,11 @@ def regenerate_steps(script: ScriptRunner, root: Path) -> list[Step]:
                       script("variance_study", ["--figures-only", "--out-dir", str(root)]),
                       needs=[str(variance / "*.jsonl")], outputs=[str(variance / "*.md"), str(variance / "*.json"),
                                                                   str(variance / "*.png"), str(variance / "*.html")]))
+    harness = root / "harness"
+    steps.append(Step("steering harness: the leaderboard and which method works where",
+                      script("harness", ["--figures-only", "--out-dir", str(root)]),
+                      needs=[str(harness / "test" / "*.jsonl")],
+                      outputs=[str(harness / "leaderboard.*"), str(harness / "where_*")]))
     for alias in available_shipped_heads():
         steps.append(Step(f"QRScore heatmap {alias}",
                           heatmap_runner(alias, root / "heads"),
