@@ -82,9 +82,10 @@ class InstABoost(Method):
         context: tuple[str, ...] = ()  # texts never boosted, every occurrence (the input the instruction is for)
 
         def __post_init__(self) -> None:
-            for name in TEXT_FIELDS:  # one text may be given as it is
-                if isinstance(getattr(self, name), str):
-                    object.__setattr__(self, name, (getattr(self, name),))
+            for name in TEXT_FIELDS:  # one text may be given as it is, several as a list
+                value = getattr(self, name)
+                if isinstance(value, (str, list)):
+                    object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value))
             super().__post_init__()
 
         def check(self) -> None:
