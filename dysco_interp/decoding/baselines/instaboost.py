@@ -32,8 +32,9 @@ instruction, which a task's prompt does not have.
 Where it applies. The prompt's prefill and its context warm-up tokens run as vanilla's, unbiased,
 so that InstABoost shares vanilla's prefill (plans never bias a prefill; only a `Scale` reaches
 it). The bias applies from the last prompt tokens that the schedule feeds with the method's full
-step (the generation prompt and the token before it, DySCO's "reference" schedule) and at every
-generated token. Pads get no bias (they are masked anyway); generated tokens are never boosted.
+step (with the default warm-up, the generation prompt and the token before it: DySCO's "reference"
+schedule, which every method without a schedule of its own follows) and at every generated
+token. Pads get no bias (they are masked anyway); generated tokens are never boosted.
 
 What it does not do that the original does:
 - Steer the prompt's own encoding. The original's hook acts in every forward pass, the prefill
@@ -41,8 +42,8 @@ What it does not do that the original does:
   the last prompt tokens and the generated ones do, as for every plan method.
 - Multiply the post-softmax weights and renormalise them while keeping each row's visible mass.
   With rows that sum to one that is exactly the log M bias; the two differ only in rounding.
-- Choose M per task: the original picks it on validation data from 1, 3, ..., 19. The default
-  here, 5, is one point of that grid, not a value the paper prescribes.
+- Choose M per task: the original's code picks it on validation data from 1, 3, ..., 19. The
+  default here, 5, is one point of that grid; tune it per task as the original does.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Log-n attention scaling as a plan program: every head's logits grown past a training length.
 
-The method (Qwen's `use_logn_attn`, from the first Qwen models' modelling code; the Qwen report cites
-Chiang and Cholak, 2022, and Su, 2023, for it): the pre-softmax scores of a query that sees n keys are
+The method (Qwen's `use_logn_attn`, in the first Qwen models' modelling code, one of the pieces
+of their context-length extension): the pre-softmax scores of a query that sees n keys are
 multiplied by max(1, ln n / ln n_train), n_train being the context length the model was trained
 on. Inside the training length nothing changes; past it the logits grow with the log of the
 length, which keeps the attention's entropy from growing with the number of keys it spreads over.
@@ -18,8 +18,8 @@ heads and adds no bias.
 `train_length` defaults to 32768, the native context of Qwen2.5 (its `max_position_embeddings`).
 Qwen2 and Qwen2.5 checkpoints do not apply log-n scaling themselves, so on them this is an
 inference-time intervention beside the model's own attention; the first Qwen models apply it
-natively with their `seq_length` as the training length. Prompts shorter than `train_length`
-decode as vanilla does: give a shorter one to see it act.
+at inference with their config's `seq_length` as the training length. Prompts shorter than
+`train_length` decode as vanilla does: give a shorter one to see it act.
 
 What it does not do that Qwen's code does: Qwen pairs log-n scaling with dynamic NTK-aware
 rotary scaling (`use_dynamic_ntk`) for long inputs; this method is the log-n part alone and
