@@ -38,6 +38,9 @@ def config(method, n_new=N_NEW, **params):
 
 VARIANTS = {
     "lagged": config("dysco-lagged", **STEERING),
+    # no context warm-up: the first step reads the QRHeads in a partial pass before it biases
+    "lagged-no-warmup": DecodingConfig(method="dysco-lagged", params=STEERING, warmup=1, max_new_tokens=N_NEW,
+                                       record_positions=True),
     "hard": config("dysco-hard", select_p=0.9),
     "hard-generated": config("dysco-hard", select_p=0.5, keep_generated=True),
     "middle": config("dysco-middle", **STEERING),

@@ -45,10 +45,11 @@ class DyscoLagged(Dysco):
     - the current token's own key, which no read has seen yet, has relevance 0 when the step
       selects; it is boosted anyway, as in DySCO.
 
-    Cost: one full pass per token (DySCO: a partial pass up to the deepest QRHead's layer, then a
-    full pass; about 1.5-1.7 passes on the paper's models). The price: the selection lags one
-    token behind, and it comes from a read the bias has already shaped (a boosted key tends to
-    draw more of the QRHeads' attention, and so to be selected again).
+    Cost: one full pass per token. DySCO runs 1 + (L* + 1) / L passes' worth of layers, L* the
+    deepest QRHead's layer of L: about 1.6-1.7 on the paper's models (its partial pass runs 25
+    of Qwen3-8B's 36 layers, 20 of Llama-3.1-8B's 32). The price: the selection lags one token
+    behind, and it comes from a read the bias has already shaped (a boosted key tends to draw
+    more of the QRHeads' attention, and so to be selected again).
 
     Plan: `PassPlan(reads=(Read(H*),), bias=Bias(every layer))` given this step's tensor bias;
     the read returns the mean of H*'s rows as the pass computed them. With beta = 1 the bias is
