@@ -280,13 +280,13 @@ def test_lagged_runs_one_pass_per_token_and_its_first_step_selects_from_the_warm
     assert first.selected and max(first.selected) < first.position
 
 
-def test_middle_layers_are_the_fractions_of_the_depth():
+def test_middle_layers_are_the_fractions_of_the_depth(tiny_llama):
     assert middle_layers(30, 0.25, 0.75) == range(7, 23)
     assert middle_layers(4, 0.25, 0.75) == range(1, 3)
     assert middle_layers(10, 0.3, 0.7) == range(3, 7)  # no round-off layer
     assert middle_layers(4, 0.0, 1.0) == range(4)
     assert middle_layers(4, 0.9, 0.95) == range(3, 4)  # never empty
-    method = DyscoMiddle(config("dysco-middle"), heads_for(tiny_model("llama")), tiny_model("llama").spec)
+    method = DyscoMiddle(config("dysco-middle"), heads_for(tiny_llama), tiny_llama.spec)
     assert method.biased.bias is not None and method.biased.bias.layers == (1, 2)
 
 

@@ -154,8 +154,8 @@ class DyscoMiddle(Dysco):
     keys' scores (and the current token's own key's) in every head of layers
     `middle_layers(L, depth_from, depth_to)` of an L-layer model, i.e. floor(depth_from * L)
     .. ceil(depth_to * L) - 1, and nothing in the other layers. The default, the middle half of
-    the depth (0.25, 0.75), leaves the first and the last quarter unbiased; `depth_from=0,
-    depth_to=1` is DySCO.
+    the depth (0.25, 0.75), leaves the first and the last quarter unbiased; it is this package's
+    choice, not a range the paper states. `depth_from=0, depth_to=1` is DySCO.
 
     Cost: DySCO's (a partial pass up to the deepest QRHead's layer, then a full pass).
     Plan: DySCO's, with `Bias(middle_layers(...))` for `Bias(range(L))`.
