@@ -17,8 +17,8 @@ from dysco_interp.decoding.choices import (
     BACKENDS,
     DECODE_ATTENTION,
     DEFAULT_PRESET,
+    KNOWN_METHODS,
     MASKING_MODES,
-    METHOD_NAMES,
     PRESET_NAMES,
     SCHEDULES,
 )
@@ -116,7 +116,7 @@ def add_dysco_flags(parser: argparse.ArgumentParser) -> None:
 def add_method_flags(parser: cli_args.ArgumentParser, *, multi: bool) -> None:
     """--method (or --methods when `multi`), the files of one's own methods and their options, the
     heads, DySCO's and UniAttnS' parameters, the backend."""
-    built_in = ", ".join(METHOD_NAMES)
+    built_in = ", ".join(KNOWN_METHODS)
     if multi:
         # uniattns is not a default: it needs a tau chosen for the model (see --tau)
         parser.add_argument("--methods", type=user_methods.method_list, default="vanilla,dysco", metavar="NAME,...",

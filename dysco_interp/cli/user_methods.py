@@ -19,7 +19,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from dysco_interp.decoding.choices import METHOD_NAMES
+from dysco_interp.decoding.choices import KNOWN_METHODS
 
 FILES_FLAG, OPTIONS_FLAG = "--methods-from", "--params"
 OPTIONS_ALIAS = "--method-options"  # the flag's first name, kept
@@ -45,7 +45,7 @@ def method_list(text: str) -> str:
     checked against the registry once --methods-from is read)."""
     names = [m.strip() for m in str(text).split(",") if m.strip()]
     if not names:
-        raise argparse.ArgumentTypeError(f"no method named; choose from {', '.join(METHOD_NAMES)}")
+        raise argparse.ArgumentTypeError(f"no method named; choose from {', '.join(KNOWN_METHODS)}")
     if len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"a method is named twice in {text!r}")
     return ",".join(names)
@@ -134,7 +134,7 @@ def known_methods() -> tuple[str, ...]:
     process (by a --methods-from file, or by Python code that called `main`). The registry is
     read only where something imported it already: the built-in names need no torch."""
     registry = sys.modules.get("dysco_interp.decoding.methods")
-    return tuple(registry.REGISTRY) if registry is not None else METHOD_NAMES
+    return KNOWN_METHODS if registry is None else tuple(dict.fromkeys((*KNOWN_METHODS, *registry.REGISTRY)))
 
 
 def _check_names(flag: str, names: list[str], loaded: bool) -> None:

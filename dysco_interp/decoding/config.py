@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dysco_interp.checks import brief, check_bool, check_int, check_type
+from dysco_interp.decoding import baselines  # noqa: F401  (registers the field's methods beside the built-in ones)
 from dysco_interp.decoding.choices import DEFAULT_PRESET, PRESET_NAMES, MethodName
 from dysco_interp.decoding.methods import (
     FLAT_DEFAULTS,

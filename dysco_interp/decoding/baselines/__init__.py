@@ -1,7 +1,19 @@
-"""The field's attention-steering methods as plan programs: published methods beside DySCO,
-each in a module of its own that registers it under its name when imported.
+"""The field's attention-steering methods and DySCO's open variants as plan programs, each in a
+module of its own that registers it under its name when imported (this package imports them all,
+and `decoding.config` imports this package, so every config knows them):
 
+- `dysco-lagged`, `dysco-hard`, `dysco-middle`: DySCO in one pass per token selecting from the
+  previous step's biased read; DySCO's selection as a hard mask; DySCO biasing the middle layers only;
 - `instaboost`: InstABoost (Guardieiro et al., 2025), the attention to an instruction's tokens
   multiplied by M and renormalised in every head;
 - `logn`: log-n scaling (Qwen's `use_logn_attn`), every head's logits grown past a training length.
 """
+
+from dysco_interp.decoding.baselines import dysco_variants, instaboost, logn
+from dysco_interp.decoding.choices import BASELINE_NAMES
+from dysco_interp.decoding.methods import REGISTRY
+
+# the command line names these before torch is imported (`choices`): the two lists must agree
+assert [name for name in REGISTRY if name in BASELINE_NAMES] == list(BASELINE_NAMES)
+
+__all__ = ["dysco_variants", "instaboost", "logn"]
