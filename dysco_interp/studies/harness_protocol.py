@@ -45,7 +45,17 @@ GRIDS: dict[str, tuple[Point, ...]] = {
     # the small budget our dev splits chose (its defaults), two neighbours, the paper's budget
     "dysco": ({}, {"select_k": 32}, {"beta": 2.0}, {"select_k": 32, "beta": 2.0},
               {"select_k": 4096, "beta": 2.0}),
+    # one pass per token at the small budget, and one step stronger
+    "dysco-lagged": ({}, {"beta": 2.0}),
+    # a mask keeps fewer keys the smaller K is: most kept first
+    "dysco-hard": ({"select_k": 4096}, {"select_k": 256}, {"select_k": 32}),
+    # the middle half (its defaults), at two strengths; the lower and the upper half
+    "dysco-middle": ({}, {"beta": 2.0}, {"depth_from": 0.0, "depth_to": 0.5}, {"depth_from": 0.5, "depth_to": 1.0}),
+    # Qwen2.5's training length (no change below 32K tokens), then ever shorter ones: stronger growth
+    "logn": ({"train_length": 32768}, {"train_length": 8192}, {"train_length": 2048}, {"train_length": 512}),
 }
+# InstABoost needs each task's instruction text (its `instruction` parameter); until the tasks
+# name theirs, the harness does not run it by default (`--grid instaboost=...` runs it by hand).
 
 
 def check_grid(method: str, grid: Sequence[Point]) -> tuple[DecodingConfig, ...]:
