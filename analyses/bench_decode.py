@@ -13,6 +13,8 @@ sequences decode together and tokens per second count the tokens of all rows.
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 
 import torch
@@ -25,6 +27,18 @@ from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION, backends_w
 from dysco_interp.decoding.config import preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import load_model, resolve_device, resolve_dtype
+
+
+def also_method(text: str) -> tuple[str, dict]:
+    """NAME or NAME=JSON (a JSON object of the method's parameters)."""
+    name, sep, given = text.partition("=")
+    try:
+        params = json.loads(given) if sep else {}
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"--also {name}: not JSON ({e.msg})") from None
+    if not name or not isinstance(params, dict):
+        raise argparse.ArgumentTypeError(f"--also takes NAME or NAME={{...}}, got {text!r}")
+    return name, params
 
 
 def main(argv=None) -> int:
@@ -40,6 +54,9 @@ def main(argv=None) -> int:
                    help="also time DySCO written as a user-defined SteeringMethod (the 'user' step)")
     p.add_argument("--read-heads", type=cli_args.nonnegative_int, default=0, metavar="N",
                    help="also time DySCO reading N more random heads' rows at every step ('dysco_readN')")
+    p.add_argument("--also", type=also_method, action="append", default=[], metavar="NAME[=JSON]",
+                   help="also time any registered method (repeat the flag), at the paper preset with these of its "
+                        "parameters, e.g. --also 'uniattns={\"tau\": 0.9}' --also dysco-lagged")
     p.add_argument("--decode-attention", choices=list(DECODE_ATTENTION), default=None,
                    help="the static backend's decoding attention: fused SDPA (its default) or the float32 reference")
     p.add_argument("--no-compile", action="store_true",
@@ -61,6 +78,10 @@ def main(argv=None) -> int:
                         "and store it as the 'peer' entry with our speed over its")
     p.add_argument("--profile", default=None, help="folder for a torch.profiler table of one extra step per method")
     args = p.parse_args(argv)
+    try:  # every method and its parameters checked before a model is made
+        also = [preset("paper", method=name, params=params) for name, params in args.also]
+    except ConfigError as e:
+        p.error(str(e))
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -92,7 +113,7 @@ def main(argv=None) -> int:
     bandwidth = bench.copy_bandwidth(bench.model_devices(model))
     rows = []
     contexts = args.contexts
-    extra = bench.extra_steps(config, model, args.user_method, args.read_heads)
+    extra = bench.extra_steps(config, model, args.user_method, args.read_heads, methods=also)
     for row in bench.bench_rows(model, heads, config, backend, contexts,
                                 args.steps, args.warmup, bandwidth, args.profile, args.batch_size, extra):
         rows.append(row)

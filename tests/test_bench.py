@@ -58,6 +58,18 @@ def test_each_method_steps_on_its_own_copy_of_the_prefix(model):
     assert prefix.n_keys == 41  # DySCO steps on the prefix itself, vanilla on a clone
 
 
+def test_any_registered_method_is_timed_beside_dysco_in_the_same_run(model):
+    from dysco_interp.decoding.config import preset
+
+    also = [preset("paper", method="uniattns", params={"tau": 0.9}), preset("paper", method="dysco-lagged"),
+            preset("paper", method="logn", params={"train_length": 16})]
+    extra = bench.extra_steps(DecodingConfig(), model, False, 0, methods=also)
+    assert list(extra) == ["uniattns", "dysco-lagged", "logn"]
+    [row] = bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "sdpa", [48], 2, 1, None, extra=extra)
+    for name in extra:  # methods with and without relevance step on DySCO's context
+        assert row[f"{name}_step_ms"] > 0 and row[f"{name}_over_dysco"] > 0
+
+
 @pytest.mark.slow
 def test_the_scripts_are_clis():
     for name in ("bench_decode", "bench_prefill"):

@@ -215,10 +215,11 @@ class UserDysco(SteeringMethod):
 
 
 def extra_steps(config: DecodingConfig, model: LoadedModel, user_method: bool, read_heads: int,
-                seed: int = 0) -> dict[str, tuple[DecodingConfig, Read | None]]:
-    """The steps timed beside vanilla and DySCO: DySCO as a user method ("user"), and DySCO reading
-    `read_heads` more seeded random heads' rows at every step ("dysco_read<N>")."""
-    extra: dict[str, tuple[DecodingConfig, Read | None]] = {}
+                seed: int = 0, methods: Sequence[DecodingConfig] = ()) -> dict[str, tuple[DecodingConfig, Read | None]]:
+    """The steps timed beside vanilla and DySCO: DySCO as a user method ("user"), DySCO reading
+    `read_heads` more seeded random heads' rows at every step ("dysco_read<N>"), and each of
+    `methods` (any registered method, under its name)."""
+    extra: dict[str, tuple[DecodingConfig, Read | None]] = {c.method: (c, None) for c in methods}
     if user_method:
         register_method(UserDysco)
         extra["user"] = (config.replace(method=UserDysco.name), None)
@@ -256,7 +257,8 @@ class BenchDecoder:
         def stepper(config: DecodingConfig, read: Read | None = None) -> Stepper:
             made = Stepper(self.backend.make(self.model), config, PromptBatch.from_ids(context),
                            heads=self.heads, read=read)
-            made.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
+            if made.selector is not None:  # a method that keeps relevance, as if warmed up
+                made.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
             return made
 
         plain = PassPlan()
