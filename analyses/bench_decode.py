@@ -22,6 +22,7 @@ import torch
 from dysco_interp.analysis import bench, bench_peer
 from dysco_interp.analysis.report import write_json
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import user_methods
 from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION, backends_with
 from dysco_interp.decoding.config import preset
@@ -77,6 +78,7 @@ def main(argv=None) -> int:
                    help="also time plain transformers (StaticCache + torch.compile, vanilla) on the same contexts "
                         "and store it as the 'peer' entry with our speed over its")
     p.add_argument("--profile", default=None, help="folder for a torch.profiler table of one extra step per method")
+    user_methods.add_methods_from_flag(p)
     args = p.parse_args(argv)
     try:  # every method and its parameters checked before a model is made
         also = [preset("paper", method=name, params=params) for name, params in args.also]
