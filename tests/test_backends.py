@@ -41,15 +41,16 @@ def biased(model, bias):
     return PassPlan(bias=Bias(range(model.spec.n_layers))).with_bias(bias)
 
 
+STRONG = {"beta": 4.0, "select_p": 0.7}  # DySCO and its ablations, stronger than the defaults
 METHODS = {
     "vanilla": DecodingConfig(method="vanilla", max_new_tokens=N_NEW),
-    "dysco": DecodingConfig(beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True),
-    "static": DecodingConfig(method="dysco-static", beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True),
-    "random": DecodingConfig(method="dysco-random", head_seed=1, beta=4.0, top_p=0.7, max_new_tokens=N_NEW),
-    "reuse": DecodingConfig(method="dysco-reuse", beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True),
-    "uniattns": DecodingConfig(method="uniattns", tau=0.5, max_new_tokens=N_NEW),
-    "gated": DecodingConfig(method="dysco-gated", beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True,
-                            options={"min_mass": 0.72}),
+    "dysco": DecodingConfig(params=STRONG, max_new_tokens=N_NEW, record_positions=True),
+    "static": DecodingConfig(method="dysco-static", params=STRONG, max_new_tokens=N_NEW, record_positions=True),
+    "random": DecodingConfig(method="dysco-random", params={**STRONG, "head_seed": 1}, max_new_tokens=N_NEW),
+    "reuse": DecodingConfig(method="dysco-reuse", params=STRONG, max_new_tokens=N_NEW, record_positions=True),
+    "uniattns": DecodingConfig(method="uniattns", params={"tau": 0.5}, max_new_tokens=N_NEW),
+    "gated": DecodingConfig(method="dysco-gated", params={**STRONG, "min_mass": 0.72}, max_new_tokens=N_NEW,
+                            record_positions=True),
 }
 
 
@@ -303,8 +304,8 @@ def test_a_dysco_step_on_the_static_backend_never_waits_for_the_device(method):
     ids = torch.randint(20, 500, (1, 64), generator=torch.Generator().manual_seed(5))
     backend = backends.make_backend(model, "static")
     state = backend.prefill(ids[:, :60].cuda(), None, reserve=8)
-    stepper = Stepper(backend, DecodingConfig(method=method, top_p=0.7), PromptBatch.from_ids(ids[:, :60]),
-                      heads=heads_for(model))
+    stepper = Stepper(backend, DecodingConfig(method=method, params={"select_p": 0.7}),
+                      PromptBatch.from_ids(ids[:, :60]), heads=heads_for(model))
     stepper.relevance = torch.full((1, 60), 1 / 60, device="cuda")
     for i in range(3):  # the first steps capture their graphs; the last one replays them
         tokens = ids[:, 60 + i].cuda()

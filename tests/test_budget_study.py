@@ -20,10 +20,10 @@ def test_the_dev_grid_holds_every_setting_once():
     assert len({c for c in methods.values()}) == len(methods)
     assert all(name == label(c) for name, c in methods.items())
     dysco = [c for c in methods.values() if c.method == "dysco"]
-    assert {c.top_k for c in dysco if c.top_k_fraction is None} == {8, 16, 32, 64, 128, 256, 1024, 4096}
-    assert {c.top_k_fraction for c in dysco} == {None, 0.005, 0.01, 0.02, 0.05, 0.1}
-    assert all(c.max_new_tokens == 64 and c.schedule == "reference" and c.template_masking == "reference"
-               for c in methods.values())
+    assert {c.params.select_k for c in dysco if c.params.k_fraction is None} == {8, 16, 32, 64, 128, 256, 1024, 4096}
+    assert {c.params.k_fraction for c in dysco} == {None, 0.005, 0.01, 0.02, 0.05, 0.1}
+    assert all(c.max_new_tokens == 64 and c.parameter("schedule") == "reference"
+               and c.parameter("template_masking") == "reference" for c in methods.values())
     assert preset("paper", max_new_tokens=64) in methods.values()
 
 
@@ -31,10 +31,11 @@ def test_the_test_methods_put_the_ablations_at_the_chosen_budget():
     chosen = {"beta": 1.5, "top_p": 0.975, "top_k": 8, "top_k_fraction": None}
     methods = heldout_methods(chosen, 120, tau=0.975)
     by_method = {c.method: c for c in methods.values() if c.method != "dysco"}
-    assert by_method["uniattns"].tau == 0.975
+    assert by_method["uniattns"].params.tau == 0.975
     for name in ("dysco-random", "dysco-static"):
-        assert (by_method[name].beta, by_method[name].top_k) == (1.5, 8)
-    assert {(c.beta, c.top_k) for c in methods.values() if c.method == "dysco"} == {(1.5, 8), (2.0, 4096)}
+        assert (by_method[name].params.beta, by_method[name].params.select_k) == (1.5, 8)
+    assert {(c.params.beta, c.params.select_k) for c in methods.values() if c.method == "dysco"} == \
+        {(1.5, 8), (2.0, 4096)}
     assert "uniattns" not in {c.method for c in heldout_methods(chosen, 120).values()}
 
 
@@ -57,8 +58,9 @@ def records(gains: dict[DecodingConfig, tuple[float, float]]) -> list[dict]:
 
 def test_the_choice_is_the_lowest_mean_rank_with_ties_to_the_smaller_boost():
     base = DecodingConfig()
-    small, large, strong = base.replace(top_k=8, beta=1.5), base.replace(top_k=64), base.replace(top_k=8, beta=3.0)
-    random = base.replace(method="dysco-random", top_k=8)
+    small, large = base.with_params(select_k=8, beta=1.5), base.with_params(select_k=64)
+    strong = base.with_params(select_k=8, beta=3.0)
+    random = base.replace(method="dysco-random").with_params(select_k=8)
     # ranks: small (2, 1), large (1, 3), strong (3, 2): small 1.5, large 2, strong 2.5; random never competes
     data = records({small: (0.05, -0.01), large: (0.10, -0.20), strong: (0.0, -0.05), random: (0.5, 0.5)})
     gains = paired_gains(data, {"path_traversal": "tf_step_accuracy", "mrcr": "tf_logprob"})
@@ -68,8 +70,9 @@ def test_the_choice_is_the_lowest_mean_rank_with_ties_to_the_smaller_boost():
     assert rows[0]["config"] == {"beta": 1.5, "top_p": 0.975, "top_k": 8, "top_k_fraction": None}
     assert shortlist(data, 2)[1]["top_k"] == 64
     # equal gains everywhere: the smaller beta wins, then fewer keys
-    tied = records({base.replace(top_k=8, beta=3.0): (0.1, 0.0), base.replace(top_k=16, beta=1.5): (0.1, 0.0),
-                    base.replace(top_k=8, beta=1.5): (0.1, 0.0)})
+    tied = records({base.with_params(select_k=8, beta=3.0): (0.1, 0.0),
+                    base.with_params(select_k=16, beta=1.5): (0.1, 0.0),
+                    base.with_params(select_k=8, beta=1.5): (0.1, 0.0)})
     choice = choose_config(tied)
     assert choice["config"] == {"beta": 1.5, "top_p": 0.975, "top_k": 8, "top_k_fraction": None}
     assert choice["best_fraction"] is None and choice["best_fixed_k"]["config"] == choice["config"]
@@ -77,8 +80,8 @@ def test_the_choice_is_the_lowest_mean_rank_with_ties_to_the_smaller_boost():
 
 def test_a_configuration_missing_a_cell_is_no_candidate_and_no_sweep_is_an_error():
     base = DecodingConfig()
-    data = records({base.replace(top_k=8): (0.1, 0.1)})
-    data += [rec(base.replace(top_k=16), "path_traversal", 2048, i, 0.9) for i in range(2)]  # one cell only
+    data = records({base.with_params(select_k=8): (0.1, 0.1)})
+    data += [rec(base.with_params(select_k=16), "path_traversal", 2048, i, 0.9) for i in range(2)]  # one cell only
     assert [r["config"]["top_k"] for r in ranking(data)] == [8]
     with pytest.raises(ConfigError, match="run the dev sweep first"):
         ranking(records({}))

@@ -203,7 +203,7 @@ CASES = {
     "options not an object": ([*GEN, "--method-options", "cli-pasta=[1]"], "the options must be a JSON object"),
     "options without a name": ([*GEN, "--method-options", '{"alpha": 1}'], "is not NAME=JSON"),
     "option not JSON-able": ([*GEN, *FROM, "--method", "cli-pasta", "--method-options", 'cli-pasta={"alpha": NaN}'],
-                             "option 'alpha' of method 'cli-pasta' must be a JSON value"),
+                             "parameter 'alpha' of method 'cli-pasta' must be a JSON value"),
 }
 
 

@@ -102,7 +102,7 @@ def test_the_demo_runs_end_to_end_on_a_tiny_model(tiny_llama, tmp_path):
     heads = HeadSet([(1, 0), (2, 1), (3, 2)], model=s.name, n_layers=s.n_layers, n_heads=s.n_heads,
                     n_kv_heads=s.n_kv_heads)
     demo = demo_job.run_demo(model, heads, length=1900, seed=3, hops=2, max_new_tokens=6, progress=False)
-    assert demo.config.top_k == 8 and demo.config.beta == 1.5  # the small-budget preset by default
+    assert demo.config.params.select_k == 8 and demo.config.params.beta == 1.5  # the small-budget preset by default
     assert len(demo.steps) == 2 and set(demo.forced) == {"vanilla", "dysco"}
     # teacher forcing fed the whole gold answer, whatever the free budget
     gold_ids = demo.forced["dysco"].tokens

@@ -10,7 +10,7 @@ import torch
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends import DecodeState, make_backend
 from dysco_interp.decoding.backends.bridge_hooks import BiasWriter
-from dysco_interp.decoding.config import PRESETS, DecodingConfig, preset
+from dysco_interp.decoding.config import PRESETS, SHARED_FIELDS, DecodingConfig, preset
 from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate, generate
 from dysco_interp.decoding.prompts import PromptBatch, prepare_prompt
 from dysco_interp.decoding.reference import reference_generate
@@ -35,9 +35,11 @@ def stepper_for(model, config, heads, prepared, backend="bridge"):
 
 
 def cfg(method="dysco", **kw):
-    # these tests pin the paper's algorithm: its preset, not the package's default budget
+    # these tests pin the paper's algorithm: its preset, not the package's default budget;
+    # `kw` are shared settings and the method's parameters (by their Python names)
     kw.setdefault("max_new_tokens", N_NEW)
-    return preset("paper", method=method, **kw)
+    shared = {name: kw.pop(name) for name in list(kw) if name in SHARED_FIELDS}
+    return preset("paper", method=method, params=kw, **shared)
 
 
 def test_beta_one_reproduces_vanilla_and_vanilla_equals_plain_greedy(tiny):
@@ -62,14 +64,14 @@ def test_beta_one_reproduces_vanilla_and_vanilla_equals_plain_greedy(tiny):
 
 def test_strong_scaling_changes_the_output(tiny_llama):
     heads = heads_for(tiny_llama)
-    out = compare_methods(tiny_llama, PROMPT, {"vanilla": cfg("vanilla"), "dysco": cfg(beta=20.0, top_p=0.5)}, heads)
+    out = compare_methods(tiny_llama, PROMPT, {"vanilla": cfg("vanilla"), "dysco": cfg(beta=20.0, select_p=0.5)}, heads)
     assert out["dysco"].tokens != out["vanilla"].tokens
 
 
 def test_selection_invariants_along_a_run(tiny):
     heads = heads_for(tiny)
     prepared = prepare_prompt(tiny, PROMPT)
-    res = generate(tiny, PROMPT, cfg(top_k=5, top_p=0.99, record_positions=True), prepared=prepared, heads=heads)
+    res = generate(tiny, PROMPT, cfg(select_k=5, select_p=0.99, record_positions=True), prepared=prepared, heads=heads)
     template = prepared.template()
     steps = [s for s in res.trace.steps if s.n_selected is not None]
     assert steps and len(steps) == len(res.trace.steps) - 7  # all but the T_w - 1 context warm-up tokens
@@ -85,7 +87,7 @@ def test_relevance_sums_to_one_and_cache_equals_one_biased_pass(tiny):
     ids = prepared.ids
     cache, _ = runtime.prefill(tiny, ids[:-3])
     state = DecodeState(cache, len(ids) - 3)
-    stepper = stepper_for(tiny, cfg(beta=3.0, top_p=0.6), heads, prepared)
+    stepper = stepper_for(tiny, cfg(beta=3.0, select_p=0.6), heads, prepared)
     for pos in range(len(ids) - 3, len(ids) - 1):
         before = runtime.clone_cache(cache)
         logits, _ = stepper.step(state, torch.tensor([ids[pos]]), "intervention-warmup")
@@ -104,7 +106,7 @@ def test_relevance_sums_to_one_and_cache_equals_one_biased_pass(tiny):
 
 def test_static_mode_keeps_its_set(tiny_llama):
     heads = heads_for(tiny_llama)
-    res = generate(tiny_llama, PROMPT, cfg("dysco-static", beta=3.0, top_p=0.7, record_positions=True), heads=heads)
+    res = generate(tiny_llama, PROMPT, cfg("dysco-static", beta=3.0, select_p=0.7, record_positions=True), heads=heads)
     sets = [tuple(s.selected) for s in res.trace.steps if s.selected is not None]
     assert len(sets) > 5 and len(set(sets)) == 1
     first_warm = min(s.position for s in res.trace.steps)
@@ -165,7 +167,7 @@ def test_hand_computed_step_on_a_two_layer_model():
 
     # ours: prefill, then one full DySCO step from that relevance
     cache, _ = runtime.prefill(model, ids[:, :-1])
-    config = cfg(beta=beta, decay=decay, top_p=top_p, top_k=top_k, record_positions=True, template_masking="off")
+    config = cfg(beta=beta, decay=decay, select_p=top_p, select_k=top_k, record_positions=True, template_masking="off")
     prepared = SimpleNamespace(ids=tuple(ids[0].tolist()), template=lambda mode: torch.zeros(n, dtype=torch.bool),
                                encoded=SimpleNamespace(n_generation_prompt=0))
     stepper = stepper_for(model, config, heads, prepared)
@@ -187,15 +189,15 @@ def test_hand_computed_step_on_a_two_layer_model():
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (dict(top_p=0.0), "top_p"),
-        (dict(top_p=1.2), "top_p"),
-        (dict(top_k=0), "top_k"),
-        (dict(beta=0.0), "beta"),
-        (dict(beta=-2.0), "beta"),
-        (dict(decay=-0.1), "decay"),
+        (dict(params={"select_p": 0.0}), r"method 'dysco': select_p must be in \(0, 1\]"),
+        (dict(params={"select_p": 1.2}), r"method 'dysco': select_p must be in \(0, 1\]"),
+        (dict(params={"select_k": 0}), "method 'dysco': select_k must be an integer >= 1"),
+        (dict(params={"beta": 0.0}), "method 'dysco': strength beta must be a finite number > 0"),
+        (dict(params={"beta": -2.0}), "method 'dysco': strength beta must be a finite number > 0"),
+        (dict(params={"decay": -0.1}), "method 'dysco': decay must be a finite number >= 0"),
         (dict(warmup=-1), "warmup"),
         (dict(method="fancy"), "unknown method"),
-        (dict(method="uniattns", tau=0.0), "tau"),
+        (dict(method="uniattns", params={"tau": 0.0}), "method 'uniattns': tau must be a finite number > 0"),
         (dict(max_new_tokens=0), "max_new_tokens"),
     ],
 )
@@ -205,12 +207,13 @@ def test_bad_parameters_are_refused(kwargs, match):
 
 
 def test_presets_carry_the_papers_values():
-    assert (PRESETS["paper"].top_p, PRESETS["paper"].top_k, PRESETS["paper"].beta) == (0.975, 4096, 2.0)
-    assert (PRESETS["paper"].decay, PRESETS["paper"].warmup) == (0.75, 8)
-    strong = PRESETS["paper-strong"]
-    assert (strong.top_p, strong.top_k, strong.beta) == (0.95, 8192, 2.5)
+    paper = PRESETS["paper"].params
+    assert (paper.select_p, paper.select_k, paper.beta) == (0.975, 4096, 2.0)
+    assert (paper.decay, PRESETS["paper"].warmup) == (0.75, 8)
+    strong = PRESETS["paper-strong"].params
+    assert (strong.select_p, strong.select_k, strong.beta) == (0.95, 8192, 2.5)
     q = preset("quick-check")
-    assert (q.top_p, q.top_k, q.beta, q.max_new_tokens) == (1.0, 1024, 2.5, 128)
+    assert (q.params.select_p, q.params.select_k, q.params.beta, q.max_new_tokens) == (1.0, 1024, 2.5, 128)
     with pytest.raises(ConfigError):
         preset("nope")
 

@@ -301,7 +301,7 @@ def test_middle_layers_are_the_fractions_of_the_depth(tiny_llama):
     ("dysco-middle", {"depth_to": "0.5"}, "depth_to"),
     ("dysco-middle", {"depth_to": float("nan")}, "depth_to"),
     ("dysco-hard", {"keep_generated": "yes"}, "keep_generated"),
-    ("dysco-hard", {"select_p": 0.0}, "top_p"),
+    ("dysco-hard", {"select_p": 0.0}, r"select_p must be in \(0, 1\]"),
     ("dysco-hard", {"beat": 2.0}, "no parameter 'beat'"),
     ("dysco-lagged", {"beta": 0.0}, "beta"),
     ("dysco-lagged", {"decay": -1.0}, "decay"),

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from dysco_interp.cli import main
-from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.config import DecodingConfig, with_flat
+from dysco_interp.decoding.methods import FLAT_FIELDS
 from dysco_interp.decoding.sampling import SamplingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate, instance_id
@@ -154,7 +155,10 @@ def test_a_rerun_with_other_method_settings_is_refused_naming_the_field(tiny_lla
     out = tmp_path / "r.jsonl"
     run_one(tiny_llama, pt_data[:1], out)
     before = out.read_bytes()
-    changed = {m: c.replace(**change) for m, c in methods().items()}
+    # a parameter's change given once for both methods, as the command line gives it (--beta)
+    flat = {k: v for k, v in change.items() if k in FLAT_FIELDS}
+    changed = {m: with_flat(c.replace(**{k: v for k, v in change.items() if k not in flat}), flat)
+               for m, c in methods().items()}
     with pytest.raises(StoreMismatchError, match=field.replace(".", r"\.")) as err:
         run_one(tiny_llama, pt_data[:1], out, changed)
     assert "\n" not in str(err.value) and out.read_bytes() == before
@@ -178,7 +182,7 @@ def test_other_heads_backend_or_weights_are_refused(tiny_llama, pt_data, tmp_pat
 def test_vanilla_results_stay_valid_when_only_dysco_parameters_change(tiny_llama, pt_data, tmp_path):
     out = tmp_path / "r.jsonl"
     run_one(tiny_llama, pt_data[:1], out, {"vanilla": methods()["vanilla"]})
-    changed = {"vanilla": methods()["vanilla"].replace(beta=3.0, top_k=16, tau=0.5)}
+    changed = {"vanilla": with_flat(methods()["vanilla"], {"beta": 3.0, "top_k": 16, "tau": 0.5})}
     assert run_one(tiny_llama, pt_data[:1], out, changed).new == []
 
 

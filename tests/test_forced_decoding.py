@@ -8,6 +8,7 @@ import torch
 
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import generate_batch
+from dysco_interp.decoding.methods import SelectionParams
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.errors import ConfigError
 from dysco_interp.experiments.evaluate import evaluate
@@ -74,8 +75,8 @@ def test_vanilla_forced_equals_one_pass_teacher_forcing(tiny_of, style, backend)
 def test_forced_dysco_is_the_same_on_every_backend_and_in_a_batch(tiny_of):
     model = tiny_of("qwen2")
     heads = heads_for(model)
-    configs = {"dysco": DecodingConfig(beta=3.0, top_p=0.7, max_new_tokens=64),
-               "beta1": DecodingConfig(beta=1.0, max_new_tokens=64),
+    configs = {"dysco": DecodingConfig(params=SelectionParams(beta=3.0, select_p=0.7), max_new_tokens=64),
+               "beta1": DecodingConfig(params={"beta": 1.0}, max_new_tokens=64),
                "vanilla": DecodingConfig(method="vanilla", max_new_tokens=64)}
     runs = {b: generate_batch(model, PROMPTS, configs, heads, forced=ANSWERS, backend=b)
             for b in ("sdpa", "static")}
@@ -121,7 +122,7 @@ def test_teacher_forced_evaluation_scores_route_steps_and_keeps_stores_apart(rou
     model, data = route_model_and_data
     heads = heads_for(model)
     methods = {"vanilla": DecodingConfig(method="vanilla", max_new_tokens=400),
-               "dysco": DecodingConfig(max_new_tokens=400, top_k_fraction=0.02)}
+               "dysco": DecodingConfig(max_new_tokens=400, params={"k_fraction": 0.02})}
     out = tmp_path / "tf.jsonl"
     run = evaluate(model, "tiny-qwen2", "path_traversal", data, methods, heads, out, progress=False,
                    backend="sdpa", batch_size=2, teacher_forced=True, keep_trace=True)

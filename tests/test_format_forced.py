@@ -13,6 +13,7 @@ from dysco_interp.cli import main
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.format_forced import RowWalk, Run, boundary, content_cap, segment_runs
 from dysco_interp.decoding.loop import generate_batch
+from dysco_interp.decoding.methods import SelectionParams
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.errors import ConfigError, DataError
 from dysco_interp.experiments.evaluate import evaluate, segments_of
@@ -218,7 +219,8 @@ def test_where_the_model_writes_the_gold_content_the_output_is_the_gold_answer(t
 def test_all_format_is_teacher_forcing_and_all_content_is_free_decoding(tiny_of, style):
     model = tiny_of(style)
     heads = heads_for(model)
-    configs = {"vanilla": vanilla(), "dysco": DecodingConfig(beta=3.0, top_p=0.7, max_new_tokens=80)}
+    configs = {"vanilla": vanilla(),
+               "dysco": DecodingConfig(params=SelectionParams(beta=3.0, select_p=0.7), max_new_tokens=80)}
     gold = "".join(t for t, _ in ROUTE)
     for backend in BACKENDS:
         forced = generate_batch(model, PROMPTS[:1], configs, heads, forced=[gold], backend=backend)
@@ -260,7 +262,8 @@ def test_content_tokens_are_the_models_argmax_and_format_tokens_the_golds(tiny_o
 def test_backends_agree_a_batch_is_its_rows_and_dysco_runs(tiny_of):
     model = tiny_of("qwen2")
     heads = heads_for(model)
-    configs = {"dysco": DecodingConfig(beta=3.0, top_p=0.7, max_new_tokens=200), "vanilla": vanilla(200)}
+    configs = {"dysco": DecodingConfig(params=SelectionParams(beta=3.0, select_p=0.7), max_new_tokens=200),
+               "vanilla": vanilla(200)}
     other = [(t.replace("Paris", "Oslo").replace("Rome", "Lima"), c) for t, c in ROUTE]
     answers = [ROUTE, other]
     singles = [generate_batch(model, [p], configs, heads, format_forced=[a], backend="bridge")
@@ -301,7 +304,7 @@ def route_data():
 def test_format_forced_evaluation_scores_the_text_freely_and_keeps_its_store_apart(route_data, tmp_path):
     model, data = route_data
     heads = heads_for(model)
-    methods = {"vanilla": vanilla(600), "dysco": DecodingConfig(max_new_tokens=600, top_k_fraction=0.02)}
+    methods = {"vanilla": vanilla(600), "dysco": DecodingConfig(max_new_tokens=600, params={"k_fraction": 0.02})}
     out = tmp_path / "ff.jsonl"
     run = evaluate(model, "tiny-qwen2", "path_traversal", data, methods, heads, out, progress=False,
                    backend="sdpa", batch_size=2, format_forced=True)

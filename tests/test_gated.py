@@ -4,6 +4,7 @@ import pytest
 
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import compare_methods
+from dysco_interp.decoding.methods import SelectionParams
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 
@@ -19,8 +20,8 @@ def heads_for(model):
 
 
 def gated(min_mass: float) -> DecodingConfig:
-    return DecodingConfig(method="dysco-gated", beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True,
-                          options={"min_mass": min_mass})
+    return DecodingConfig(method="dysco-gated", params={"beta": 4.0, "select_p": 0.7, "min_mass": min_mass},
+                          max_new_tokens=N_NEW, record_positions=True)
 
 
 @pytest.mark.parametrize("backend", ["bridge", "static"])
@@ -28,7 +29,8 @@ def test_the_gate_open_is_dysco_and_shut_is_vanilla_and_between_it_mixes(tiny_ll
     heads = heads_for(tiny_llama)
     runs = compare_methods(tiny_llama, PROMPT, {
         "vanilla": DecodingConfig(method="vanilla", max_new_tokens=N_NEW),
-        "dysco": DecodingConfig(beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True),
+        "dysco": DecodingConfig(params=SelectionParams(beta=4.0, select_p=0.7), max_new_tokens=N_NEW,
+                                record_positions=True),
         "open": gated(0.0), "shut": gated(1.01)}, heads, backend=backend)
     assert runs["dysco"].tokens != runs["vanilla"].tokens  # else the test could not tell them apart
     assert runs["open"].tokens == runs["dysco"].tokens

@@ -107,8 +107,13 @@ def test_options_nested_beyond_reason_are_one_line(capsys, error_line):
     nested: list = []
     for _ in range(2000):  # deep enough for the JSON encoder's recursion, shallow enough to build
         nested = [nested]
+    with pytest.warns(DeprecationWarning, match="older spelling of params="):  # options=, for one release
+        with pytest.raises(ConfigError, match="nested more than"):
+            DecodingConfig(method="test-has-an-option", options={"x": nested})
     with pytest.raises(ConfigError, match="nested more than"):
-        DecodingConfig(method="test-has-an-option", options={"x": nested})
+        DecodingConfig(method="test-has-an-option", params={"x": nested})
+    with pytest.raises(ConfigError, match="nested more than"):
+        DecodingConfig(method="test-has-an-option").with_params(x=nested)
 
 
 @register_method

@@ -27,13 +27,13 @@ HEADS = {"crossing": ((1, 0), (2, 3), (1, 2)), "at the boundary": ((0, 1), (1, 3
 PROMPT = "The ferry leaves Bergen at noon. " * 5 + "Trains run from Oslo to Bergen. " * 4 + "How to reach Bergen?"
 OTHERS = ["Lisbon is sunny. " * 4 + "Which city is sunny?", "Kyiv, Lviv and Odesa have trains. " * 7 + "Name one."]
 N_NEW = 10
-SELECTING = dict(beta=4.0, top_p=0.7, max_new_tokens=N_NEW, record_positions=True)
+SELECTING = dict(params={"beta": 4.0, "select_p": 0.7}, max_new_tokens=N_NEW, record_positions=True)
 METHODS = {
     "vanilla": DecodingConfig(method="vanilla", max_new_tokens=N_NEW),
     "dysco": DecodingConfig(**SELECTING),
     "reuse": DecodingConfig(method="dysco-reuse", **SELECTING),
     "static": DecodingConfig(method="dysco-static", **SELECTING),
-    "uniattns": DecodingConfig(method="uniattns", tau=0.5, max_new_tokens=N_NEW),
+    "uniattns": DecodingConfig(method="uniattns", params={"tau": 0.5}, max_new_tokens=N_NEW),
 }
 
 

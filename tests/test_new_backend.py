@@ -8,6 +8,7 @@ import torch
 from dysco_interp import DecodingConfig, generate_batch
 from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends import REGISTRY, Backend, BackendSpec, DecodeState, StepOutput, register_backend
+from dysco_interp.decoding.config import with_flat
 from dysco_interp.decoding.readout import read_outs
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
@@ -85,7 +86,9 @@ def test_a_backend_defined_here_runs_every_method_as_the_bridge_does(tiny_llama)
         s = tiny_llama.spec
         heads = HeadSet([(1, 0), (2, 3)], model=s.name, n_layers=s.n_layers, n_heads=s.n_heads,
                         n_kv_heads=s.n_kv_heads)
-        configs = {m: DecodingConfig(method=m, beta=4.0, top_p=0.7, tau=0.5, max_new_tokens=8, record_positions=True)
+        # one set of values for every method: each takes those it has
+        configs = {m: with_flat(DecodingConfig(method=m, max_new_tokens=8, record_positions=True),
+                                {"beta": 4.0, "top_p": 0.7, "tau": 0.5})
                    for m in ("vanilla", "uniattns", "dysco", "dysco-static", "dysco-random", "dysco-reuse")}
         ours = generate_batch(tiny_llama, [PROMPT], configs, heads, backend=BackendSpec(HookBackend.name))
         ref = generate_batch(tiny_llama, [PROMPT], configs, heads, backend="bridge")

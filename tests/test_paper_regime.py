@@ -44,7 +44,7 @@ def cells(gains: dict[DecodingConfig, dict[int, float]], lengths=(2048, 131072))
 
 def test_one_rule_wins_overall_while_each_length_names_its_own_winner():
     base = DecodingConfig()
-    small, share = base.replace(top_k=8, beta=1.5), base.replace(top_k=4096, top_k_fraction=0.02, beta=2.0)
+    small, share = base.with_params(select_k=8, beta=1.5), base.with_params(select_k=4096, k_fraction=0.02, beta=2.0)
     paper_long = preset("paper-long")  # only run at the long cells
     choice = choose_rule(cells({small: {2048: 0.2, 131072: 0.01}, share: {2048: 0.1, 131072: 0.05},
                                 paper_long: {131072: 0.3}}))
@@ -67,7 +67,7 @@ def test_the_tau_is_the_best_mean_mrcr_gain_and_needs_a_sweep():
     for i in range(2):
         records.append(rec(vanilla, "mrcr", 4096, i, -1.0))
         for tau, value in ((0.7, -0.9), (0.8, -0.8), (0.9, -0.8)):
-            records.append(rec(vanilla.replace(method="uniattns", tau=tau), "mrcr", 4096, i, value))
+            records.append(rec(vanilla.replace(method="uniattns").with_params(tau=tau), "mrcr", 4096, i, value))
     assert best_tau(records) == 0.9  # a tie goes to the gentler change
     with pytest.raises(ConfigError, match="tau part"):
         best_tau([r for r in records if r["method"] == "vanilla"])
@@ -84,13 +84,14 @@ def test_the_test_methods_hold_every_preset_the_choice_and_its_ablations():
     configs = list(methods.values())
     for name in paper_regime.TEST_PRESETS:
         assert preset(name, max_new_tokens=400) in configs
-    assert preset("paper", method="uniattns", tau=0.95, max_new_tokens=400) in configs  # built on the paper's
+    assert preset("paper", method="uniattns", params={"tau": 0.95}, max_new_tokens=400) in configs  # on the paper's
     # a tau chosen on another grid (the first run's 0.6-0.9) is not run again
     older = {k: v for k, v in choice.items() if k != "tau_grid"}
     assert "uniattns" not in {c.method for c in paper_regime.test_methods(older, 400).values()}
-    assert {(c.method, c.top_k, c.beta) for c in configs if c.method in ("dysco-random", "dysco-static")} == \
+    assert {(c.method, c.params.select_k, c.params.beta) for c in configs
+            if c.method in ("dysco-random", "dysco-static")} == \
         {("dysco-random", 8, 1.5), ("dysco-static", 8, 1.5)}
-    assert any(c.top_k_fraction == 0.02 for c in configs)
+    assert any(c.parameter("k_fraction") == 0.02 for c in configs)
     assert len(configs) == 9  # the choice is small-budget: one entry, not two
     short = paper_regime.test_methods(choice, 32, with_ablations=False)
     assert not {"dysco-random", "dysco-static"} & {c.method for c in short.values()}

@@ -22,14 +22,15 @@ def test_token_ids_in_every_form_are_used_as_given(tiny_llama):
     model = tiny_llama
     ids = model.bridge.to_tokens(TEXT)  # [1, N] long, BOS first
     as_list = ids[0].tolist()
-    results = [generate(model, form, method="dysco", heads=HEADS, beta=3.0, max_new_tokens=4)
+    results = [generate(model, form, method="dysco", heads=HEADS, params={"beta": 3.0}, max_new_tokens=4)
                for form in (ids, ids[0], as_list, ids.to(torch.int32), ids[0].numpy(), tuple(as_list))]
     for r in results:
         assert r.prompt_ids == as_list and r.tokens == results[0].tokens and r.method == "dysco"
         assert r.prompt_text == model.tokenizer.decode(as_list)
-    by_config = generate(model, ids, DecodingConfig(beta=3.0, max_new_tokens=4), heads=HEADS)
+    by_config = generate(model, ids, DecodingConfig(params={"beta": 3.0}, max_new_tokens=4), heads=HEADS)
     assert by_config.tokens == results[0].tokens
-    assert dysco_generate(model, as_list, HEADS, DecodingConfig(beta=3.0, max_new_tokens=4)).tokens == by_config.tokens
+    assert dysco_generate(model, as_list, HEADS, DecodingConfig(params={"beta": 3.0}, max_new_tokens=4)).tokens == \
+        by_config.tokens
     # no template: the last prompt token gets the method's step (n_gen 0), the rest warm up or prefill
     assert [s.phase for s in by_config.trace.steps].count("intervention-warmup") == 1
 

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from dysco_interp import DecodingConfig, Read, generate, observe
+from dysco_interp.decoding.config import with_flat
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 
@@ -18,11 +19,16 @@ def qrheads(model):
     return HeadSet([(1, 0), (2, 3)], model=s.name, n_layers=s.n_layers, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads)
 
 
+def config_of(method):
+    # one set of values for every method: each takes those it has, the rest kept unowned
+    return with_flat(DecodingConfig(method=method, max_new_tokens=6), {"beta": 3.0, "top_p": 0.8})
+
+
 def observed_run(model, method, backend, returns):
     seen = []
     read = Read(OBSERVED, returns=returns, spans=SPANS if returns == "span_mass" else ())
     with observe(model, on_read=lambda step, out: seen.append((step, out))):
-        res = generate(model, PROMPT, DecodingConfig(method=method, beta=3.0, top_p=0.8, max_new_tokens=6),
+        res = generate(model, PROMPT, config_of(method),
                        heads=qrheads(model), backend=backend, read=read)
     return res, seen
 
@@ -30,7 +36,7 @@ def observed_run(model, method, backend, returns):
 @pytest.mark.parametrize("method", ["vanilla", "dysco", "dysco-reuse"])
 def test_rows_are_the_bridge_s_on_every_backend_and_change_nothing(tiny, method):
     runs = {b: observed_run(tiny, method, b, "rows") for b in ("bridge", "sdpa", "static")}
-    plain = generate(tiny, PROMPT, DecodingConfig(method=method, beta=3.0, top_p=0.8, max_new_tokens=6),
+    plain = generate(tiny, PROMPT, config_of(method),
                      heads=qrheads(tiny), backend="sdpa")
     ref_res, ref = runs["bridge"]
     assert len(ref) == len(ref_res.trace.steps)  # one read per step: the pass that keeps its token

@@ -90,7 +90,8 @@ def _uncached_rows(model, ids):
 def test_replay_matches_an_uncached_forward(tiny_llama):
     model = tiny_llama
     heads = _heads(model, [(1, 0), (2, 3), (3, 1)])
-    res = dysco_generate(model, PROMPT, heads, DecodingConfig(max_new_tokens=10, beta=4.0, record_positions=True))
+    config = DecodingConfig(max_new_tokens=10, params={"beta": 4.0}, record_positions=True)
+    res = dysco_generate(model, PROMPT, heads, config)
     n_prompt = len(res.prompt_ids)
     spans = {"first": (5, 20), "middle": (30, 47), "end": (n_prompt - 12, n_prompt)}
     rep = replay_attention(model, res.prompt_ids, res.tokens, spans, heads, trace=res.trace)

@@ -24,7 +24,7 @@ def test_prompt_steps_per_schedule(tiny_of, style, thinking, schedule, warmup):
     model = tiny_of(style)
     prepared = prepare_prompt(model, PROMPT, thinking)
     n, n_gen = len(prepared.ids), prepared.encoded.n_generation_prompt
-    config = DecodingConfig(schedule=schedule, warmup=warmup, max_new_tokens=2, enable_thinking=thinking)
+    config = DecodingConfig(params={"schedule": schedule}, warmup=warmup, max_new_tokens=2, enable_thinking=thinking)
     steps = generate(model, PROMPT, config, heads=heads_for(model), prepared=prepared).trace.steps
     context = [s.position for s in steps if s.phase == "context-warmup"]
     biased = [s.position for s in steps if s.phase == "intervention-warmup"]

@@ -9,6 +9,7 @@ import torch
 from dysco_interp import DecodingConfig, SteeringMethod, generate, generate_batch, observe, register_method
 from dysco_interp.decoding import methods
 from dysco_interp.decoding.backends import BackendSpec
+from dysco_interp.decoding.methods import SelectionParams
 from dysco_interp.decoding.passes import current_pass
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
@@ -72,9 +73,12 @@ def heads_for(model, pairs=((1, 0), (2, 3), (1, 2))):
     return HeadSet(list(pairs), model=s.name, n_layers=s.n_layers, n_heads=s.n_heads, n_kv_heads=s.n_kv_heads)
 
 
+STRONG = SelectionParams(beta=4.0, select_p=0.7)
+
+
 def configs():
-    return {"reuse": DecodingConfig(method="dysco-reuse", beta=4.0, top_p=0.7, max_new_tokens=N_NEW),
-            "above": DecodingConfig(method=AboveQRHeads.name, beta=4.0, top_p=0.7, max_new_tokens=N_NEW),
+    return {"reuse": DecodingConfig(method="dysco-reuse", params=STRONG, max_new_tokens=N_NEW),
+            "above": DecodingConfig(method=AboveQRHeads.name, params=STRONG, max_new_tokens=N_NEW),
             "pasta": DecodingConfig(method=Pasta.name, max_new_tokens=N_NEW)}
 
 
@@ -120,7 +124,7 @@ register_method(GradedTopK)
 @pytest.mark.parametrize("style", ["llama", "gemma3"])
 def test_a_graded_bias_and_an_own_top_k_outside_the_public_mask_run_on_every_backend(style):
     model = tiny_model(style)
-    config = DecodingConfig(method=GradedTopK.name, template_masking="skeleton", record_positions=True,
+    config = DecodingConfig(method=GradedTopK.name, params={"template_masking": "skeleton"}, record_positions=True,
                             max_new_tokens=N_NEW)
     out = {b: generate_batch(model, [PROMPT, OTHER] if b != "bridge" else [PROMPT], {"g": config},
                              heads_for(model), backend=b)["g"] for b in BACKENDS}
@@ -166,12 +170,13 @@ def test_pasta_as_a_plan_equals_pasta_written_as_bridge_hooks(tiny_llama):
     prepared = prepare_prompt(tiny_llama, PROMPT)
     at = prepared.text.find("Rome is quiet.")
     span = prepared.encoded.token_span(at, at + len("Rome is quiet."))
-    config = DecodingConfig(method=Pasta.name, max_new_tokens=N_NEW, options={"alpha": 0.05})
+    config = DecodingConfig(method=Pasta.name, max_new_tokens=N_NEW, params={"alpha": 0.05})
     ours = generate(tiny_llama, PROMPT, config)
     # the direct version rides on a method whose biased passes add nothing (beta 1 selects and adds log 1)
     hooks = direct_pasta(tiny_llama, 0.05, Pasta.options["heads"], span, len(prepared.ids))
     with observe(tiny_llama, hooks=hooks):
-        direct = generate(tiny_llama, PROMPT, DecodingConfig(method=AboveQRHeads.name, beta=1.0, max_new_tokens=N_NEW),
+        direct = generate(tiny_llama, PROMPT,
+                          DecodingConfig(method=AboveQRHeads.name, params={"beta": 1.0}, max_new_tokens=N_NEW),
                           heads=heads_for(tiny_llama))
     plain = generate(tiny_llama, PROMPT, DecodingConfig(method="vanilla", max_new_tokens=N_NEW))
     assert ours.tokens == direct.tokens
@@ -200,7 +205,7 @@ def test_a_user_method_is_refused_in_one_line_when_it_cannot_run(tiny_llama):
     with pytest.raises(ConfigError, match="outside the model"):
         generate(tiny_llama, PROMPT, DecodingConfig(method="test-outside", max_new_tokens=2))
     with pytest.raises(ConfigError, match="has no parameter 'beta'"):
-        DecodingConfig(method=Pasta.name, options={"beta": 2})
+        DecodingConfig(method=Pasta.name, params={"beta": 2})
     with pytest.raises(ConfigError, match="already registered"):
         register_method(type("Other", (SteeringMethod,), {"name": Pasta.name, "description": "x"}))
     with pytest.raises(ConfigError, match="fields that are no method's"):
@@ -209,11 +214,11 @@ def test_a_user_method_is_refused_in_one_line_when_it_cannot_run(tiny_llama):
 
 
 def test_a_user_method_s_options_are_recorded_with_its_results():
-    config = DecodingConfig(method=Pasta.name, options={"alpha": 0.5})
+    config = DecodingConfig(method=Pasta.name, params={"alpha": 0.5})
     used = config.used_fields()
     assert used["options"] == {"alpha": 0.5, "emphasize": ("Rome is quiet.",), "heads": ((1, 0), (2, 3), (3, 1))}
     assert "beta" not in used and "options" not in DecodingConfig(method="dysco").used_fields()
-    assert config != DecodingConfig(method=Pasta.name, options={"alpha": 0.25})
+    assert config != DecodingConfig(method=Pasta.name, params={"alpha": 0.25})
     assert methods.REGISTRY[Pasta.name] is Pasta
 
 
@@ -260,7 +265,7 @@ class OldStep(methods.Dysco):
 def test_a_method_with_the_old_step_signature_runs_for_one_release_with_a_notice(tiny_llama):
     register_method(OldStep)
     try:
-        config = DecodingConfig(method=OldStep.name, beta=4.0, top_p=0.7, max_new_tokens=N_NEW)
+        config = DecodingConfig(method=OldStep.name, params=STRONG, max_new_tokens=N_NEW)
         with pytest.warns(DeprecationWarning, match="step"):
             old = generate(tiny_llama, PROMPT, config, heads=heads_for(tiny_llama))
         new = generate(tiny_llama, PROMPT, config.replace(method="dysco"), heads=heads_for(tiny_llama))
@@ -305,7 +310,7 @@ def test_the_older_passes_declaration_runs_for_one_release_with_a_notice(tiny_ll
     for cls in (OldReuse, Reuse):
         register_method(cls)
     try:
-        config = DecodingConfig(method="dysco-reuse", beta=4.0, top_p=0.7, max_new_tokens=N_NEW)
+        config = DecodingConfig(method="dysco-reuse", params=STRONG, max_new_tokens=N_NEW)
         out = {name: generate(tiny_llama, PROMPT, config.replace(method=name), heads=heads_for(tiny_llama)).tokens
                for name in ("dysco-reuse", OldReuse.name, Reuse.name)}
         assert out[OldReuse.name] == out[Reuse.name] == out["dysco-reuse"]
@@ -318,8 +323,8 @@ def test_the_older_passes_declaration_runs_for_one_release_with_a_notice(tiny_ll
 def test_a_method_keeps_values_of_its_own_in_each_step_of_the_trace(tiny_llama):
     from dysco_interp.decoding.results import Trace
 
-    gated = generate(tiny_llama, PROMPT, DecodingConfig(method="dysco-gated", beta=4.0, top_p=0.7,
-                                                        max_new_tokens=N_NEW, options={"min_mass": 0.5}),
+    gated = generate(tiny_llama, PROMPT, DecodingConfig(method="dysco-gated", max_new_tokens=N_NEW,
+                                                        params={"beta": 4.0, "select_p": 0.7, "min_mass": 0.5}),
                      heads=heads_for(tiny_llama))
     steps = [s for s in gated.trace.steps if s.n_selected is not None]
     assert steps and all(set(s.own) == {"scaled"} for s in steps)

@@ -81,8 +81,8 @@ def test_what_a_hook_returns_is_used_in_every_pass(tiny_llama):
 
 def test_methods_are_named_and_a_shared_prefill_is_nobodys(tiny_llama):
     seen = []
-    configs = {"plain": DecodingConfig(method="vanilla", max_new_tokens=2), "strong": DecodingConfig(max_new_tokens=2,
-                                                                                                   beta=3.0)}
+    configs = {"plain": DecodingConfig(method="vanilla", max_new_tokens=2),
+               "strong": DecodingConfig(max_new_tokens=2, params={"beta": 3.0})}
     with observe(tiny_llama, hooks=[("blocks.0.attn.hook_pattern", recorder(seen))]):
         compare_methods(tiny_llama, PROMPT, configs, HEADS)
     prefills = [s for s in seen if s[1] == "prefill"]

@@ -29,7 +29,7 @@ def registered():
 
 
 def record(method: str = Scaled.name, instance: int = 0, accuracy: float = 1.0, **options) -> dict:
-    config = DecodingConfig(method=method, max_new_tokens=8, options=options)
+    config = DecodingConfig(method=method, max_new_tokens=8, params=options)
     return {"model": "tiny-llama", "task": "path_traversal", "length": 1950, "method": method, "index": instance,
             "instance": f"i{instance}", "accuracy": accuracy, "step_accuracy": accuracy, "partial_accuracy": accuracy,
             "extraction_rate": 1.0, "config": config.record_fields()}

@@ -41,7 +41,7 @@ def out(tmp_path):
     write(tmp_path / "budget/test" / f"{MODEL}_path_traversal_2k_tf.jsonl",
           [record(vanilla, i, 0.5, -2.0, "H100") for i in range(n)]
           + [record(chosen, i, 0.75, -1.5, "H100") for i in range(n)]
-          + [record(vanilla.replace(method="uniattns", tau=0.9), i, 0.0, -9.0, "H200") for i in range(n)])
+          + [record(vanilla.replace(method="uniattns").with_params(tau=0.9), i, 0.0, -9.0, "H200") for i in range(n)])
     # another machine: vanilla drifts on one instance, the effect stays
     write(tmp_path / "variance" / f"{MODEL}_path_traversal_2k_machine.jsonl",
           [record(vanilla, i, 0.5 if i else 0.25, -2.0, "H200") for i in range(n)]

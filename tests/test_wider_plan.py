@@ -122,12 +122,13 @@ def greedy(backend, ids, scale=None, plan=PassPlan(), n=3):
 
 def test_uniattns_is_a_plan_program_that_gives_the_tokens_of_a_temperature_backend():
     model = tiny_model("llama")
-    config = DecodingConfig(method="uniattns", tau=0.7, max_new_tokens=N_NEW)
+    config = DecodingConfig(method="uniattns", params={"tau": 0.7}, max_new_tokens=N_NEW)
     every = Scale(range(model.spec.n_layers), temperature=0.7)
     method = REGISTRY["uniattns"](config, None, model.spec)
     assert method.plain.scale == every and every.uniform and method.warmup_plan is method.plain
     assert UniAttnS.prefill_scale(config, model.spec.n_layers) == every and config.changes_prefill
-    assert UniAttnS.prefill_scale(config.replace(tau=1.0), 4) is None and not config.replace(tau=1.0).changes_prefill
+    one = config.with_params(tau=1.0)
+    assert UniAttnS.prefill_scale(one, 4) is None and not one.changes_prefill
     ids = torch.tensor([model.tokenizer(PROMPTS[0])["input_ids"]])
     for name in ("bridge", "sdpa", "static"):
         with pytest.warns(DeprecationWarning, match="tau"):

@@ -136,7 +136,7 @@ class DecodingConfig:
             return self
         if self.params is None:
             raise ConfigError(f"method {self.method!r} has no parameters (got {sorted(values)[0]!r})")
-        changed = type(self.params).of(self.method, {**self.params.as_dict(), **values})
+        changed = type(self.params).of(self.method, {**self.params.as_dict(), **checked_values(self.method, values)})
         return self._replaced({"params": changed})
 
     @property
@@ -205,6 +205,11 @@ class DecodingConfig:
                 strategy = REGISTRY.get(method) if isinstance(method, str) else None
                 flat = {k: v for k, v in flat.items() if strategy is None or k not in strategy.fields}
             keep.update(params=shared_values(values, method), unowned=flat)
+        given = changes.get("params")
+        if isinstance(given, Mapping):  # a mapping changes the parameters it names, as with_params does
+            kept = keep["params"]
+            changes = {**changes, "params": {**(kept.as_dict() if isinstance(kept, MethodParams) else kept or {}),
+                                             **given}}
         return DecodingConfig._made(**{**keep, **changes})
 
 
@@ -235,8 +240,9 @@ def older_spelling(where: str, flat: Mapping[str, Any], options: Any) -> None:
     if flat:
         given = ", ".join(f"{name}=" for name in sorted(flat))
         new = ", ".join(f"{param_name(name)}=..." for name in sorted(flat))
+        mapping = ", ".join(f"{param_name(name)!r}: ..." for name in sorted(flat))
         warnings.warn(f"{where}({given}) is the older flat spelling of a method's parameters and goes in the next "
-                      f"release: give params= (e.g. params=SelectionParams({new})) or use config.with_params({new})",
+                      f"release: give params={{{mapping}}} (or the method's Params) or use config.with_params({new})",
                       DeprecationWarning, stacklevel=3)
     if options not in ((), None) and not (isinstance(options, Mapping) and not options):
         warnings.warn(f"{where}(options=) is the older spelling of params= and goes in the next release",
@@ -303,6 +309,7 @@ def method_params(strategy: type[Method], params: Any, owned: Mapping[str, Any],
     else:
         raise ConfigError(f"params of method {method!r} must be {_params_name(strategy)} or a mapping, got "
                           f"{brief(params)}")
+    values = checked_values(method, values)
     values.update(owned)
     values.update(checked_options(method, strategy.options, options))
     if typed is None:
@@ -368,16 +375,22 @@ def checked_options(method: str, declared: Mapping[str, Any], given: Any) -> dic
     if unknown:
         known = ", ".join(sorted(declared)) or "none"
         raise ConfigError(f"method {method!r} has no parameter {unknown[0]!r} (its parameters: {known})")
-    for name, value in items.items():
+    return checked_values(method, items)
+
+
+def checked_values(method: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """A method's parameter values as records keep them: JSON values no deeper than
+    MAX_OPTION_DEPTH (a ConfigError naming the first that is not)."""
+    for name, value in values.items():
         if _depth(value) > MAX_OPTION_DEPTH:
-            raise ConfigError(f"option {name!r} of method {method!r} is nested more than {MAX_OPTION_DEPTH} "
-                              "levels deep; an option is a number, a string, or a short list or object")
+            raise ConfigError(f"parameter {name!r} of method {method!r} is nested more than {MAX_OPTION_DEPTH} "
+                              "levels deep; a parameter is a number, a string, or a short list or object")
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError):
-            raise ConfigError(f"option {name!r} of method {method!r} must be a JSON value, got {brief(value)}") \
+            raise ConfigError(f"parameter {name!r} of method {method!r} must be a JSON value, got {brief(value)}") \
                 from None
-    return items
+    return dict(values)
 
 
 def checked_params(method: str, given: Any) -> dict[str, Any]:

@@ -460,8 +460,9 @@ def generate(model: LoadedModel, prompt: Prompt, config: DecodingConfig | None =
              heads: HeadSet | None = None, **options) -> GenerationResult:
     """Generate with one method; returns text, tokens and a per-step `Trace`.
 
-    `generate(model, prompt_or_ids, method="dysco", heads="shipped", beta=2.5, max_new_tokens=32)`
-    works as well as passing a `DecodingConfig`: its fields given as keywords override it.
+    `generate(model, prompt_or_ids, method="dysco", heads="shipped", params={"beta": 2.5}, max_new_tokens=32)`
+    works as well as passing a `DecodingConfig`: its settings given as keywords override it, and
+    `params=` (a mapping) changes the parameters it names.
 
     Args:
         model: the loaded model.
@@ -470,8 +471,8 @@ def generate(model: LoadedModel, prompt: Prompt, config: DecodingConfig | None =
         config: the method and its parameters (None: vanilla decoding, 256 new tokens).
         heads: as `generate_batch`.
         **options: `compare_methods`' keyword options (`spans`, `prepared`; `backend`, `read`,
-            `chat`, ... as `generate_batch`) and `DecodingConfig` fields (`method`, `beta`,
-            `top_k`, `max_new_tokens`, ...).
+            `chat`, ... as `generate_batch`) and `DecodingConfig` settings (`method`,
+            `max_new_tokens`, `params`, ...).
 
     Returns:
         A `GenerationResult` whose `trace` records every step.

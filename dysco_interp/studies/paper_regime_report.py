@@ -36,6 +36,7 @@ from dysco_interp.analysis.result_tables import (
     with_table_q,
 )
 from dysco_interp.decoding.config import PRESETS
+from dysco_interp.decoding.methods import param_name
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads.detected_on import shared_with
 from dysco_interp.heads.shipped import available_shipped_heads, shipped_heads
@@ -60,7 +61,7 @@ def method_name(key: MethodKey, chosen: Mapping | None = None) -> str:
     if key.method not in ("dysco", "dysco-random", "dysco-static"):
         return key.label
     fields = selection_fields(key)
-    names = [n for n, c in PRESETS.items() if all(getattr(c, f) == v for f, v in fields.items())]
+    names = [n for n, c in PRESETS.items() if all(c.parameter(param_name(f)) == v for f, v in fields.items())]
     if chosen is not None and fields == dict(chosen):
         names.append("dev rule")
     if not names:
