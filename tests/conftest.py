@@ -194,3 +194,26 @@ def data_dir(tmp_path_factory):
 def machine_paths() -> tuple[str, ...]:
     """Where the machine that ran something keeps its files: no committed output may name them."""
     return ("/tmp/", "/home/", "/root/", "/work/", "/Users/", "\\Users\\")
+
+
+def tokens_on_every_backend(model, configs, prompts) -> dict[str, dict[str, list[list[int]]]]:
+    """backend -> method -> each prompt's tokens: the bridge one prompt at a time, sdpa and static
+    every prompt in one left-padded batch."""
+    from dysco_interp.decoding.loop import generate_batch
+
+    bridge: dict[str, list[list[int]]] = {name: [] for name in configs}
+    for prompt in prompts:
+        for name, results in generate_batch(model, [prompt], configs, backend="bridge").items():
+            bridge[name] += [r.tokens for r in results]
+    out = {"bridge": bridge}
+    for backend in ("sdpa", "static"):
+        out[backend] = {name: [r.tokens for r in results]
+                        for name, results in generate_batch(model, list(prompts), configs, backend=backend).items()}
+    return out
+
+
+@pytest.fixture
+def tokens_everywhere():
+    """`tokens_on_every_backend(model, configs, prompts)`: for tests that hold a method's tokens
+    equal across the backends."""
+    return tokens_on_every_backend

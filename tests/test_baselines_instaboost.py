@@ -35,34 +35,20 @@ def configs(m: float = M) -> dict[str, DecodingConfig]:
             "vanilla": DecodingConfig(method="vanilla", max_new_tokens=N_NEW)}
 
 
-def tokens_everywhere(model, chosen) -> dict[str, dict[str, list[list[int]]]]:
-    """backend -> method -> each prompt's tokens: the bridge one prompt at a time, sdpa and static
-    the two prompts as one left-padded batch."""
-    out = {}
-    bridge: dict[str, list[list[int]]] = {name: [] for name in chosen}
-    for prompt in (PROMPT, OTHER):
-        for name, results in generate_batch(model, [prompt], chosen, backend="bridge").items():
-            bridge[name] += [r.tokens for r in results]
-    out["bridge"] = bridge
-    for backend in ("sdpa", "static"):
-        out[backend] = {name: [r.tokens for r in results]
-                        for name, results in generate_batch(model, [PROMPT, OTHER], chosen, backend=backend).items()}
-    return out
-
-
 @pytest.mark.parametrize("style", STYLES)
-def test_instaboost_gives_the_same_tokens_on_every_backend_in_a_padded_batch_as_alone(style, tiny_of):
+def test_instaboost_gives_the_same_tokens_on_every_backend_in_a_padded_batch_as_alone(style, tiny_of,
+                                                                                      tokens_everywhere):
     model = tiny_of(style)
     assert len(prepare_prompt(model, PROMPT).ids) != len(prepare_prompt(model, OTHER).ids)  # the batch is padded
-    out = tokens_everywhere(model, configs())
+    out = tokens_everywhere(model, configs(), (PROMPT, OTHER))
     for backend in ("sdpa", "static"):
         assert out[backend] == out["bridge"], backend
     for name in ("text", "message"):  # the boost changes the output, so equality means something
         assert out["bridge"][name] != out["bridge"]["vanilla"], name
 
 
-def test_m_1_gives_vanilla_s_tokens_on_every_backend(tiny_llama):
-    out = tokens_everywhere(tiny_llama, configs(m=1.0))
+def test_m_1_gives_vanilla_s_tokens_on_every_backend(tiny_llama, tokens_everywhere):
+    out = tokens_everywhere(tiny_llama, configs(m=1.0), (PROMPT, OTHER))
     for backend, tokens in out.items():
         assert tokens["text"] == tokens["message"] == tokens["vanilla"], backend
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import dysco_interp.decoding.baselines.logn  # noqa: F401  (registers the method)
-from dysco_interp import DecodingConfig, generate, generate_batch, observe
+from dysco_interp import DecodingConfig, generate, observe
 from dysco_interp.decoding.baselines.logn import LogN
 from dysco_interp.decoding.methods import REGISTRY
 from dysco_interp.decoding.plan import Scale
@@ -29,37 +29,24 @@ def logn(train_length: int = SHORT) -> DecodingConfig:
     return DecodingConfig(method="logn", params={"train_length": train_length}, max_new_tokens=N_NEW)
 
 
-def tokens_everywhere(model, chosen) -> dict[str, dict[str, list[list[int]]]]:
-    """backend -> method -> each prompt's tokens: the bridge one prompt at a time, sdpa and static
-    the two prompts as one left-padded batch."""
-    bridge: dict[str, list[list[int]]] = {name: [] for name in chosen}
-    for prompt in (PROMPT, OTHER):
-        for name, results in generate_batch(model, [prompt], chosen, backend="bridge").items():
-            bridge[name] += [r.tokens for r in results]
-    out = {"bridge": bridge}
-    for backend in ("sdpa", "static"):
-        out[backend] = {name: [r.tokens for r in results]
-                        for name, results in generate_batch(model, [PROMPT, OTHER], chosen, backend=backend).items()}
-    return out
-
-
 @pytest.mark.parametrize("style", STYLES)
-def test_logn_gives_the_same_tokens_on_every_backend_in_a_padded_batch_as_alone(style, tiny_of):
+def test_logn_gives_the_same_tokens_on_every_backend_in_a_padded_batch_as_alone(style, tiny_of, tokens_everywhere):
     model = tiny_of(style)
     assert len(prepare_prompt(model, PROMPT).ids) != len(prepare_prompt(model, OTHER).ids)  # the batch is padded
     # decoded beside vanilla in one call: log-n keeps a prefill of its own, so the two differ
-    out = tokens_everywhere(model, {"logn": logn(), "vanilla": DecodingConfig(method="vanilla", max_new_tokens=N_NEW)})
+    chosen = {"logn": logn(), "vanilla": DecodingConfig(method="vanilla", max_new_tokens=N_NEW)}
+    out = tokens_everywhere(model, chosen, (PROMPT, OTHER))
     for backend in ("sdpa", "static"):
         assert out[backend] == out["bridge"], backend
     assert out["bridge"]["logn"] != out["bridge"]["vanilla"]
 
 
-def test_inside_the_training_length_logn_gives_vanilla_s_tokens_on_every_backend(tiny_llama):
+def test_inside_the_training_length_logn_gives_vanilla_s_tokens_on_every_backend(tiny_llama, tokens_everywhere):
     # the last query of the longer prompt sees its prompt and all but the last generated token
     last = len(prepare_prompt(tiny_llama, PROMPT).ids) + N_NEW - 1
     chosen = {"at": logn(last), "default": logn(LogN.Params().train_length),
               "vanilla": DecodingConfig(method="vanilla", max_new_tokens=N_NEW)}
-    for backend, tokens in tokens_everywhere(tiny_llama, chosen).items():
+    for backend, tokens in tokens_everywhere(tiny_llama, chosen, (PROMPT, OTHER)).items():
         assert tokens["at"] == tokens["default"] == tokens["vanilla"], backend
 
 

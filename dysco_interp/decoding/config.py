@@ -136,7 +136,9 @@ class DecodingConfig:
             return self
         if self.params is None:
             raise ConfigError(f"method {self.method!r} has no parameters (got {sorted(values)[0]!r})")
-        changed = type(self.params).of(self.method, {**self.params.as_dict(), **checked_values(self.method, values)})
+        changed = type(self.params).of(self.method, {**self.params.as_dict(),
+                                                     **checked_values(self.method, values, json_too=False)})
+        checked_values(self.method, changed.as_dict())
         return self._replaced({"params": changed})
 
     @property
@@ -309,14 +311,16 @@ def method_params(strategy: type[Method], params: Any, owned: Mapping[str, Any],
     else:
         raise ConfigError(f"params of method {method!r} must be {_params_name(strategy)} or a mapping, got "
                           f"{brief(params)}")
-    values = checked_values(method, values)
+    values = checked_values(method, values, json_too=False)
     values.update(owned)
     values.update(checked_options(method, strategy.options, options))
     if typed is None:
         if values:
             raise ConfigError(f"method {method!r} has no parameters (got {sorted(values)[0]!r})")
         return None
-    return typed.of(method, {k: _frozen(v) for k, v in {**typed.defaults(), **values}.items()})
+    made = typed.of(method, {k: _frozen(v) for k, v in {**typed.defaults(), **values}.items()})
+    checked_values(method, made.as_dict())
+    return made
 
 
 def _params_name(strategy: type[Method]) -> str:
@@ -378,13 +382,16 @@ def checked_options(method: str, declared: Mapping[str, Any], given: Any) -> dic
     return checked_values(method, items)
 
 
-def checked_values(method: str, values: Mapping[str, Any]) -> dict[str, Any]:
-    """A method's parameter values as records keep them: JSON values no deeper than
-    MAX_OPTION_DEPTH (a ConfigError naming the first that is not)."""
+def checked_values(method: str, values: Mapping[str, Any], json_too: bool = True) -> dict[str, Any]:
+    """A method's parameter values as records keep them: no deeper than MAX_OPTION_DEPTH and (with
+    `json_too`) JSON values (a ConfigError naming the first that is not). Typed `Params` check
+    their own types first: the depth alone comes before them, since freezing a value walks it."""
     for name, value in values.items():
         if _depth(value) > MAX_OPTION_DEPTH:
             raise ConfigError(f"parameter {name!r} of method {method!r} is nested more than {MAX_OPTION_DEPTH} "
                               "levels deep; a parameter is a number, a string, or a short list or object")
+        if not json_too:
+            continue
         try:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError):
