@@ -13,8 +13,6 @@ sequences decode together and tokens per second count the tokens of all rows.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 
 import torch
@@ -32,14 +30,9 @@ from dysco_interp.models import load_model, resolve_device, resolve_dtype
 
 def also_method(text: str) -> tuple[str, dict]:
     """NAME or NAME=JSON (a JSON object of the method's parameters)."""
-    name, sep, given = text.partition("=")
-    try:
-        params = json.loads(given) if sep else {}
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"--also {name}: not JSON ({e.msg})") from None
-    if not name or not isinstance(params, dict):
-        raise argparse.ArgumentTypeError(f"--also takes NAME or NAME={{...}}, got {text!r}")
-    return name, params
+    if "=" not in text:
+        return text.strip(), {}
+    return user_methods.method_option(text)
 
 
 def main(argv=None) -> int:

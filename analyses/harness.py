@@ -21,12 +21,12 @@ A method of one's own: --methods-from my_methods.py --methods mine --grid 'mine=
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from dysco_interp.analysis.report import command_line
 from dysco_interp.cli import args as cli_args
+from dysco_interp.cli import user_methods
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.harness import PARTS, HarnessSettings, check_data, check_settings
 from dysco_interp.studies.harness_protocol import GRIDS, LENGTHS, TASKS
@@ -35,12 +35,8 @@ from dysco_interp.studies.study_arguments import add_split_study_arguments, load
 
 def grid_flag(text: str) -> tuple[str, list]:
     """NAME=JSON, the JSON a list of parameter objects."""
-    name, sep, given = text.partition("=")
-    try:
-        points = json.loads(given) if sep else None
-    except json.JSONDecodeError as e:
-        raise argparse.ArgumentTypeError(f"--grid {name}: not JSON ({e.msg})") from None
-    if not name or not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
+    name, points = user_methods.named_json(text)
+    if not isinstance(points, list) or not all(isinstance(p, dict) for p in points):
         raise argparse.ArgumentTypeError(f"--grid takes NAME=[{{...}}, ...], a list of parameter objects, "
                                                   f"got {text!r}")
     return name, points

@@ -92,6 +92,22 @@ def test_list_and_yarn_flags_are_refused_in_one_line_while_parsing():
         cli_args.yarn_factor("1")
 
 
+def test_also_takes_a_name_or_a_name_and_a_json_object_in_one_line():
+    import argparse
+
+    sys.path.insert(0, str(REPO / "analyses"))
+    try:
+        import bench_decode
+    finally:
+        sys.path.pop(0)
+    assert bench_decode.also_method("dysco-lagged") == ("dysco-lagged", {})
+    assert bench_decode.also_method('uniattns={"tau": 0.9}') == ("uniattns", {"tau": 0.9})
+    for text, words in (("uniattns={tau: 1}", "not valid JSON"), ("uniattns=[1]", "must be a JSON object"),
+                        ("uniattns=" + "[" * 100_000 + "]" * 100_000, "nested too deeply")):
+        with pytest.raises(argparse.ArgumentTypeError, match=words):
+            bench_decode.also_method(text)
+
+
 def test_the_peer_decodes_the_benchmark_context_and_its_speed_divides_ours(model):
     import torch
 

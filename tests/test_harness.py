@@ -81,7 +81,8 @@ def test_the_test_parts_need_the_dev_choice(tmp_path):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--grid", "dysco={beta: 2}"], "--grid dysco: not JSON"),
+    (["--grid", "dysco={beta: 2}"], "dysco=...: not valid JSON"),
+    (["--grid", "dysco=" + "[" * 50_000 + "]" * 50_000], "nested too deeply"),
     (["--grid", 'dysco={"beta": 2}'], "--grid takes NAME=[{...}, ...]"),
     (["--grid", 'dysco=[{"select_k": 0}]'], "select_k must be"),
     ([], "make the dev split first"),

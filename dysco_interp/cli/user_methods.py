@@ -18,6 +18,7 @@ import re
 import sys
 import traceback
 from pathlib import Path
+from typing import Any
 
 from dysco_interp.decoding.choices import KNOWN_METHODS
 
@@ -51,18 +52,24 @@ def method_list(text: str) -> str:
     return ",".join(names)
 
 
-def method_option(text: str) -> tuple[str, dict]:
-    """argparse type of --method-options: NAME=JSON, the JSON an object of option values."""
+def named_json(text: str) -> tuple[str, Any]:
+    """NAME=JSON as (NAME, the parsed JSON), for the flags that give a method a value: an
+    ArgumentTypeError in one line for a missing name or '=', or JSON that does not parse."""
     name, sep, value = str(text).partition("=")
     name = name.strip()
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=JSON, e.g. 'pasta={{\"alpha\": 0.05}}'")
     try:
-        options = json.loads(value)
+        return name, json.loads(value)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{name}=...: not valid JSON ({e})") from None
     except RecursionError:
         raise argparse.ArgumentTypeError(f"{name}=...: the JSON is nested too deeply to be options") from None
+
+
+def method_option(text: str) -> tuple[str, dict]:
+    """argparse type of --method-options: NAME=JSON, the JSON an object of option values."""
+    name, options = named_json(text)
     if not isinstance(options, dict):
         raise argparse.ArgumentTypeError(f"{name}=...: the options must be a JSON object, e.g. {{\"alpha\": 0.05}}")
     return name, options
