@@ -8,6 +8,7 @@ margin, and a BH q over the whole leaderboard (one family: every row of every mo
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -18,8 +19,6 @@ from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_delta, write_json, write_text
 from dysco_interp.stores.archives import glob_stores
 from dysco_interp.studies.budget_choice import primary_metrics
-from dysco_interp.tasks.lengths import parse_length
-from dysco_interp.tasks.registry import TASKS
 from dysco_interp.viz.figures import save_ci_lines
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
@@ -28,34 +27,25 @@ MODES = {"tf": "teacher forced", "free": "free"}
 VANILLA = MethodKey("vanilla")
 
 
-def test_stores(folder: Path) -> dict[tuple[str, str, str, str], Path]:
-    """(model, task, length, mode) -> its test store under `folder/test/`."""
-    out = {}
+def cells_of(folder: Path) -> dict[tuple[str, str, int, str], list[Mapping]]:
+    """(model, task, length, mode) -> the records of that cell under `folder/test/`, as each record
+    names them (its store's settings say whether it was teacher forced), whatever the files are called."""
+    cells: dict[tuple[str, str, int, str], list[Mapping]] = defaultdict(list)
     for path in glob_stores(folder / "test" / "*.jsonl"):
-        stem = Path(path).name.split(".jsonl")[0]
-        head, _, mode = stem.rpartition("_")
-        rest, _, length = head.rpartition("_")
-        model, task = _split_task(rest)
-        if mode in MODES and model and task:
-            out[(model, task, length, mode)] = Path(path)
-    return out
-
-
-def _split_task(text: str) -> tuple[str, str]:
-    for task in sorted(TASKS, key=len, reverse=True):  # needle_qa before any shorter name it ends with
-        if text.endswith(f"_{task}"):
-            return text[: -len(task) - 1], task
-    return "", ""
+        for r in read_records(path):
+            mode = "tf" if (r.get("settings") or {}).get("teacher_forced") else "free"
+            cells[(str(r["model"]), str(r["task"]), int(r["length"]), mode)].append(r)
+    return cells
 
 
 def leaderboard(folder: Path) -> dict:
     """Rows per (model, mode, task, length, method): the method's paired difference from vanilla
     on the task's primary metric, q over every row."""
     rows: list[dict] = []
-    for (model, task, length, mode), path in sorted(test_stores(folder).items()):
+    for (model, task, length, mode), records in sorted(cells_of(folder).items()):
         metric = primary_metrics(forced=mode == "tf")[task]
         values: dict[MethodKey, dict[str, float]] = {}
-        for r in read_records(path):
+        for r in records:
             if r.get(metric) is not None:
                 values.setdefault(method_key(r), {})[str(r["instance"])] = float(r[metric])
         base = values.get(VANILLA, {})
@@ -63,7 +53,7 @@ def leaderboard(folder: Path) -> dict:
             shared = sorted(values[key].keys() & base.keys())
             if shared:
                 diff = [values[key][i] - base[i] for i in shared]
-                rows.append({"model": model, "mode": mode, "task": task, "length": parse_length(length),
+                rows.append({"model": model, "mode": mode, "task": task, "length": length,
                              "method": key.method, "label": key.label, "metric": metric, "n": len(shared),
                              "vanilla": sum(base[i] for i in shared) / len(shared),
                              "delta": paired_comparison(diff, margin=margin_of(metric))})
@@ -114,4 +104,4 @@ def write_reports(out_dir: Path) -> list[str]:
     return [str(p) for p in written]
 
 
-__all__ = ["MODES", "figure", "leaderboard", "render", "test_stores", "write_reports"]
+__all__ = ["MODES", "figure", "leaderboard", "render", "cells_of", "write_reports"]
