@@ -66,6 +66,15 @@ def mean_ranks(values: Mapping[MethodKey, float]) -> dict[MethodKey, float]:
     return ranks
 
 
+def mean_ranks_over_cells(gains: Mapping[MethodKey, Mapping[Cell, float]]) -> tuple[list[Cell], dict[MethodKey, float]]:
+    """The cells any candidate was run on, and each candidate run on all of them with its mean
+    over those cells of its rank there (`mean_ranks`); candidates missing a cell are left out."""
+    cells = sorted({c for g in gains.values() for c in g})
+    complete = [k for k, g in gains.items() if all(c in g for c in cells)]
+    per_cell = {c: mean_ranks({k: gains[k][c] for k in complete}) for c in cells}
+    return cells, {k: sum(per_cell[c][k] for c in cells) / len(cells) for k in complete}
+
+
 def selection_fields(key: MethodKey) -> dict:
     params = key.params_dict()
     fields = {name: params[name] for name in SELECTION}
@@ -81,17 +90,12 @@ def selection_size(key: MethodKey) -> tuple:
 def ranking(tf_records: Iterable[Mapping]) -> list[dict]:
     """Every DySCO (QRHeads) configuration with its mean rank over the dev cells, best first."""
     gains = {k: g for k, g in paired_gains(tf_records, primary_metrics(forced=True)).items() if k.method == "dysco"}
-    cells = sorted({c for g in gains.values() for c in g})
-    complete = {k: g for k, g in gains.items() if all(c in g for c in cells)}
-    if not complete:
+    cells, rank = mean_ranks_over_cells(gains)
+    if not rank:
         raise ConfigError("no DySCO configuration was run with vanilla on every dev cell; run the dev sweep first")
-    per_cell = {c: mean_ranks({k: g[c] for k, g in complete.items()}) for c in cells}
-    rows = [{"config": selection_fields(k), "label": k.label,
-             "mean_rank": sum(per_cell[c][k] for c in cells) / len(cells),
-             "gains": {"/".join(map(str, c)): round(complete[k][c], 5) for c in cells}}
-            for k in complete]
-    order = sorted(range(len(rows)), key=lambda i: (rows[i]["mean_rank"], selection_size(list(complete)[i])))
-    return [rows[i] for i in order]
+    order = sorted(rank, key=lambda k: (rank[k], selection_size(k)))
+    return [{"config": selection_fields(k), "label": k.label, "mean_rank": rank[k],
+             "gains": {"/".join(map(str, c)): round(gains[k][c], 5) for c in cells}} for k in order]
 
 
 def shortlist(tf_records: Iterable[Mapping], n: int) -> list[dict]:

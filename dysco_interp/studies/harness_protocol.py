@@ -24,7 +24,7 @@ from dysco_interp.analysis.method_key import method_key
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.methods import PAPER_TAUS
 from dysco_interp.errors import ConfigError
-from dysco_interp.studies.budget_choice import mean_ranks, paired_gains, primary_metrics
+from dysco_interp.studies.budget_choice import mean_ranks_over_cells, paired_gains, primary_metrics
 
 TASKS = ("path_traversal", "mrcr", "needle_qa")
 LENGTHS = ("2k", "8k", "31k")
@@ -84,13 +84,10 @@ def choose(records: Sequence[Mapping], model: str, method: str,
     keys = [method_key({"config": c.record_fields()}) for c in check_grid(method, points)]
     dev = (r for r in records if str(r["model"]) == model)
     gains = {k: g for k, g in paired_gains(dev, primary_metrics(forced=True)).items() if k in keys}
-    cells = sorted({c for g in gains.values() for c in g})
-    complete = [k for k in keys if k in gains and all(c in gains[k] for c in cells)]
-    if not complete:
+    cells, rank = mean_ranks_over_cells(gains)
+    if not rank:
         raise ConfigError(f"no grid point of {method!r} was run with vanilla on every dev cell of {model}")
-    per_cell = {c: mean_ranks({k: gains[k][c] for k in complete}) for c in cells}
-    rank = {k: sum(per_cell[c][k] for c in cells) / len(cells) for k in complete}
-    order = sorted(complete, key=lambda k: (rank[k], keys.index(k)))  # ties: the point listed first
+    order = sorted(rank, key=lambda k: (rank[k], keys.index(k)))  # ties: the point listed first
     rows = [{"point": dict(points[keys.index(k)]), "label": k.label, "mean_rank": rank[k],
              "gains": {"/".join(map(str, c)): round(gains[k][c], 5) for c in cells}} for k in order]
     return {**rows[0], "rule": RULE, "ranking": rows, "cells": ["/".join(map(str, c)) for c in cells]}
