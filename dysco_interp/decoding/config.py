@@ -132,14 +132,7 @@ class DecodingConfig:
         """A copy with these of its method's parameters changed, the others kept:
         `preset("paper").with_params(select_k=8)`. An unknown name is a ConfigError that lists the
         method's parameters."""
-        if not values:
-            return self
-        if self.params is None:
-            raise ConfigError(f"method {self.method!r} has no parameters (got {sorted(values)[0]!r})")
-        changed = type(self.params).of(self.method, {**self.params.as_dict(),
-                                                     **checked_values(self.method, values, json_too=False)})
-        checked_values(self.method, changed.as_dict())
-        return self._replaced({"params": changed})
+        return self._replaced({"params": values})
 
     @property
     def strategy(self) -> type[Method]:
@@ -439,12 +432,4 @@ def preset(name: str, *, params: Mapping[str, Any] | MethodParams | None = None,
     if not isinstance(name, str) or name not in PRESETS:
         raise ConfigError(f"unknown preset {brief(name)}; choose one of {', '.join(PRESETS)}")
     older_spelling("preset", {k: v for k, v in changes.items() if k in FLAT_FIELDS}, changes.get("options", ()))
-    if isinstance(params, MethodParams):
-        return PRESETS[name]._replaced({**changes, "params": params})
-    config = PRESETS[name]._replaced(changes)
-    if params is None:
-        return config
-    if not isinstance(params, Mapping):
-        raise ConfigError(f"params must be a mapping of parameter names to values or a method's Params, got "
-                          f"{brief(params)}")
-    return config.with_params(**params)
+    return PRESETS[name]._replaced(changes if params is None else {**changes, "params": params})
