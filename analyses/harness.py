@@ -3,17 +3,26 @@ dev split, its test rows beside vanilla (dysco_interp/studies/harness.py; the pr
 dysco_interp/studies/harness_protocol.py).
 
 Data (--data-dir): dev/ (seed 1) and test/ (seed 0; Needle QA with seed 2, needles no head
-detection has seen), one file per task and length, e.g.
+detection has seen), one file per task and length, as many instances as the protocol's
+DEV_N and TEST_N, e.g.
 
-    for t in path_traversal mrcr; do
-      dysco-interp make-data $t --model qwen2.5-coder-1.5b --lengths 2k,8k,31k --n 30 --seed 1 --out DATA/dev
-      dysco-interp make-data $t --model qwen2.5-coder-1.5b --lengths 2k,8k,31k --n 100 --seed 0 --out DATA/test
+    for t in path_traversal mrcr needle_qa; do
+      dysco-interp make-data $t --model qwen2.5-coder-1.5b --lengths 2k,8k --n 30 --seed 1 --out DATA/dev
+      dysco-interp make-data $t --model qwen2.5-coder-1.5b --lengths 31k --n 16 --seed 1 --out DATA/dev
     done
-    dysco-interp make-data needle_qa --model qwen2.5-coder-1.5b --lengths 2k,8k,31k --n 30 --seed 1 --out DATA/dev
-    dysco-interp make-data needle_qa --model qwen2.5-coder-1.5b --lengths 2k,8k,31k --n 100 --seed 2 --out DATA/test
+    for t in path_traversal mrcr; do
+      dysco-interp make-data $t --model qwen2.5-coder-1.5b --lengths 2k,8k --n 100 --seed 0 --out DATA/test
+      dysco-interp make-data $t --model qwen2.5-coder-1.5b --lengths 31k --n 50 --seed 0 --out DATA/test
+    done
+    dysco-interp make-data needle_qa --model qwen2.5-coder-1.5b --lengths 2k,8k --n 100 --seed 2 --out DATA/test
+    dysco-interp make-data needle_qa --model qwen2.5-coder-1.5b --lengths 31k --n 50 --seed 2 --out DATA/test
     python analyses/harness.py --model qwen2.5-coder-1.5b --data-dir DATA --device cuda --dtype bfloat16 \
-        --methods uniattns,dysco --parts dev,choose,test-tf,test-free
+        --parts profile,dev,choose,test-tf,test-free
     python analyses/harness.py --figures-only     # the leaderboard and figures from the stores (run_all too)
+
+Each task's instruction texts are bound to the methods that emphasise an instruction (their
+`instruction` or `emphasize` parameter), and a grid point's "profiled_heads": N to the best N heads
+of the model-and-task head profile that the profile part writes.
 
 A method of one's own: --methods-from my_methods.py --methods mine --grid 'mine=[{"alpha": 0.01}, {"alpha": 0.05}]'.
 """

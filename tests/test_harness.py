@@ -39,7 +39,7 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
     assert choices["uniattns"]["point"] in [{"tau": 0.9}, {"tau": 0.8}] and choices["dysco"]["rule"]
     for kind in ("tf", "free"):
         test = read_records(s.store("test", "path_traversal", "1950", kind))
-        assert sorted({r["method"] for r in test}) == sorted(harness.test_methods(s, 1))
+        assert sorted({r["method"] for r in test}) == sorted(harness.test_methods(s, "path_traversal", 1))
         assert len(test) == 2 * 3
     assert [line.split(":")[0] for line in lines[1:3]] == ["uniattns", "dysco"]
     # a second call finds every record stored
@@ -77,7 +77,7 @@ def test_bad_settings_are_one_line_before_any_model_loads(tmp_path, changes, mes
 def test_the_test_parts_need_the_dev_choice(tmp_path):
     s = harness.HarnessSettings("m", tmp_path, tmp_path, ("dysco",))
     with pytest.raises(ConfigError, match="run the dev part and 'choose' first"):
-        harness.test_methods(s, 16)
+        harness.test_methods(s, "path_traversal", 16)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -94,3 +94,76 @@ def test_the_driver_refuses_bad_flags_in_one_line_before_any_model_loads(tmp_pat
                            "--out-dir", str(tmp_path / "out"), *argv], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+USER_METHOD = '''
+import math
+from dataclasses import dataclass
+
+import torch
+
+from dysco_interp import Bias, Method, MethodParams, PassPlan, register_method
+
+
+@register_method
+class InstructionBoost(Method):
+    name = "instruction-boost"
+    description = "the task's instruction texts' attention times factor, in every head of every layer"
+
+    @dataclass(frozen=True)
+    class Params(MethodParams):
+        factor: float = 4.0
+        instruction: tuple = ()  # the harness binds each task's instruction texts here
+
+    def __init__(self, config, heads, spec):
+        super().__init__(config, heads, spec)
+        self.boosted = PassPlan(bias=Bias(range(spec.n_layers)))
+
+    def start(self, model, batch):
+        span = torch.zeros(batch.ids.shape, dtype=torch.bool)
+        for row, (prepared, pad) in enumerate(zip(batch.prepared, batch.pads)):
+            for text in self.params.instruction:
+                at = prepared.text.find(text)
+                start, end = prepared.encoded.token_span(at, at + len(text))
+                span[row, pad + start:pad + end] = True
+        self.span = span.to(model.device)
+
+    def step(self, run, n_keys):
+        span = torch.nn.functional.pad(self.span, (0, n_keys - self.span.shape[-1]))
+        values = torch.where(span, math.log(self.params.factor), 0.0)[:, None, None, :]
+        return run(self.boosted.with_bias(values)).logits, None
+'''
+
+
+def test_a_method_of_one_s_own_gets_its_grid_choice_and_leaderboard_rows_on_the_default_model(tmp_path, real_model):
+    from dysco_interp.tasks import make_dataset, save_dataset
+    from dysco_interp.tasks.needle_qa.instance import INSTRUCTION
+
+    data = tmp_path / "data"
+    for split, seed in (("dev", 1), ("test", 2)):
+        save_dataset(data / split / "needle_qa_1k.jsonl",
+                     make_dataset("needle_qa", real_model.tokenizer, 1024, n=2, seed=seed, progress=False))
+    (tmp_path / "my_methods.py").write_text(USER_METHOD)
+    out = tmp_path / "out"
+    common = ["--model", "smollm2-135m", "--out-dir", str(out), "--methods-from", str(tmp_path / "my_methods.py")]
+    grid = 'instruction-boost=[{"factor": 2}, {"factor": 8}]'
+    proc = subprocess.run([sys.executable, str(REPO / "analyses" / "harness.py"), *common, "--data-dir", str(data),
+                           "--methods", "instruction-boost", "--grid", grid,
+                           "--tasks", "needle_qa", "--lengths", "1k", "--device", "cpu", "--backend", "sdpa"],
+                          capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    choice = json.loads((out / "harness" / "chosen_smollm2-135m.json").read_text())["choices"]["instruction-boost"]
+    assert choice["point"] in [{"factor": 2}, {"factor": 8}] and len(choice["ranking"]) == 2
+    # the harness bound the task's instruction texts: the records ran with them
+    from dysco_interp.analysis.records import read_records
+
+    dev = read_records(out / "harness" / "dev" / "smollm2-135m_needle_qa_1k.jsonl")
+    boosted = [r for r in dev if r["method"] != "vanilla"]
+    assert len(boosted) == 4 and all(INSTRUCTION in r["params"]["instruction"] for r in boosted)
+    proc = subprocess.run([sys.executable, str(REPO / "analyses" / "harness.py"), *common, "--figures-only"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((out / "harness" / "leaderboard.json").read_text())["rows"]
+    assert {(r["mode"], r["method"], r["label"]) for r in rows} == {
+        (mode, "instruction-boost", f"instruction-boost factor={choice['point']['factor']}") for mode in ("tf", "free")}
+    assert all(r["n"] == 2 for r in rows)

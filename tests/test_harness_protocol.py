@@ -70,3 +70,28 @@ def test_a_point_missing_from_a_cell_is_no_candidate():
 def test_a_bad_grid_is_one_line_before_any_model_loads(grid, message):
     with pytest.raises(ConfigError, match=message):
         hp.check_grid("dysco", grid)
+
+
+def test_a_method_s_instruction_is_bound_per_task_and_its_point_found_in_every_task():
+    from dysco_interp.tasks.needle_qa.instance import INSTRUCTION
+
+    needle = hp.bind("instaboost", {"M": 3.0}, "needle_qa")
+    assert needle.params.M == 3.0 and INSTRUCTION in needle.params.instruction
+    assert hp.bind("instaboost", {}, "mrcr").params.instruction == ()  # MRCR's instruction is its last message
+    assert hp.bind("instaboost", {"instruction": ["mine"]}, "needle_qa").params.instruction == ("mine",)
+    # the same point binds to other texts per task, and the rule still sees one point across the cells
+    grid = ({"M": 3.0}, {"M": 9.0})
+    records = []
+    for task, length in (("path_traversal", 2048), ("needle_qa", 8192)):
+        for i in ("a", "b"):
+            records.append(record(DecodingConfig(method="vanilla"), i, 0.0, task, length))
+            records += [record(hp.bind("instaboost", p, task), i, g, task, length) for p, g in zip(grid, (0.1, 0.2))]
+    choice = hp.choose(records, "m", "instaboost", {"instaboost": grid})
+    assert choice["point"] == {"M": 9.0} and choice["label"] == "instaboost M=9.0" and len(choice["cells"]) == 2
+
+
+def test_a_profiled_point_needs_a_count_and_a_method_with_heads():
+    with pytest.raises(ConfigError, match="has no parameter 'heads'"):
+        hp.bind("dysco", {hp.PROFILED: 4}, "mrcr")
+    with pytest.raises(ConfigError, match="positive whole number"):
+        hp.check_grid("instaboost", ({hp.PROFILED: 0},))

@@ -13,12 +13,14 @@ floor and cannot separate configurations.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from typing import TypeVar
 
 from dysco_interp.analysis.method_key import MethodKey, method_key
 from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.registry import TASKS
 
+Candidate = TypeVar("Candidate", bound=Hashable)
 SELECTION = ("beta", "top_p", "top_k", "top_k_fraction")
 
 Cell = tuple[str, str, int]
@@ -51,10 +53,10 @@ def paired_gains(records: Iterable[Mapping], primary: Mapping[str, str]) -> dict
     return dict(gains)
 
 
-def mean_ranks(values: Mapping[MethodKey, float]) -> dict[MethodKey, float]:
+def mean_ranks(values: Mapping[Candidate, float]) -> dict[Candidate, float]:
     """1 for the largest value; ties share their mean rank."""
     ordered = sorted(values, key=lambda k: -values[k])
-    ranks: dict[MethodKey, float] = {}
+    ranks: dict[Candidate, float] = {}
     i = 0
     while i < len(ordered):
         j = i
@@ -66,7 +68,7 @@ def mean_ranks(values: Mapping[MethodKey, float]) -> dict[MethodKey, float]:
     return ranks
 
 
-def mean_ranks_over_cells(gains: Mapping[MethodKey, Mapping[Cell, float]]) -> tuple[list[Cell], dict[MethodKey, float]]:
+def mean_ranks_over_cells(gains: Mapping[Candidate, Mapping[Cell, float]]) -> tuple[list[Cell], dict[Candidate, float]]:
     """The cells any candidate was run on, and each candidate run on all of them with its mean
     over those cells of its rank there (`mean_ranks`); candidates missing a cell are left out."""
     cells = sorted({c for g in gains.values() for c in g})

@@ -3,6 +3,8 @@ protocol's rule, then each method at its choice on the test split (`harness_prot
 the tasks, lengths, splits, grids and rule).
 
 Parts (resumable stores under `<out>/harness/`, one record per instance x run):
+- profile: each task's head profile on the dev split, for the methods whose grid steers a
+           profile's best heads (PASTA) -> profile/<model>_<task>.json
 - dev:     vanilla and every grid point of every method, teacher forced, on the dev split
            -> dev/<model>_<task>_<len>.jsonl
 - choose:  each method's point by the rule -> chosen_<model>.json (read by the test parts)
@@ -30,9 +32,25 @@ from dysco_interp.heads import HeadSet
 from dysco_interp.models import LoadedModel
 from dysco_interp.stores.archives import stored
 from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, batch_for, split_instances
-from dysco_interp.studies.harness_protocol import GRIDS, LENGTHS, TASKS, Point, check_grid, choose
+from dysco_interp.studies.harness_protocol import (
+    GRIDS,
+    LENGTHS,
+    PROFILE_ALPHA,
+    PROFILE_LENGTH,
+    PROFILE_N,
+    PROFILE_RULE,
+    PROFILED,
+    TASKS,
+    Point,
+    Profile,
+    bind,
+    check_grid,
+    choose,
+    point_label,
+)
+from dysco_interp.tasks.registry import get_task
 
-PARTS = ("dev", "choose", "test-tf", "test-free")
+PARTS = ("profile", "dev", "choose", "test-tf", "test-free")
 SCRIPT = "analyses/harness.py"
 
 
@@ -59,6 +77,9 @@ class HarnessSettings:
         name = f"{self.model_name}_{task}_{length}" + ("" if kind is None else f"_{kind}")
         return stored(self.folder / split / f"{name}.jsonl")
 
+    def profile_path(self, task: str) -> Path:
+        return self.folder / "profile" / f"{self.model_name}_{task}.json"
+
     @property
     def choice_path(self) -> Path:
         return self.folder / f"chosen_{self.model_name}.json"
@@ -74,11 +95,20 @@ def check_settings(s: HarnessSettings) -> None:
     unknown = sorted(set(s.grids) - set(GRIDS) - set(s.methods))
     if unknown:
         raise ConfigError(f"a grid for {unknown[0]!r}, which this run does not compare")
+    if uses_profile(s) and "profile" not in s.parts and {"dev", "choose", "test-tf", "test-free"} & set(s.parts):
+        missing = [p for task in s.tasks if not (p := s.profile_path(task)).is_file()]
+        if missing:
+            raise ConfigError(f"no {missing[0]}: run the 'profile' part first")
 
 
 def check_data(s: HarnessSettings) -> None:
     """The task files the parts read are there (a ConfigError naming the first one missing), so a
     run does not load a model to find that out."""
+    if "profile" in s.parts and uses_profile(s):
+        for task in s.tasks:
+            path = s.data_dir / "dev" / f"{task}_{PROFILE_LENGTH}.jsonl"
+            if not path.is_file():
+                raise ConfigError(f"missing {path}: make the dev split first (see {SCRIPT})")
     splits = (["dev"] if "dev" in s.parts else []) + (["test"] if {"test-tf", "test-free"} & set(s.parts) else [])
     for split in splits:
         for task in s.tasks:
@@ -88,46 +118,78 @@ def check_data(s: HarnessSettings) -> None:
                     raise ConfigError(f"missing {path}: make the {split} split first (see {SCRIPT})")
 
 
-def labelled(configs: Sequence[DecodingConfig]) -> dict[str, DecodingConfig]:
-    """Store labels for `configs`: the method, and the parameters its point changes."""
-    out: dict[str, DecodingConfig] = {}
-    for config in configs:
-        defaults = DecodingConfig(method=config.method)
-        changed = {} if config.params is None else {
-            k: v for k, v in config.params.as_dict().items() if defaults.params is None or
-            getattr(defaults.params, k) != v}
-        out.setdefault(" ".join([config.method, *(f"{k}={v}" for k, v in sorted(changed.items()))]), config)
-    return out
+def profile_heads_of(s: HarnessSettings) -> Profile:
+    """The best heads of the model-and-task head profile the profile part wrote (a ConfigError
+    naming the file when it is missing)."""
+    def best(task: str, n: int) -> str:
+        path = s.profile_path(task)
+        if not path.is_file():
+            raise ConfigError(f"no {path}: run the 'profile' part first")
+        return " ".join(json.loads(path.read_text())["ranking"][:n])
+    return best
 
 
-def dev_methods(s: HarnessSettings, tokens: int) -> dict[str, DecodingConfig]:
-    configs = [DecodingConfig(method="vanilla")]
+def uses_profile(s: HarnessSettings) -> bool:
+    return any(PROFILED in point for method in s.methods for point in s.grids.get(method, ({},)))
+
+
+def task_methods(s: HarnessSettings, task: str, points: Mapping[str, Sequence[Point]],
+                 tokens: int) -> dict[str, DecodingConfig]:
+    """vanilla and each method at each of its `points`, bound to `task`, by their store labels."""
+    profile = profile_heads_of(s) if uses_profile(s) else None
+    configs = {"vanilla": DecodingConfig(method="vanilla")}
     for method in s.methods:
-        configs += check_grid(method, s.grids.get(method, ({},)))
-    return labelled([c.replace(max_new_tokens=tokens) for c in configs])
+        for point in points[method]:
+            configs[point_label(method, point)] = bind(method, point, task, profile)
+    return {label: c.replace(max_new_tokens=tokens) for label, c in configs.items()}
+
+
+def dev_methods(s: HarnessSettings, task: str, tokens: int) -> dict[str, DecodingConfig]:
+    return task_methods(s, task, {m: s.grids.get(m, ({},)) for m in s.methods}, tokens)
 
 
 def write_choices(s: HarnessSettings) -> dict:
     """Each method's dev choice for the model, written to `s.choice_path`."""
     records = [r for task in s.tasks for length in s.lengths
                if (path := s.store("dev", task, length)).exists() for r in read_records(path)]
-    choices = {method: choose(records, s.model_name, method, s.grids) for method in s.methods}
+    profile = profile_heads_of(s) if uses_profile(s) else None
+    choices = {method: choose(records, s.model_name, method, s.grids, profile) for method in s.methods}
     with atomic_open(s.choice_path) as f:
         f.write(json.dumps({"model": s.model_name, "choices": choices}, indent=1) + "\n")
     return choices
 
 
-def test_methods(s: HarnessSettings, tokens: int) -> dict[str, DecodingConfig]:
-    """vanilla and each method at its committed dev choice."""
+def test_methods(s: HarnessSettings, task: str, tokens: int) -> dict[str, DecodingConfig]:
+    """vanilla and each method at its committed dev choice, bound to `task`."""
     if not s.choice_path.is_file():
         raise ConfigError(f"no {s.choice_path}: run the dev part and 'choose' first")
     chosen = json.loads(s.choice_path.read_text())["choices"]
     missing = [m for m in s.methods if m not in chosen]
     if missing:
         raise ConfigError(f"{s.choice_path} holds no choice for {', '.join(missing)}: run 'choose' again")
-    configs = [DecodingConfig(method="vanilla")]
-    configs += [DecodingConfig(method=m).with_params(**chosen[m]["point"]) for m in s.methods]
-    return labelled([c.replace(max_new_tokens=tokens) for c in configs])
+    return task_methods(s, task, {m: [chosen[m]["point"]] for m in s.methods}, tokens)
+
+
+def write_profiles(model: LoadedModel, s: HarnessSettings, log: Callable[[str], None]) -> None:
+    """Each task's head profile on the dev split (`PROFILE`), for the methods that steer a profile's heads."""
+    from dysco_interp.decoding.baselines.pasta_profile import profile_heads, ranking
+
+    for task in s.tasks:
+        path = s.profile_path(task)
+        if path.is_file():
+            continue
+        instances = split_instances(s.data_dir, "dev", task, PROFILE_LENGTH, PROFILE_N, SCRIPT)
+        spec = get_task(task)
+        t0 = time.perf_counter()
+        scores = profile_heads(model, [spec.evaluation.prompt(i) for i in instances],
+                               [spec.evaluation.gold(i) for i in instances], emphasize=spec.instruction,
+                               alpha=PROFILE_ALPHA)
+        with atomic_open(path) as f:
+            f.write(json.dumps({"model": s.model_name, "task": task, "length": PROFILE_LENGTH, "n": PROFILE_N,
+                                "alpha": PROFILE_ALPHA, "rule": PROFILE_RULE,
+                                "ranking": ranking(scores), "scores": [[round(float(v), 6) for v in row]
+                                                                        for row in scores]}, indent=1) + "\n")
+        log(f"{path}: {scores.numel()} heads profiled in {time.perf_counter() - t0:.1f}s")
 
 
 def run_harness(model: LoadedModel, heads: HeadSet, s: HarnessSettings, log: Callable[[str], None] = print) -> None:
@@ -142,10 +204,12 @@ def run_harness(model: LoadedModel, heads: HeadSet, s: HarnessSettings, log: Cal
                         command=s.command)
         log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s")
 
+    if "profile" in s.parts and uses_profile(s):
+        write_profiles(model, s, log)
     if "dev" in s.parts:
         for task in s.tasks:
             for length in s.lengths:
-                run("dev", task, length, dev_methods(s, FORCED_TOKENS[task]), True, s.store("dev", task, length))
+                run("dev", task, length, dev_methods(s, task, FORCED_TOKENS[task]), True, s.store("dev", task, length))
     if "choose" in s.parts:
         for method, choice in write_choices(s).items():
             log(f"{method}: {choice['label']} (mean rank {choice['mean_rank']:g} over {len(choice['cells'])} cells)")
@@ -154,9 +218,9 @@ def run_harness(model: LoadedModel, heads: HeadSet, s: HarnessSettings, log: Cal
             tokens = FORCED_TOKENS if forced else FREE_TOKENS
             for task in s.tasks:
                 for length in s.lengths:
-                    run("test", task, length, test_methods(s, tokens[task]), forced,
+                    run("test", task, length, test_methods(s, task, tokens[task]), forced,
                         s.store("test", task, length, "tf" if forced else "free"))
 
 
-__all__ = ["PARTS", "HarnessSettings", "check_data", "check_settings", "dev_methods", "labelled", "run_harness",
-           "test_methods", "write_choices"]
+__all__ = ["PARTS", "HarnessSettings", "check_data", "check_settings", "dev_methods", "profile_heads_of", "run_harness",
+           "task_methods", "test_methods", "uses_profile", "write_choices", "write_profiles"]

@@ -17,14 +17,15 @@ A method of one's own joins with a grid of its own (`grid_of`, `check_grid`) und
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from dysco_interp.analysis.method_key import method_key
+from dysco_interp.analysis.method_key import MethodKey, method_key
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.methods import PAPER_TAUS
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.budget_choice import mean_ranks_over_cells, paired_gains, primary_metrics
+from dysco_interp.tasks.registry import get_task
 
 TASKS = ("path_traversal", "mrcr", "needle_qa")
 LENGTHS = ("2k", "8k", "31k")
@@ -53,22 +54,56 @@ GRIDS: dict[str, tuple[Point, ...]] = {
     "dysco-middle": ({}, {"beta": 2.0}, {"depth_from": 0.0, "depth_to": 0.5}, {"depth_from": 0.5, "depth_to": 1.0}),
     # Qwen2.5's training length (no change below 32K tokens), then ever shorter ones: stronger growth
     "logn": ({"train_length": 32768}, {"train_length": 8192}, {"train_length": 2048}, {"train_length": 512}),
+    # the original's own grid (1, 3, ..., 19, chosen on validation data), five points spanning it
+    "instaboost": ({"M": 3.0}, {"M": 5.0}, {"M": 9.0}, {"M": 13.0}, {"M": 19.0}),
 }
-# InstABoost needs each task's instruction text (its `instruction` parameter); until the tasks
-# name theirs, the harness does not run it by default (`--grid instaboost=...` runs it by hand).
+
+# Parameters the protocol binds per task, never a grid's: a method's parameter of one of these
+# names takes the task's instruction texts (`TaskSpec.instruction`; none: the last user message).
+INSTRUCTION_PARAMS = ("instruction", "emphasize")
+# A grid point's entry that is no parameter: how many of the best heads of the model-and-task head
+# profile (`PROFILE`) the method steers; the harness binds its `heads` to them per task.
+PROFILED = "profiled_heads"
+
+# The head profile's rule (PASTA's per-head profiling, on the dev split), fixed with the grids.
+PROFILE_LENGTH, PROFILE_N, PROFILE_ALPHA = "2k", 16, 0.01
+PROFILE_RULE = ("per model and task: every head steered alone by PASTA at alpha, the task's instruction emphasised, "
+                "on the first n dev instances at the length; its score is the mean teacher-forced log-probability "
+                "of the gold answer minus vanilla's; heads ranked best first")
+Profile = Callable[[str, int], str]  # (task, n) -> the profile's best n heads, "L{l}H{h} ..."
+
+
+def bind(method: str, point: Point, task: str, profile: Profile | None = None) -> DecodingConfig:
+    """The config `method` runs at grid `point` on `task`: the point's parameters, the task's
+    instruction texts in the parameters named so (`INSTRUCTION_PARAMS`), and the profile's best
+    heads where the point names how many (`PROFILED`)."""
+    values = dict(point)
+    n_heads = values.pop(PROFILED, None)
+    config = DecodingConfig(method=method)
+    declared = () if config.params is None else config.params.as_dict()
+    for name in INSTRUCTION_PARAMS:
+        if name in declared and name not in values:
+            values[name] = list(get_task(task).instruction)
+    if n_heads is not None:
+        if not isinstance(n_heads, int) or isinstance(n_heads, bool) or n_heads < 1:
+            raise ConfigError(f"{PROFILED} must be a positive whole number, got {n_heads!r}")
+        if "heads" not in declared:
+            raise ConfigError(f"method {method!r} has no parameter 'heads' for {PROFILED!r} to set")
+        values["heads"] = "L0H0" if profile is None else profile(task, n_heads)
+    return config.with_params(**values)
 
 
 def check_grid(method: str, grid: Sequence[Point]) -> tuple[DecodingConfig, ...]:
-    """The configs of `method`'s grid; a ConfigError for an empty, too large or repeated grid, or
-    a point its `Params` refuse (before any model loads)."""
+    """The configs of `method`'s grid (bound to the first task, a profile's heads stood in for); a
+    ConfigError for an empty, too large or repeated grid, or a point its `Params` refuse (before
+    any model loads)."""
     if not grid:
         raise ConfigError(f"method {method!r} has an empty grid")
     if len(grid) > MAX_GRID:
         raise ConfigError(f"method {method!r} has {len(grid)} grid points; the protocol allows at most {MAX_GRID}")
-    configs = tuple(DecodingConfig(method=method).with_params(**dict(point)) for point in grid)
-    if len(set(configs)) != len(configs):
+    if any(grid[i] == grid[j] for j in range(len(grid)) for i in range(j)):
         raise ConfigError(f"method {method!r} lists one grid point twice")
-    return configs
+    return tuple(bind(method, point, TASKS[0]) for point in grid)
 
 
 def grid_of(method: str, grids: Mapping[str, Sequence[Point]] = GRIDS) -> tuple[DecodingConfig, ...]:
@@ -76,18 +111,32 @@ def grid_of(method: str, grids: Mapping[str, Sequence[Point]] = GRIDS) -> tuple[
     return check_grid(method, grids.get(method, ({},)))
 
 
+def point_label(method: str, point: Point) -> str:
+    """How stores and the leaderboard name a grid point: the method and the entries the point sets."""
+    return " ".join([method, *(f"{k}={v}" for k, v in sorted(point.items()))])
+
+
 def choose(records: Sequence[Mapping], model: str, method: str,
-           grids: Mapping[str, Sequence[Point]] = GRIDS) -> dict:
+           grids: Mapping[str, Sequence[Point]] = GRIDS, profile: Profile | None = None) -> dict:
     """`model`'s choice of `method`'s grid point on the dev `records` by `RULE`: {point, label,
-    mean_rank, ranking (every point run on every cell, best first), cells}."""
+    mean_rank, ranking (every point run on every cell, best first), cells}. A point is found in
+    each task's records as the config it binds to there (`profile`: the heads the dev runs used)."""
     points = grids.get(method, ({},))
-    keys = [method_key({"config": c.record_fields()}) for c in check_grid(method, points)]
-    dev = (r for r in records if str(r["model"]) == model)
-    gains = {k: g for k, g in paired_gains(dev, primary_metrics(forced=True)).items() if k in keys}
+    check_grid(method, points)
+    dev = [r for r in records if str(r["model"]) == model]
+    index: dict[tuple[str, MethodKey], int] = {}  # (task, key) -> the grid point's index
+    for task in sorted({str(r["task"]) for r in dev}):
+        for i, point in enumerate(points):
+            index.setdefault((task, method_key({"config": bind(method, point, task, profile).record_fields()})), i)
+    gains: dict[int, dict] = {}
+    for key, by_cell in paired_gains(dev, primary_metrics(forced=True)).items():
+        for cell, gain in by_cell.items():
+            if (cell[1], key) in index:
+                gains.setdefault(index[(cell[1], key)], {})[cell] = gain
     cells, rank = mean_ranks_over_cells(gains)
     if not rank:
         raise ConfigError(f"no grid point of {method!r} was run with vanilla on every dev cell of {model}")
-    order = sorted(rank, key=lambda k: (rank[k], keys.index(k)))  # ties: the point listed first
-    rows = [{"point": dict(points[keys.index(k)]), "label": k.label, "mean_rank": rank[k],
-             "gains": {"/".join(map(str, c)): round(gains[k][c], 5) for c in cells}} for k in order]
+    order = sorted(rank, key=lambda i: (rank[i], i))  # ties: the point listed first
+    rows = [{"point": dict(points[i]), "label": point_label(method, points[i]), "mean_rank": rank[i],
+             "gains": {"/".join(map(str, c)): round(gains[i][c], 5) for c in cells}} for i in order]
     return {**rows[0], "rule": RULE, "ranking": rows, "cells": ["/".join(map(str, c)) for c in cells]}

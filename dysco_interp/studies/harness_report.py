@@ -45,16 +45,18 @@ def leaderboard(folder: Path) -> dict:
     for (model, task, length, mode), records in sorted(cells_of(folder).items()):
         metric = primary_metrics(forced=mode == "tf")[task]
         values: dict[MethodKey, dict[str, float]] = {}
+        labels: dict[MethodKey, str] = {}  # the harness's store label: the method and its grid point
         for r in records:
             if r.get(metric) is not None:
                 values.setdefault(method_key(r), {})[str(r["instance"])] = float(r[metric])
+                labels.setdefault(method_key(r), str(r["method"]))
         base = values.get(VANILLA, {})
         for key in sorted(k for k in values if k != VANILLA):
             shared = sorted(values[key].keys() & base.keys())
             if shared:
                 diff = [values[key][i] - base[i] for i in shared]
                 rows.append({"model": model, "mode": mode, "task": task, "length": length,
-                             "method": key.method, "label": key.label, "metric": metric, "n": len(shared),
+                             "method": key.method, "label": labels[key], "metric": metric, "n": len(shared),
                              "vanilla": sum(base[i] for i in shared) / len(shared),
                              "delta": paired_comparison(diff, margin=margin_of(metric))})
     for row, filled in zip(rows, with_q([r["delta"] for r in rows])):

@@ -134,6 +134,9 @@ class TaskSpec:
     metrics: TaskMetrics
     flags: tuple[DataFlag, ...] = ()  # make-data's options for this task
     aliases: tuple[str, ...] = ()  # other names `get_task` accepts
+    # The texts of the task's instruction that every instance's prompt holds, for the methods that
+    # emphasise an instruction (InstABoost, PASTA); none: the prompt's last message is the instruction.
+    instruction: tuple[str, ...] = ()
 
 
 __all__ = ["DataFlag", "Evaluation", "TableMetric", "TaskMetrics", "TaskSpec", "always_scorable", "no_forced_scores",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dysco_interp.argtypes import unit_interval
 from dysco_interp.tasks.needle_qa.generate import generate_example
-from dysco_interp.tasks.needle_qa.instance import TASK, NeedleQAExample
+from dysco_interp.tasks.needle_qa.instance import INSTRUCTION, LATE_INSTRUCTION, TASK, NeedleQAExample
 from dysco_interp.tasks.needle_qa.score import score_answer
 from dysco_interp.tasks.spec import DataFlag, Evaluation, TaskMetrics, TaskSpec
 
@@ -34,6 +34,7 @@ NEEDLE_QA = TaskSpec(
     flags=(DataFlag("--gold-position", "gold_position", "relative depth of the gold document (0-1)",
                     type=unit_interval),),
     aliases=("needle-qa", "needleqa", "qa", "nq"),
+    instruction=(INSTRUCTION, LATE_INSTRUCTION),  # the question itself differs per instance
 )
 
 __all__ = ["NEEDLE_QA"]

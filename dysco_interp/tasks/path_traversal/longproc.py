@@ -131,6 +131,10 @@ def format_prompt(context_nl: str, src: str, dst: str) -> str:
 
 
 CONTEXT_OFFSET = USER_PROMPT.index("{city_context}")  # no placeholder comes before it
+# The prompt's instruction, as texts every instance shares: the task, its notes and the output format
+# (everything before the worked example), and the reminders after the instance's own question.
+INSTRUCTION = (USER_PROMPT[:USER_PROMPT.index("\n\n\n[EXAMPLE]")],
+               USER_PROMPT[USER_PROMPT.index("{dst_city}") + len("{dst_city}"):])
 
 
 def answer_segments(steps: Sequence[Edge]) -> list[tuple[str, bool]]:

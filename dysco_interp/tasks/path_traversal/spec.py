@@ -10,7 +10,7 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.tasks.path_traversal.generate import generate_instance
 from dysco_interp.tasks.path_traversal.graph import TOPOLOGIES
 from dysco_interp.tasks.path_traversal.instance import TASK, PathTraversalInstance
-from dysco_interp.tasks.path_traversal.longproc import Edge, answer_segments
+from dysco_interp.tasks.path_traversal.longproc import INSTRUCTION, Edge, answer_segments
 from dysco_interp.tasks.path_traversal.score import score_route
 from dysco_interp.tasks.path_traversal.teacher_forcing import forced_step_scores, teacher_forced_inputs
 from dysco_interp.tasks.spec import DataFlag, Evaluation, TableMetric, TaskMetrics, TaskSpec
@@ -88,6 +88,7 @@ PATH_TRAVERSAL = TaskSpec(
         DataFlag("--topology", "topology", "distractor edge process", choices=TOPOLOGIES),
     ),
     aliases=("path-traversal", "pathtraversal", "pt", "longproc"),
+    instruction=INSTRUCTION,
 )
 
 __all__ = ["PATH_TRAVERSAL", "parse_hops", "route_scores", "route_segments", "route_steps"]
