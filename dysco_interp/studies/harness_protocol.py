@@ -56,6 +56,9 @@ GRIDS: dict[str, tuple[Point, ...]] = {
     "logn": ({"train_length": 32768}, {"train_length": 8192}, {"train_length": 2048}, {"train_length": 512}),
     # the original's own grid (1, 3, ..., 19, chosen on validation data), five points spanning it
     "instaboost": ({"M": 3.0}, {"M": 5.0}, {"M": 9.0}, {"M": 13.0}, {"M": 19.0}),
+    # half the correction; the neutral profile flattened (its defaults: 16 buckets, the last half of the
+    # layers); finer buckets for the long prompts; a quarter more of the layers; over-correction
+    "pos-calibration": ({"strength": 0.5}, {}, {"buckets": 64}, {"depth_from": 0.25}, {"strength": 2.0}),
 }
 
 # Parameters the protocol binds per task, never a grid's: a method's parameter of one of these
