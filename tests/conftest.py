@@ -196,19 +196,19 @@ def machine_paths() -> tuple[str, ...]:
     return ("/tmp/", "/home/", "/root/", "/work/", "/Users/", "\\Users\\")
 
 
-def tokens_on_every_backend(model, configs, prompts) -> dict[str, dict[str, list[list[int]]]]:
+def tokens_on_every_backend(model, configs, prompts, heads=None) -> dict[str, dict[str, list[list[int]]]]:
     """backend -> method -> each prompt's tokens: the bridge one prompt at a time, sdpa and static
-    every prompt in one left-padded batch."""
+    every prompt in one left-padded batch (`heads`: the QRHeads of methods that read them)."""
     from dysco_interp.decoding.loop import generate_batch
 
     bridge: dict[str, list[list[int]]] = {name: [] for name in configs}
     for prompt in prompts:
-        for name, results in generate_batch(model, [prompt], configs, backend="bridge").items():
+        for name, results in generate_batch(model, [prompt], configs, heads, backend="bridge").items():
             bridge[name] += [r.tokens for r in results]
     out = {"bridge": bridge}
     for backend in ("sdpa", "static"):
-        out[backend] = {name: [r.tokens for r in results]
-                        for name, results in generate_batch(model, list(prompts), configs, backend=backend).items()}
+        batch = generate_batch(model, list(prompts), configs, heads, backend=backend)
+        out[backend] = {name: [r.tokens for r in results] for name, results in batch.items()}
     return out
 
 

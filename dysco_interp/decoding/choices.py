@@ -13,7 +13,7 @@ MethodName = Literal["vanilla", "uniattns", "dysco", "dysco-static", "dysco-rand
 METHOD_NAMES: tuple[MethodName, ...] = get_args(MethodName)
 # the field's methods and DySCO's open variants (`decoding.baselines`), which register beside the built-in ones
 BaselineName = Literal["dysco-lagged", "dysco-hard", "dysco-middle", "instaboost", "logn",
-                       "pos-calibration"]
+                       "pasta", "pos-calibration", "qr-pasta"]
 BASELINE_NAMES: tuple[BaselineName, ...] = get_args(BaselineName)
 # every method a command line can name without a file of one's own
 KNOWN_METHODS: tuple[str, ...] = (*METHOD_NAMES, *BASELINE_NAMES)

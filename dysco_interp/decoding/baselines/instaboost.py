@@ -15,8 +15,8 @@ encoding of the input alone. The prompts here are not built that way: a task's u
 its instruction, its context and its question together, and the instruction is not a prefix of
 anything. So the method is told the instruction's text (`Params`):
 - `instruction`: the instruction's texts. Every occurrence of each in the rendered prompt is
-  boosted, all the tokens that cover its characters (`EncodedPrompt.token_span`, as the guide's
-  PASTA finds its `emphasize` spans). Texts that every instance of a task shares (needle QA's two
+  boosted, all the tokens that cover its characters (`spans.occurrences`, as PASTA finds its
+  `emphasize` spans). Texts that every instance of a task shares (needle QA's two
   instructions, Path Traversal's task description and output format) are given once, on the command
   line too, and hold for every prompt of a batch. A text that a prompt lacks is an error naming
   it, never a silent vanilla run.
@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from dysco_interp.checks import brief, check_number
+from dysco_interp.decoding.baselines.spans import last_message, texts_keys
 from dysco_interp.decoding.methods import Method, register_method
 from dysco_interp.decoding.params import MethodParams
 from dysco_interp.decoding.plan import Bias, PassPlan
@@ -126,47 +127,11 @@ def instruction_keys(prepared: PreparedPrompt, instruction: tuple[str, ...], con
     """Bool `[n_prompt]`: the prompt tokens InstABoost boosts (see the module docstring); a
     ConfigError naming prompt `row` of its batch when they cannot be found or are none."""
     if instruction:
-        keys = torch.zeros(len(prepared.ids), dtype=torch.bool)
-        for text in instruction:
-            keys |= occurrences(prepared, text, "instruction", row)
+        keys = texts_keys(prepared, instruction, "instruction", row, InstABoost.name)
     else:
-        keys = last_message(prepared, row)
-    for text in context:
-        keys &= ~occurrences(prepared, text, "context", row)
+        keys = last_message(prepared, row, InstABoost.name,
+                            "boost: name the instruction's text (the parameter instruction)")
+    keys &= ~texts_keys(prepared, context, "context", row, InstABoost.name)
     if not keys.any():
         raise ConfigError(f"instaboost: its context texts leave nothing of the instruction to boost in prompt #{row}")
-    return keys
-
-
-def occurrences(prepared: PreparedPrompt, text: str, what: str, row: int) -> torch.Tensor:
-    """Bool `[n_prompt]`: the tokens covering every occurrence of `text` in the rendered prompt."""
-    found = torch.zeros(len(prepared.ids), dtype=torch.bool)
-    at = prepared.text.find(text)
-    if at < 0:
-        raise ConfigError(f"instaboost: the {what} text {brief(text)} is not in prompt #{row}")
-    while at >= 0:
-        start, end = prepared.encoded.token_span(at, at + len(text))
-        found[start:end] = True
-        at = prepared.text.find(text, at + len(text))
-    if not found.any():
-        raise ConfigError(f"instaboost: the {what} text {brief(text)} covers no token of prompt #{row} "
-                          "(a prompt given as token ids has no characters to find it by)")
-    return found
-
-
-def last_message(prepared: PreparedPrompt, row: int) -> torch.Tensor:
-    """Bool `[n_prompt]`: the content of the prompt's last message, the last run of tokens the
-    chat template did not add."""
-    if not prepared.chat:
-        raise ConfigError(f"instaboost: prompt #{row} has no chat template, hence no user message to boost: "
-                          "name the instruction's text (the parameter instruction)")
-    content = ~prepared.template("skeleton")
-    where = content.nonzero().flatten()
-    if where.numel() == 0:
-        raise ConfigError(f"instaboost: prompt #{row} has no message content to boost")
-    end = int(where[-1]) + 1
-    before = (~content[:end]).nonzero().flatten()
-    start = int(before[-1]) + 1 if before.numel() else 0
-    keys = torch.zeros(len(prepared.ids), dtype=torch.bool)
-    keys[start:end] = True
     return keys
