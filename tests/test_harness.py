@@ -27,21 +27,28 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
         save_dataset(data / split / "path_traversal_1950.jsonl",
                      make_dataset("path_traversal", model.tokenizer, 1950, n=2, seed=seed, progress=False))
     # two grids of two points keep the CPU run short; the parts, stores and choice are what is checked
-    grids = {"uniattns": ({"tau": 0.9}, {"tau": 0.8}), "dysco": ({}, {"select_k": 32})}
-    s = harness.HarnessSettings("tiny-llama", data, tmp_path / "out", ("uniattns", "dysco"),
-                                tasks=("path_traversal",), lengths=("1950",), grids=grids, backend="sdpa")
+    grids = {"uniattns": ({"tau": 0.9}, {"tau": 0.8}), "dysco": ({}, {"select_k": 32}),
+             "pasta": ({"profiled_heads": 2, "alpha": 0.1},)}
+    s = harness.HarnessSettings("tiny-llama", data, tmp_path / "out", ("uniattns", "dysco", "pasta"),
+                                tasks=("path_traversal",), lengths=("1950",), grids=grids, backend="sdpa",
+                                profile_length="1950")
     lines: list[str] = []
     harness.run_harness(model, HeadSet([(1, 0), (2, 1)]), s, log=lines.append)
+    # the head profile: every head scored, ranked best first; PASTA steered the best two
+    profile = json.loads(s.profile_path("path_traversal").read_text())
+    assert len(profile["ranking"]) == model.spec.n_layers * model.spec.n_heads and profile["rule"]
     dev = read_records(s.store("dev", "path_traversal", "1950"))
-    assert len(dev) == 2 * 5  # two instances x (vanilla + two points of each method)
+    assert len(dev) == 2 * 6  # two instances x (vanilla + two points of each method + PASTA's one)
+    assert {r["params"]["heads"] for r in dev if r["method"] == "pasta alpha=0.1 profiled_heads=2"} == {
+        " ".join(profile["ranking"][:2])}
     choices = json.loads(s.choice_path.read_text())["choices"]
-    assert set(choices) == {"uniattns", "dysco"}
+    assert set(choices) == {"uniattns", "dysco", "pasta"}
     assert choices["uniattns"]["point"] in [{"tau": 0.9}, {"tau": 0.8}] and choices["dysco"]["rule"]
     for kind in ("tf", "free"):
         test = read_records(s.store("test", "path_traversal", "1950", kind))
         assert sorted({r["method"] for r in test}) == sorted(harness.test_methods(s, "path_traversal", 1))
-        assert len(test) == 2 * 3
-    assert [line.split(":")[0] for line in lines[1:3]] == ["uniattns", "dysco"]
+        assert len(test) == 2 * 4
+    assert [line.split(":")[0] for line in lines[2:5]] == ["uniattns", "dysco", "pasta"]
     # a second call finds every record stored
     again: list[str] = []
     harness.run_harness(model, HeadSet([(1, 0), (2, 1)]), s, log=again.append)
@@ -53,7 +60,7 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
     written = write_reports(s.out_dir)
     board = leaderboard(s.folder)
     assert {(r["mode"], r["method"]) for r in board["rows"]} == {(m, n) for m in ("tf", "free")
-                                                                 for n in ("uniattns", "dysco")}
+                                                                 for n in ("uniattns", "dysco", "pasta")}
     assert all(r["n"] == 2 and r["delta"]["q"] is not None for r in board["rows"])
     assert {Path(p).name for p in written} >= {"leaderboard.md", "leaderboard.json", "where_tiny-llama_tf.png",
                                                "where_tiny-llama_free.html"}

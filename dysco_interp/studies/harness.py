@@ -67,6 +67,7 @@ class HarnessSettings:
     backend: str = "static"
     tokens_per_batch: int = 512 * 1024
     n: int | None = None  # instances per file (None: all)
+    profile_length: str = PROFILE_LENGTH  # the dev files the head profile reads (the protocol's; tests take others)
     command: str | None = None
 
     @property
@@ -106,7 +107,7 @@ def check_data(s: HarnessSettings) -> None:
     run does not load a model to find that out."""
     if "profile" in s.parts and uses_profile(s):
         for task in s.tasks:
-            path = s.data_dir / "dev" / f"{task}_{PROFILE_LENGTH}.jsonl"
+            path = s.data_dir / "dev" / f"{task}_{s.profile_length}.jsonl"
             if not path.is_file():
                 raise ConfigError(f"missing {path}: make the dev split first (see {SCRIPT})")
     splits = (["dev"] if "dev" in s.parts else []) + (["test"] if {"test-tf", "test-free"} & set(s.parts) else [])
@@ -172,23 +173,23 @@ def test_methods(s: HarnessSettings, task: str, tokens: int) -> dict[str, Decodi
 
 def write_profiles(model: LoadedModel, s: HarnessSettings, log: Callable[[str], None]) -> None:
     """Each task's head profile on the dev split (`PROFILE`), for the methods that steer a profile's heads."""
-    from dysco_interp.decoding.baselines.pasta_profile import profile_heads, ranking
+    from dysco_interp.decoding.baselines.pasta_profile import profile_heads, top_heads
 
     for task in s.tasks:
         path = s.profile_path(task)
         if path.is_file():
             continue
-        instances = split_instances(s.data_dir, "dev", task, PROFILE_LENGTH, PROFILE_N, SCRIPT)
+        instances = split_instances(s.data_dir, "dev", task, s.profile_length, PROFILE_N, SCRIPT)
         spec = get_task(task)
         t0 = time.perf_counter()
         scores = profile_heads(model, [spec.evaluation.prompt(i) for i in instances],
                                [spec.evaluation.gold(i) for i in instances], emphasize=spec.instruction,
-                               alpha=PROFILE_ALPHA)
+                               alpha=PROFILE_ALPHA, batch_size=PROFILE_N)
         with atomic_open(path) as f:
-            f.write(json.dumps({"model": s.model_name, "task": task, "length": PROFILE_LENGTH, "n": PROFILE_N,
+            f.write(json.dumps({"model": s.model_name, "task": task, "length": s.profile_length, "n": PROFILE_N,
                                 "alpha": PROFILE_ALPHA, "rule": PROFILE_RULE,
-                                "ranking": ranking(scores), "scores": [[round(float(v), 6) for v in row]
-                                                                        for row in scores]}, indent=1) + "\n")
+                                "ranking": top_heads(scores, scores.numel()).split(),
+                                "scores": [[round(float(v), 6) for v in row] for row in scores]}, indent=1) + "\n")
         log(f"{path}: {scores.numel()} heads profiled in {time.perf_counter() - t0:.1f}s")
 
 

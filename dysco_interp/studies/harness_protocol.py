@@ -59,6 +59,17 @@ GRIDS: dict[str, tuple[Point, ...]] = {
     # half the correction; the neutral profile flattened (its defaults: 16 buckets, the last half of the
     # layers); finer buckets for the long prompts; a quarter more of the layers; over-correction
     "pos-calibration": ({"strength": 0.5}, {}, {"buckets": 64}, {"depth_from": 0.25}, {"strength": 2.0}),
+    # the paper's alpha on ever more of the profile's best heads, after one milder alpha
+    "pasta": ({"alpha": 0.1, "profiled_heads": 8}, {"alpha": 0.01, "profiled_heads": 4},
+              {"alpha": 0.01, "profiled_heads": 8}, {"alpha": 0.01, "profiled_heads": 16},
+              {"alpha": 0.01, "profiled_heads": 32}),
+    # PASTA on the units the QRHeads pick, the profile's 8 best heads at the paper's alpha: from many
+    # units (lines: Path Traversal's edges, Needle QA's documents) to few; sentences; more heads
+    "qr-pasta": ({"unit": "line", "n_spans": 8, "profiled_heads": 8},
+                 {"unit": "line", "n_spans": 4, "profiled_heads": 8},
+                 {"unit": "line", "n_spans": 2, "profiled_heads": 8},
+                 {"unit": "sentence", "n_spans": 4, "profiled_heads": 8},
+                 {"unit": "line", "n_spans": 4, "profiled_heads": 16}),
 }
 
 # Parameters the protocol binds per task, never a grid's: a method's parameter of one of these
