@@ -5,20 +5,25 @@ inside the kernel rather than as a dense mask added before it:
 - the additive part (the plan's bias, shared by the heads or one row per head, its mask's -inf,
   and the left pads' -inf) is one float32 tensor per layer, `[B, 1 or heads, n_keys]`, that the
   `score_mod` indexes (`score + add[b, h, k]`);
-- a `Scale`: a temperature on whole layers divides the softmax scale (as exact as the model's own
-  1/sqrt(d), as on the other backends); a temperature on some heads, or log-n growth, is a float32
-  factor `[B, heads]` the `score_mod` multiplies the scores by (`score * factor[b, h]`);
+- the softmax scale and a plan's `Scale` are one float32 factor `[B, heads]` the `score_mod`
+  multiplies q.k by (`score * factor[b, h]`): a temperature on whole layers divides the softmax
+  scale (as exact as the model's own 1/sqrt(d), as on the other backends), a temperature on some
+  heads and log-n growth multiply it. As a float argument the scale would be a constant of the
+  compiled kernel, one kernel per temperature;
 - reads: the QRHeads' rows are computed from their own q.K in float32 with the same factor and
   the same additive tensor, as the SDPA backend computes them (a kernel returns at most the
   logsumexp, and a row needs the scores anyway).
 The `score_mod` only indexes tensors it captures, so one compiled kernel serves every step: the
-key count is marked dynamic, and a new step's tensors are new inputs, never a recompile.
+rows and the key count are marked dynamic, and a new step's tensors are new inputs, never a
+recompile. There are three kernels per model at most (no additive tensor, a shared one, one per
+head).
 
 `FlexOptions.compile_kernels`: None (the default) compiles `flex_attention` with `torch.compile`
-where that works (CUDA; a CPU with a C++ compiler) and otherwise runs it eagerly, saying so once;
-True requires the compiled kernel; False runs it eagerly (unfused: the scores are materialized,
-which is slow but exact). A CPU build cannot return the logsumexp from a compiled kernel, which
-the reads above never need.
+on CUDA devices and runs it eagerly elsewhere (unfused: the scores are materialized, exact and
+slow); True compiles it on a CPU too (with a C++ compiler), False never. A kernel the compiler
+fails to build (torch 2.13's CPU template fails for some shapes) runs eagerly, said once per
+process. A CPU build cannot return the logsumexp from a compiled kernel, which the reads above
+never need.
 """
 
 from __future__ import annotations
@@ -42,19 +47,27 @@ from dysco_interp.models import LoadedModel
 
 ATTN_IMPLEMENTATION = "dysco_flex"
 
+# kernels one process may compile (torch's default, 8, is two models' worth here: three structures
+# of the score_mod, each for one row and for several, since a dynamic size is never 1)
+RECOMPILE_LIMIT = 64
+
 ScoreMod = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class FlexKernel:
-    """`flex_attention`, compiled where it can be (see the module docstring)."""
+    """`flex_attention`, compiled or eager (see the module docstring). A kernel the compiler fails
+    to build runs eagerly from then on (said once per process); the others stay compiled."""
 
     _compiled: Callable | None = None  # one compiled function for every backend: its kernels are shared
-    _told = False  # the eager fallback is said once per process
+    _told = False
 
-    def __init__(self, compile_kernels: bool | None):
-        self.required = compile_kernels is True
-        self.compiled = compile_kernels is not False
-        self.fallback_reason: str | None = None
+    def __init__(self, compile_kernels: bool | None, device: torch.device):
+        self.compiled = device.type == "cuda" if compile_kernels is None else compile_kernels
+        self.failed: dict[tuple, str] = {}  # (score_mod structure, rows, device type) -> why it did not build
+
+    @property
+    def fallback_reason(self) -> str | None:
+        return next(iter(self.failed.values()), None)
 
     @classmethod
     def compiled_flex(cls) -> Callable:
@@ -64,53 +77,48 @@ class FlexKernel:
             cls._compiled = torch.compile(flex_attention)
         return cls._compiled
 
-    def __call__(self, query, key, value, score_mod: ScoreMod | None, scale: float, gqa: bool) -> torch.Tensor:
-        if self.compiled:
-            # the key count changes every step: marked dynamic, one kernel serves them all
-            for t in (key, value):
-                torch._dynamo.maybe_mark_dynamic(t, 2)
+    def __call__(self, query, key, value, factor: torch.Tensor, add: torch.Tensor | None, gqa: bool) -> torch.Tensor:
+        """Attention of `query` `[B, heads, 1, d]` over `key`, `value` `[B, kv_heads, n, d]` with
+        the scores `(q.k) * factor[b, h] + add[b, h, k]` (`score_mod_for`)."""
+        score_mod = score_mod_for(factor, add)
+        structure = (score_mod.__name__, query.shape[0], query.device.type)
+        if self.compiled and structure not in self.failed:
+            # the key count changes every step: marked dynamic, one kernel serves every step; the rows
+            # stay static (a kernel per batch size) and so does the softmax scale, which is in `factor`
+            # (as a float argument it would be a constant of the kernel, one kernel per temperature)
+            for t in (query, key, value, factor, add):
+                if t is not None:
+                    torch._dynamo.mark_static(t, 0)
+            for t in (key, value, add):
+                if t is not None:
+                    torch._dynamo.maybe_mark_dynamic(t, 2)
             try:
-                return self.compiled_flex()(query, key, value, score_mod=score_mod, scale=scale, enable_gqa=gqa)
+                with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+                    return self.compiled_flex()(query, key, value, score_mod=score_mod, scale=1.0, enable_gqa=gqa)
             except Exception as e:  # noqa: BLE001 (any failure of the compiler: the eager kernel is exact)
-                if self.required:
-                    raise ConfigError(f"the flex backend's compiled kernel failed on {query.device.type}: "
-                                      f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from e
-                self.compiled = False
-                self.fallback_reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                self.failed[structure] = reason
                 if not FlexKernel._told:
                     FlexKernel._told = True
-                    warnings.warn(f"torch.compile(flex_attention) failed on {query.device.type} "
-                                  f"({self.fallback_reason}); the flex backend runs FlexAttention eagerly (exact, "
-                                  "slow)", RuntimeWarning, stacklevel=2)
+                    warnings.warn(f"torch.compile(flex_attention) failed on {query.device.type} ({reason}); the "
+                                  "flex backend runs that kernel eagerly (exact, slower)", RuntimeWarning,
+                                  stacklevel=2)
         from torch.nn.attention.flex_attention import flex_attention
 
         with warnings.catch_warnings():  # torch's advice to compile: the eager kernel is chosen here
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-            return flex_attention(query, key, value, score_mod=score_mod, scale=scale, enable_gqa=gqa)
+            return flex_attention(query, key, value, score_mod=score_mod, scale=1.0, enable_gqa=gqa)
 
 
-def score_mod_for(add: torch.Tensor | None, factor: torch.Tensor | None) -> ScoreMod | None:
-    """The `score_mod` that multiplies by `factor` `[B, heads]` and adds `add` `[B, 1 or heads,
-    n_keys]` (None: neither). One function per structure, closing over this step's tensors."""
-    if add is None and factor is None:
-        return None
+def score_mod_for(factor: torch.Tensor, add: torch.Tensor | None) -> ScoreMod:
+    """The `score_mod` that multiplies the raw q.k by `factor` `[B, heads]` (the softmax scale and
+    the plan's scale) and adds `add` `[B, 1 or heads, n_keys]`: three structures in all, each
+    closing over this step's tensors."""
     if add is None:
-        assert factor is not None
-
         def scaled(score, b, h, q, k):
             return score * factor[b, h]
         return scaled
-    shared = add.shape[1] == 1
-    if factor is None:
-        if shared:
-            def added(score, b, h, q, k):
-                return score + add[b, 0, k]
-            return added
-
-        def added_per_head(score, b, h, q, k):
-            return score + add[b, h, k]
-        return added_per_head
-    if shared:
+    if add.shape[1] == 1:
         def scaled_added(score, b, h, q, k):
             return score * factor[b, h] + add[b, 0, k]
         return scaled_added
@@ -125,6 +133,7 @@ class FlexControl(AttentionControl):
     """A pass plan as the flex attention function needs it."""
 
     kernel: FlexKernel | None = None
+    factors: dict[tuple, torch.Tensor] = field(default_factory=dict)  # a layer's scaling -> its factor [B, heads]
     # (keys seen, biased heads) -> (the model's mask it was made with, the additive tensor)
     additive: dict[tuple, tuple] = field(default_factory=dict)
 
@@ -159,21 +168,19 @@ def additive(ctl: FlexControl, layer: int, mask, n_visible: int, batch: int, n_h
             on[chosen.to(device)] = True
             bias = torch.where(on[None, :, None], bias, 0.0)
         out = bias if out is None else out.to(device) + bias
-    if out is not None:
-        out = out.to(device).expand(batch, -1, -1).contiguous()
+    if out is not None:  # a tensor of its own, made here: the kernel's guards see one layout, one kind of tensor
+        out = out.to(device).expand(batch, -1, -1).clone(memory_format=torch.contiguous_format)
     ctl.additive[key] = (mask, out)
     return out
 
 
-def head_rows(query, key, heads: torch.Tensor, scale: float, groups: int, factor: torch.Tensor | None,
+def head_rows(query, key, heads: torch.Tensor, groups: int, factor: torch.Tensor,
               add: torch.Tensor | None) -> torch.Tensor:
     """The float32 softmax rows of the query heads `heads`, `[B, h, n]`: the scores the kernel
     sees (times `factor`, plus `add`), from a float32 q.K of those heads only."""
     q = query[:, heads, -1, :].float()
     k = key[:, torch.div(heads, groups, rounding_mode="floor")].float()
-    scores = torch.einsum("bhd,bhnd->bhn", q, k) * scale
-    if factor is not None:
-        scores = scores * factor[:, heads, None]
+    scores = torch.einsum("bhd,bhnd->bhn", q, k) * factor[:, heads, None]
     if add is not None:
         scores = scores + (add if add.shape[1] == 1 else add[:, heads])
     return scores.softmax(dim=-1)
@@ -192,20 +199,26 @@ def flex_attention_step(module, query, key, value, attention_mask, dropout: floa
     groups = getattr(module, "num_key_value_groups", 1)
     layer = module.layer_idx
     scale = scaling if scaling is not None else query.shape[-1] ** -0.5
-    factor = None
-    if ctl.scale is not None and layer in ctl.scale.layers:
-        divisor, per = query_scaling(ctl.scale, ctl.scale_heads.get(layer), ctl.logn)
-        scale = scale / divisor
+    scaled = ctl.scale is not None and layer in ctl.scale.layers
+    chosen = ctl.scale_heads.get(layer) if scaled else None
+    kind = (scale, scaled, None if chosen is None else id(chosen))  # layers scaled alike share a factor
+    factor = ctl.factors.get(kind)
+    if factor is None:
+        per = None
+        if ctl.scale is not None and scaled:
+            divisor, per = query_scaling(ctl.scale, chosen, ctl.logn)
+            scale = scale / divisor
+        made = torch.full((batch, n_heads, 1, 1), scale, dtype=torch.float32, device=query.device)
         if per is not None:
-            factor = per.to(device=query.device, dtype=torch.float32).expand(batch, n_heads, 1, 1)
-            factor = factor.reshape(batch, n_heads).contiguous()
+            made = made * per.to(device=query.device, dtype=torch.float32)
+        factor = ctl.factors[kind] = made.reshape(batch, n_heads).contiguous()
     if layer in ctl.bias_layers and ctl.bias is None and ctl.rule is not None:
         ctl.bias = ctl.rule()
     add = additive(ctl, layer, attention_mask, key.shape[-2], batch, n_heads, query.device)
     heads = ctl.read.get(layer)
     if heads is not None:  # a read in a biased layer sees the attention as the pass uses it
-        ctl.rows[layer] = head_rows(query, key, heads, scale, groups, factor, add)
-    out = ctl.kernel(query, key, value, score_mod_for(add, factor), scale, groups > 1)
+        ctl.rows[layer] = head_rows(query, key, heads, groups, factor, add)
+    out = ctl.kernel(query, key, value, factor, add, groups > 1)
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -218,8 +231,9 @@ class FlexOptions(BackendOptions):
     """The flex backend's options.
 
     Args:
-        compile_kernels: compile `flex_attention` (None: where `torch.compile` works, else eager,
-            said once; True: compiled or a ConfigError at the first step; False: eager).
+        compile_kernels: compile `flex_attention` with `torch.compile` (None: on CUDA devices;
+            False: the eager kernel, exact and unfused; True on a CPU: compiled where torch's
+            compiler builds the kernel, which torch 2.13 does not for every shape).
     """
 
     compile_kernels: bool | None = None
@@ -247,7 +261,7 @@ class FlexBackend(SdpaBackend):
                  options: FlexOptions | None = None, tau: float | None = None):
         super().__init__(model, graphs=graphs, hooks=hooks, tau=tau)
         self.options = FlexOptions() if options is None else options
-        self.kernel = FlexKernel(self.options.compile_kernels)
+        self.kernel = FlexKernel(self.options.compile_kernels, model.device)
         self.decoder = twin(model, ATTN_IMPLEMENTATION)
 
     def _control(self, plan: PassPlan, state: DecodeState) -> AttentionControl:
