@@ -9,6 +9,10 @@ sequences decode together and tokens per second count the tokens of all rows.
     # GPU, a Qwen3-8B-shaped model with random weights and the paper's Qwen3-8B heads
     python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
         --backend static --contexts 32768,65536,102400 --out figures/bench_decode_gpu_qwen3-8b_static.json
+    # the same, with the flex backend's steps timed beside the static backend's in the same run
+    python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
+        --backend static --versus flex --also dysco-hard --also uniattns --contexts 32768,65536 \
+        --out figures/bench_decode_gpu_qwen3-8b_static_vs_flex.json
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ def main(argv=None) -> int:
     p.add_argument("--method", default="dysco", choices=["dysco", "dysco-reuse"],
                    help="the DySCO step timed against vanilla (dysco-reuse: one pass, bias after the deepest QRHead)")
     p.add_argument("--backend", default="bridge", choices=list(BACKENDS))
+    p.add_argument("--versus", default=None, choices=list(BACKENDS), metavar="BACKEND",
+                   help="also time every step (vanilla, DySCO, --also's) on this backend, step by step beside "
+                        "--backend's, on its own prefill of the same context (rows get BACKEND_vanilla_step_ms, "
+                        "BACKEND_dysco_step_ms, BACKEND_<also>_step_ms, each with its _over_dysco)")
     p.add_argument("--user-method", action="store_true",
                    help="also time DySCO written as a user-defined SteeringMethod (the 'user' step)")
     p.add_argument("--read-heads", type=cli_args.nonnegative_int, default=0, metavar="N",
@@ -54,7 +62,8 @@ def main(argv=None) -> int:
     p.add_argument("--decode-attention", choices=list(DECODE_ATTENTION), default=None,
                    help="the static backend's decoding attention: fused SDPA (its default) or the float32 reference")
     p.add_argument("--no-compile", action="store_true",
-                   help="the static backend's written-out decoder without compiled kernels (to time what they bring)")
+                   help="the static backend's written-out decoder, or the flex backend's FlexAttention, without "
+                        "compiled kernels (to time what they bring)")
     p.add_argument("--yarn", type=cli_args.yarn_factor, default=None, metavar="FACTOR",
                    help="YaRN rope scaling by FACTOR (the paper's Qwen3 setting past 32K tokens is 4)")
     p.add_argument("--device", default=None)
@@ -98,19 +107,25 @@ def main(argv=None) -> int:
     except ConfigError as e:
         raise SystemExit(str(e)) from None
     config = preset("paper", method=args.method)  # the committed timings ran the paper's selection
-    owners = backends_with("decode_attention")
-    if args.backend not in owners and (args.decode_attention or args.no_compile):
-        raise SystemExit(f"--decode-attention and --no-compile set the decoding of the {' or '.join(owners)} backend: "
-                         f"add --backend {owners[0]}")
+    for flag, option, given in (("--decode-attention", "decode_attention", args.decode_attention),
+                                ("--no-compile", "compile_kernels", args.no_compile)):
+        owners = backends_with(option)
+        if given and args.backend not in owners:
+            raise SystemExit(f"{flag} sets the decoding of the {' or '.join(owners)} backend: "
+                             f"add --backend {owners[0]}")
+    if args.versus == args.backend:
+        raise SystemExit("--versus names another backend than --backend")
     backend = BackendSpec(args.backend, decode_attention=args.decode_attention,
                           compile_kernels=False if args.no_compile else None)
+    versus = None if args.versus is None else BackendSpec(args.versus)
     floor = bench.layer_floor(model, heads, args.method)
     bandwidth = bench.copy_bandwidth(bench.model_devices(model))
     rows = []
     contexts = args.contexts
     extra = bench.extra_steps(config, model, args.user_method, args.read_heads, methods=also)
+    timed = [*extra, *([f"{args.versus}_{m}" for m in (*bench.METHODS, *extra)] if versus else [])]
     for row in bench.bench_rows(model, heads, config, backend, contexts,
-                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size, extra):
+                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size, extra, versus):
         rows.append(row)
         print(
             f"context {row['context']:>7}: "
@@ -119,7 +134,7 @@ def main(argv=None) -> int:
             f"(layer floor {floor:.3f})"
             + (f"  bandwidth floor {row['bandwidth_floor_ms']:.2f} ms" if bandwidth else "")
             + "".join(f"  {name} {row[name + '_step_ms']:.2f} ms (x{row[name + '_over_dysco']:.3f} dysco)"
-                      for name in extra),
+                      for name in timed),
             flush=True,
         )
     peer = None
@@ -135,8 +150,11 @@ def main(argv=None) -> int:
             print(f"context {n:>7}: peer {row['peer_step_ms']:9.2f} ms ({row['peer_tok_per_s']:.1f} tok/s)", flush=True)
         peer = {"method": bench_peer.PEER + ("" if compiled else " (eager: no CUDA device)"), "rows": peer_rows}
     command = "python analyses/bench_decode.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    write_json(args.out, bench.bench_result(model, name, heads, args.heads, config, backend,
-                                            bool(args.random_geometry), bandwidth, command, rows, peer))
+    result = bench.bench_result(model, name, heads, args.heads, config, backend, bool(args.random_geometry),
+                                bandwidth, command, rows, peer)
+    if versus is not None:  # how the other backend decoded; its timings are in the rows
+        result["versus"] = {"backend": versus.name, **versus.described(model)}
+    write_json(args.out, result)
     print(f"wrote {args.out}")
     return 0
 

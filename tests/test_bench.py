@@ -128,3 +128,13 @@ def test_the_peer_decodes_the_benchmark_context_and_its_speed_divides_ours(model
     assert doc["peer"]["rows"] == [row]
     assert doc["rows"][0]["vanilla_over_peer"] == pytest.approx(
         doc["rows"][0]["vanilla_tok_per_s"] / row["peer_tok_per_s"], rel=1e-2)
+
+
+def test_another_backend_is_timed_step_by_step_in_the_same_run(model):
+    from dysco_interp.decoding.config import preset
+
+    extra = bench.extra_steps(DecodingConfig(), model, False, 0, methods=[preset("paper", method="dysco-hard")])
+    [row] = bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "sdpa", [48], 2, 1, None, extra=extra,
+                             versus="flex")
+    for name in ("dysco-hard", "flex_vanilla", "flex_dysco", "flex_dysco-hard"):
+        assert row[f"{name}_step_ms"] > 0 and row[f"{name}_over_dysco"] > 0, name

@@ -237,15 +237,27 @@ class BenchDecoder:
     through the public backend, `PromptBatch.from_ids` and `Stepper` API."""
 
     def __init__(self, model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: BackendSpec | str,
-                 extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None):
+                 extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None,
+                 versus: BackendSpec | str | None = None):
         self.model, self.heads, self.config = model, heads, config
         self.backend = BackendSpec.of(backend)
         self.plain = self.backend.make(model)
         # name -> (config, read-out): more steps timed in the same run, on DySCO's context
         self.extra = extra or {}
+        # another backend whose steps (vanilla, DySCO, the extra ones) are timed beside these, step by step
+        self.versus = None if versus is None else BenchDecoder(model, heads, config, versus, self.extra)
+        self.versus_prefix: DecodeState | None = None
+
+    @property
+    def timed(self) -> list[str]:
+        """The steps timed beside vanilla and DySCO: the extra ones, then the other backend's."""
+        other = [] if self.versus is None else [f"{self.versus.backend.name}_{m}" for m in (*METHODS, *self.extra)]
+        return [*self.extra, *other]
 
     def prefill(self, context: torch.Tensor, reserve: int) -> DecodeState:
-        """`context` `[B, n]` with room for `reserve` more tokens."""
+        """`context` `[B, n]` with room for `reserve` more tokens (the other backend's own prefill too)."""
+        if self.versus is not None:
+            self.versus_prefix = self.versus.prefill(context, reserve)
         return self.plain.prefill(context.to(self.model.device), None, reserve=reserve)
 
     def steps(self, context: torch.Tensor, prefix: DecodeState) -> dict[str, Step]:
@@ -268,6 +280,10 @@ class BenchDecoder:
         # each adds a key, a few dozen over a run, nothing at these lengths
         for name, (config, read) in self.extra.items():
             steps[name] = functools.partial(stepper(config, read).step, prefix)
+        if self.versus is not None:
+            assert self.versus_prefix is not None
+            other = self.versus.steps(context, self.versus_prefix)
+            steps.update({f"{self.versus.backend.name}_{m}": step for m, step in other.items()})
         return steps
 
 
@@ -284,14 +300,15 @@ def bench_ids(model: LoadedModel, n_context: int, n_steps: int, n_warmup: int, b
 
 def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: BackendSpec | str,
                   n_context: int, n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1,
-                  extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None) -> dict:
+                  extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None,
+                  versus: BackendSpec | str | None = None) -> dict:
     """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory:
     for a model split over GPUs, each GPU's in `per_device`, the fullest GPU's at the top."""
     device = model.device
     devices = model_devices(model)
     cuda = device.type == "cuda"
     ids = bench_ids(model, n_context, n_steps, n_warmup, batch)
-    decoder = BenchDecoder(model, heads, config, backend, extra)
+    decoder = BenchDecoder(model, heads, config, backend, extra, versus)
     if cuda:
         for d in devices:
             torch.cuda.reset_peak_memory_stats(d)
@@ -342,7 +359,7 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
         "vanilla_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["vanilla"], n=4)[::2]],
         "dysco_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["dysco"], n=4)[::2]],
     }
-    for name in decoder.extra:
+    for name in decoder.timed:
         e = statistics.median(times[name])
         row.update({f"{name}_step_ms": round(e * 1e3, 3), f"{name}_tok_per_s": round(batch / e, 3),
                     f"{name}_over_dysco": round(e / d, 4)})
@@ -371,13 +388,14 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
 def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: BackendSpec | str,
                contexts: list[int], n_steps: int, n_warmup: int, bandwidth: float | None,
                profile_dir: str | None = None, batch: int = 1,
-               extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None) -> Iterator[dict]:
+               extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None,
+               versus: BackendSpec | str | None = None) -> Iterator[dict]:
     """`bench_context` for each context length, with the layer floor and, given the device's
     copy bandwidth (`copy_bandwidth`), the bandwidth floor."""
     floor = layer_floor(model, heads, config.method)
     n_weight_bytes = weight_bytes(model)
     for n in contexts:
-        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, extra)
+        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, extra, versus)
         row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
         if bandwidth:
             step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30

@@ -4,7 +4,9 @@
   the reference, and what analyses hook into;
 - "sdpa": the SDPA twin of the same weights, DySCO inside its attention function; prompts of
   any lengths decode together, left-padded;
-- "static": SDPA prefill into fixed KV buffers, decoding passes replayed as CUDA graphs.
+- "static": SDPA prefill into fixed KV buffers, decoding passes replayed as CUDA graphs;
+- "flex": the SDPA backend's prefill and cache, decoding steps through FlexAttention (the
+  plan's bias, mask and scale as a `score_mod`), compiled where `torch.compile` works.
 The relevance and selection math is shared (`decoding/relevance.py`); backends differ only in
 how a pass reads attention and applies the bias.
 """
@@ -25,6 +27,7 @@ from dysco_interp.decoding.backends.base import (
     stop_after,
 )
 from dysco_interp.decoding.backends.bridge import BridgeBackend
+from dysco_interp.decoding.backends.flex import FlexBackend, FlexOptions
 from dysco_interp.decoding.backends.sdpa import SdpaBackend
 from dysco_interp.decoding.backends.static import StaticBackend, StaticOptions
 from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION, DEFAULT_DECODE_ATTENTION, BackendName
@@ -32,7 +35,8 @@ from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
-REGISTRY: dict[str, type[Backend]] = {cls.name: cls for cls in (BridgeBackend, SdpaBackend, StaticBackend)}
+REGISTRY: dict[str, type[Backend]] = {cls.name: cls for cls in (BridgeBackend, SdpaBackend, StaticBackend,
+                                                                  FlexBackend)}
 assert BACKENDS == tuple(REGISTRY)
 
 
@@ -66,7 +70,7 @@ class BackendSpec:
     store carry instead of loose keyword arguments.
 
     Args:
-        name: "bridge", "sdpa", "static" or a registered backend's.
+        name: "bridge", "sdpa", "static", "flex" or a registered backend's.
         graphs: CUDA graphs (None: where the backend captures them, on CUDA devices).
         options: the backend's own options (`REGISTRY[name].Options`, e.g. `StaticOptions`), or
             their fields as keywords (`decode_attention=`, `compile_kernels=` for the static backend).
@@ -157,8 +161,8 @@ def make_backend(model: LoadedModel, name: BackendName | str, *, graphs: bool | 
 
 __all__ = [
     "BACKENDS", "DECODE_ATTENTION", "DEFAULT_DECODE_ATTENTION", "REGISTRY", "Backend", "BackendName", "BackendOptions",
-    "BackendSpec", "StaticOptions",
-    "BridgeBackend",
+    "BackendSpec", "StaticOptions", "FlexOptions",
+    "BridgeBackend", "FlexBackend",
     "DecodeState", "SdpaBackend", "StaticBackend", "StepOutput", "StopForward", "check_backend", "make_backend",
     "register_backend",
     "no_hooks_message", "stop_after",

@@ -219,6 +219,7 @@ class SdpaBackend(Backend):
                  tau: float | None = None):
         super().__init__(model, graphs=graphs, hooks=hooks, tau=tau)
         self.hf = twin(model, ATTN_IMPLEMENTATION)
+        self.decoder = self.hf  # the twin decoding passes run through (prefill always runs `hf`)
         # plan -> its reads, biased heads and scaled heads, on device
         self.controls: dict[PassPlan, tuple[dict, dict, dict]] = {}
 
@@ -260,12 +261,12 @@ class SdpaBackend(Backend):
         ids = tokens.to(self.model.device)[:, None]
         cache = state.cache if plan.write_cache else runtime.FrozenCache(state.cache)
         if plan.stop_after is None:
-            out = forward(self.hf, state, ids, ctl, cache)
+            out = forward(self.decoder, state, ids, ctl, cache)
             logits = out.logits[:, -1].float().to(self.model.device)
         else:
             try:
-                with stop_after(decoder_layers(self.hf)[plan.stop_after]):
-                    forward(self.hf, state, ids, ctl, cache)
+                with stop_after(decoder_layers(self.decoder)[plan.stop_after]):
+                    forward(self.decoder, state, ids, ctl, cache)
             except StopForward:
                 logits = None
             else:
