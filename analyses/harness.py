@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     grids = {**GRIDS, **dict(args.grid)}
     settings = HarnessSettings(args.model, Path(args.data_dir or "."), Path(args.out_dir), items(args.methods),
                                items(args.parts), items(args.tasks), items(args.lengths), grids, args.backend,
-                               args.tokens_per_batch, args.n,
+                               args.tokens_per_batch, args.n, command=
                                command_line("analyses/harness.py", sys.argv[1:] if argv is None else argv))
     try:
         check_settings(settings)

@@ -93,6 +93,7 @@ def test_the_test_parts_need_the_dev_choice(tmp_path):
     (["--grid", 'dysco={"beta": 2}'], "--grid takes NAME=[{...}, ...]"),
     (["--grid", 'dysco=[{"select_k": 0}]'], "select_k must be"),
     ([], "make the dev split first"),
+    (["--parts", "profile"], "dev/path_traversal_2k.jsonl: make the dev split first"),  # the protocol's profile length
     (["--methods", "dysco,nothing"], "unknown method"),
     (["--parts", "dev,sweep"], "unknown part"),
 ])
