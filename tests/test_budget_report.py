@@ -4,6 +4,7 @@ the test-split table (rows identified by config, missing runs shown as "not run"
 from __future__ import annotations
 
 import json
+import lzma
 import random
 
 import pytest
@@ -122,7 +123,8 @@ def test_budget_curves_markdown_and_json(tmp_path):
     md, js = B.write_budget_curves(rows, tmp_path / "curves", notes=["a note"], meta={"split": "dev"})
     text = md.read_text()
     assert "K=64" in text and "+0.500 [+0.500, +0.500]" in text and "- a note" in text
-    doc = json.loads(js.read_text())
+    assert js.name == "curves.json.xz"  # committed compressed, as the stores are
+    doc = json.loads(lzma.decompress(js.read_bytes()))
     assert doc["split"] == "dev" and doc["rows"][0]["budget"] == ["K", 64]
 
 
@@ -293,13 +295,13 @@ def budget_dir(root, *, choice=True):
 def test_write_reports_writes_every_table_and_figure(tmp_path):
     root = budget_dir(tmp_path / "budget")
     lines = B.write_reports(root, ci=CI)
-    names = ["curves.md", "curves.json", "effect.png", "effect.html", "effect-fraction.png", "effect-fraction.html",
+    names = ["curves.md", "curves.json.xz", "effect.png", "effect.html", "effect-fraction.png", "effect-fraction.html",
              "dev_free.md", "dev_free.json", "test_table.md", "test_table.json"]
     assert lines == [f"wrote {root / n}" for n in names]  # no notes: every input is there
     for name in ("effect.png", "effect-fraction.png"):
         assert (root / name).read_bytes()[:8] == PNG_MAGIC
 
-    curves = json.loads((root / "curves.json").read_text())
+    curves = json.loads(lzma.decompress((root / "curves.json.xz").read_bytes()))
     gains = {tuple(r["budget"]): r["gain"]["mean"] for r in curves["rows"]}
     assert gains == {("K", 8): pytest.approx(-1 / 12, abs=1e-5), ("K", 64): 0.25, ("K", 4096): -0.25,
                      ("fraction", 0.05): pytest.approx(-1 / 12, abs=1e-5)}

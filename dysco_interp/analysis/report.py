@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import lzma
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dysco_interp.analysis.bootstrap import MIN_CI_N, NO_CI
 from dysco_interp.analysis.margins import EQUIVALENCE_LEVEL
-from dysco_interp.atomic import atomic_open
+from dysco_interp.atomic import atomic_open, atomic_write_bytes
 
 
 def fmt_ci(est: Mapping | None, digits: int = 3, sign: str = "") -> str:
@@ -91,7 +92,12 @@ def write_text(path: str | Path, text: str) -> Path:
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
-    return write_text(path, json_lines(obj) + "\n")
+    """`obj` as `json_lines` JSON at `path`; compressed as `xz -9e` when `path` ends in ".xz" (a
+    table too large to commit plain, as the stores are)."""
+    text = json_lines(obj) + "\n"
+    if str(path).endswith(".xz"):
+        return atomic_write_bytes(path, lzma.compress(text.encode(), preset=9 | lzma.PRESET_EXTREME))
+    return write_text(path, text)
 
 
 def json_lines(obj: Any, depth: int = 2) -> str:

@@ -134,7 +134,7 @@ def budget_curves(records: Iterable[Mapping], metric: str | None = None,
 
 def write_budget_curves(rows: Sequence[Mapping], stem: str | Path, *, notes: Sequence[str] = (),
                         meta: Mapping[str, Any] | None = None) -> tuple[Path, Path]:
-    """<stem>.md (one table per model and task) and <stem>.json (the rows) of `budget_curves`."""
+    """<stem>.md (one table per model and task) and <stem>.json.xz (the rows) of `budget_curves`."""
     with_table_q(rows, key="gains")
     parts = ["# Selection budget (dev split, teacher forced): gain over vanilla", "",
              "Paired difference to vanilla on the same instances, 95% percentile-bootstrap CI. "
@@ -153,16 +153,18 @@ def write_budget_curves(rows: Sequence[Mapping], stem: str | Path, *, notes: Seq
                                   f"vanilla {metric}", f"Δ {metric}"], body)]
     if not rows:
         parts += ["", "No DySCO teacher-forced records."]
+    # every configuration of the dev sweep in every cell, a megabyte as JSON: committed compressed
     return write_pair(stem, parts, {"table": "budget_curves", **(meta or {}), "rows": list(rows),
-                                    "notes": list(notes)}, notes)
+                                    "notes": list(notes)}, notes, json_suffix=".json.xz")
 
 
-def write_pair(stem: str | Path, parts: list[str], document: Mapping, notes: Sequence[str]) -> tuple[Path, Path]:
+def write_pair(stem: str | Path, parts: list[str], document: Mapping, notes: Sequence[str],
+               json_suffix: str = ".json") -> tuple[Path, Path]:
     stem = Path(stem)
     if notes:
         parts = parts + ["", "Notes:", ""] + [f"- {n}" for n in notes]
     md = write_text(stem.with_name(stem.name + ".md"), "\n".join(p.removesuffix("\n") for p in parts))
-    return md, write_json(stem.with_name(stem.name + ".json"), document)
+    return md, write_json(stem.with_name(stem.name + json_suffix), document)
 
 
 # ---------------------------------------------------------------------------- test table
@@ -444,7 +446,7 @@ def write_reports(budget_dir: Path, *, ci: CIOptions = CIOptions()) -> list[str]
     """Every table and figure of the budget study from the stores under `budget_dir` (dev/*.jsonl,
     test/*.jsonl) and its chosen_<model>.json files, written into `budget_dir`:
 
-    - curves.md/.json and effect.png/.html (+ effect-fraction.*): the teacher-forced dev sweep;
+    - curves.md/.json.xz and effect.png/.html (+ effect-fraction.*): the teacher-forced dev sweep;
     - dev_free.md/.json: free generation on the dev split, paired against vanilla;
     - test_table.md/.json: the test split, with UniAttnS at the tau its MRCR sweep chose on the
       paper's grid (`budget_study.chosen_tau`, read from `<budget_dir>/../mrcr/`).
