@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from dysco_interp.checks import brief, check_number
-from dysco_interp.decoding.baselines.spans import last_message, texts_keys
+from dysco_interp.decoding.baselines.spans import last_message, text_rows, texts_keys
 from dysco_interp.decoding.methods import Method, register_method
 from dysco_interp.decoding.params import MethodParams
 from dysco_interp.decoding.plan import Bias, PassPlan
@@ -103,13 +103,10 @@ class InstABoost(Method):
         self.values: torch.Tensor | None = None  # float32 [B, 1, 1, width]: log M on each row's instruction
 
     def start(self, model: LoadedModel, batch: PromptBatch) -> None:
-        if batch.prepared is None:
-            raise ConfigError(f"method {self.name!r} finds the instruction in the prompts' text: decode text or "
-                              "chat prompts, not a batch of token ids")
         params = self.params
         assert isinstance(params, InstABoost.Params)
         keys = torch.zeros(batch.ids.shape, dtype=torch.bool)
-        for row, (prepared, pad) in enumerate(zip(batch.prepared, batch.pads)):
+        for row, prepared, pad in text_rows(batch, self.name, "finds the instruction in the prompts' text"):
             keys[row, pad:] = instruction_keys(prepared, params.instruction, params.context, row)
         self.values = torch.where(keys, math.log(params.M), 0.0)[:, None, None, :].to(model.device)
 

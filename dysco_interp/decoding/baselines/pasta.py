@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from dysco_interp.checks import brief, check_number
-from dysco_interp.decoding.baselines.spans import last_message, texts_keys
+from dysco_interp.decoding.baselines.spans import last_message, text_rows, texts_keys
 from dysco_interp.decoding.methods import Method, register_method
 from dysco_interp.decoding.params import MethodParams
 from dysco_interp.decoding.plan import Bias, PassPlan
@@ -142,13 +142,10 @@ class Pasta(Method):
         self.values: torch.Tensor | None = None  # float32 [B, 1, 1, width]: log(alpha) outside each row's spans
 
     def start(self, model: LoadedModel, batch: PromptBatch) -> None:
-        if batch.prepared is None:
-            raise ConfigError(f"method {self.name!r} finds the emphasised spans in the prompts' text: decode text "
-                              "or chat prompts, not a batch of token ids")
         params = self.params
         assert isinstance(params, Pasta.Params)
         outside = torch.zeros(batch.ids.shape, dtype=torch.bool)
-        for row, (prepared, pad) in enumerate(zip(batch.prepared, batch.pads)):
+        for row, prepared, pad in text_rows(batch, self.name, "finds the emphasised spans in the prompts' text"):
             outside[row, pad:] = ~emphasized_keys(prepared, params.emphasize, row)
         self.values = outside_values(outside, self.alpha).to(model.device)
 

@@ -28,7 +28,7 @@ import torch
 
 from dysco_interp.checks import check_choice, check_number
 from dysco_interp.decoding.baselines.pasta import Pasta, PastaParams, outside_values
-from dysco_interp.decoding.baselines.spans import UNITS, Unit, message_units
+from dysco_interp.decoding.baselines.spans import UNITS, Unit, message_units, text_rows
 from dysco_interp.decoding.methods import HeadReads, checked_heads, register_method
 from dysco_interp.errors import ConfigError
 
@@ -98,14 +98,11 @@ class QrPasta(Pasta):
         return checked_heads(cls.name, model, heads)
 
     def start(self, model: LoadedModel, batch: PromptBatch) -> None:
-        if batch.prepared is None:
-            raise ConfigError(f"method {self.name!r} splits the prompts' last message: decode text or chat prompts, "
-                              "not a batch of token ids")
         params = self.params
         assert isinstance(params, QrPasta.Params)
         self.width, self.device = batch.width, model.device
         self.valid = torch.zeros(batch.ids.shape, dtype=torch.bool)
-        for row, (prepared, pad) in enumerate(zip(batch.prepared, batch.pads)):
+        for row, prepared, pad in text_rows(batch, self.name, "splits the prompts' last message"):
             self.valid[row, pad:] = True
             units = message_units(prepared, params.unit, row, self.name)
             self.units.append([(pad + s, pad + e) for s, e in units])

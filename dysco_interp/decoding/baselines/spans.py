@@ -17,12 +17,23 @@ from dysco_interp.checks import brief
 from dysco_interp.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dysco_interp.decoding.prompts import PreparedPrompt
+    from collections.abc import Iterator
+
+    from dysco_interp.decoding.prompts import PreparedPrompt, PromptBatch
 
 Unit = Literal["line", "sentence"]
 UNITS: tuple[Unit, ...] = ("line", "sentence")
 # a sentence ends at . ! or ? (closing quotes and brackets kept with it) before white space
 _SENTENCE_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
+
+
+def text_rows(batch: PromptBatch, method: str, why: str) -> Iterator[tuple[int, PreparedPrompt, int]]:
+    """(row, prepared prompt, left pad) of each prompt of `batch`; a ConfigError naming `method`
+    and `why` it needs text (a batch of token ids has no characters to find anything by)."""
+    if batch.prepared is None:
+        raise ConfigError(f"method {method!r} {why}: decode text or chat prompts, not a batch of token ids")
+    for row, (prepared, pad) in enumerate(zip(batch.prepared, batch.pads)):
+        yield row, prepared, pad
 
 
 def occurrences(prepared: PreparedPrompt, text: str, what: str, row: int, method: str) -> torch.Tensor:
