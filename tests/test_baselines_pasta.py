@@ -88,16 +88,29 @@ def outside_of(model, prompt: str, span: str) -> list[int]:
     return [i for i, (a, b) in enumerate(encoded["offset_mapping"]) if not any(a < e and b > s for s, e in spans)]
 
 
+def plan_and_hooks(model, heads: str, n_new: int = N_NEW) -> tuple[list[int], list[int], list[int]]:
+    """The tokens of pasta as a plan, of PASTA as bridge hooks, and of vanilla decoding."""
+    ours = generate(model, PROMPT, configs(heads=heads)["text"].replace(max_new_tokens=n_new), backend="bridge").tokens
+    vanilla = DecodingConfig(method="vanilla", max_new_tokens=n_new)
+    with observe(model, hooks=direct_pasta(model, ALPHA, list(parse_heads(heads)), outside_of(model, PROMPT, SPAN))):
+        direct = generate(model, PROMPT, vanilla, backend="bridge").tokens
+    return ours, direct, generate(model, PROMPT, vanilla, backend="bridge").tokens
+
+
 @pytest.mark.parametrize("style", ["llama", "gemma3"])
 def test_pasta_as_a_plan_equals_pasta_written_as_bridge_hooks(style, tiny_of):
-    model = tiny_of(style)
-    config = configs()["text"]
-    ours = generate(model, PROMPT, config, backend="bridge").tokens
-    vanilla = DecodingConfig(method="vanilla", max_new_tokens=N_NEW)
-    with observe(model, hooks=direct_pasta(model, ALPHA, list(parse_heads(HEADS)), outside_of(model, PROMPT, SPAN))):
-        direct = generate(model, PROMPT, vanilla, backend="bridge").tokens
+    ours, direct, vanilla = plan_and_hooks(tiny_of(style), HEADS)
     assert ours == direct
-    assert ours != generate(model, PROMPT, vanilla, backend="bridge").tokens
+    assert ours != vanilla
+
+
+@pytest.mark.real_model
+def test_pasta_as_a_plan_equals_bridge_hooks_on_the_default_model(real_model):
+    # every head of the middle layers: enough steering that the default model's tokens move
+    heads = " ".join(f"L{layer}H{head}" for layer in range(8, 20) for head in range(real_model.spec.n_heads))
+    ours, direct, vanilla = plan_and_hooks(real_model, heads, n_new=12)
+    assert ours == direct
+    assert ours != vanilla
 
 
 def test_the_emphasised_keys_are_every_occurrence_or_the_last_message(tiny_llama):

@@ -72,10 +72,11 @@ def line_tokens(model, prompt: str) -> list[list[int]]:
     return out
 
 
-def test_qr_pasta_as_a_plan_equals_qr_pasta_written_as_bridge_hooks(tiny_llama):
-    model = tiny_llama
+def plan_and_hooks(model, qr: HeadSet, steered_heads: str, n_new: int = N_NEW):
+    """QR-PASTA as a plan (its result) and written directly as bridge hooks (its tokens), the lines
+    the hooks chose, and vanilla's tokens."""
     n_prompt = len(prepare_prompt(model, PROMPT).ids)
-    vanilla = DecodingConfig(method="vanilla", max_new_tokens=N_NEW)
+    vanilla = DecodingConfig(method="vanilla", max_new_tokens=n_new)
     # 1. the QRHeads' rows at the first full step: nothing is biased before it, so vanilla's pass reads them
     rows = {}
 
@@ -84,16 +85,16 @@ def test_qr_pasta_as_a_plan_equals_qr_pasta_written_as_bridge_hooks(tiny_llama):
         if p is not None and p.phase == "intervention-warmup" and layer_of(hook) not in rows:
             rows[layer_of(hook)] = pattern[0, :, -1, :].float()
 
-    with observe(model, hooks=[(pattern_name(layer), read) for layer in {layer for layer, _ in QRHEADS}]):
+    with observe(model, hooks=[(pattern_name(layer), read) for layer in {layer for layer, _ in qr}]):
         generate(model, PROMPT, vanilla, backend="bridge")
-    mean = sum(rows[layer][head] for layer, head in QRHEADS) / len(QRHEADS)
+    mean = sum(rows[layer][head] for layer, head in qr) / len(qr)
     # 2. the two heaviest lines
     lines = line_tokens(model, PROMPT)
     mass = [float(mean[tokens].sum()) for tokens in lines]
     best = sorted(sorted(range(len(lines)), key=lambda i: -mass[i])[:2])
     outside = [k for k in range(n_prompt) if not any(k in lines[i] for i in best)]
     # 3. PASTA's bias outside them in the steered heads, from the first full step on
-    steered = [tuple(map(int, re.findall(r"\d+", label))) for label in STEERED.split()]
+    steered = [tuple(map(int, re.findall(r"\d+", label))) for label in steered_heads.split()]
 
     def bias(scores, hook):
         p = current_pass()
@@ -108,10 +109,28 @@ def test_qr_pasta_as_a_plan_equals_qr_pasta_written_as_bridge_hooks(tiny_llama):
 
     with observe(model, hooks=[(scores_name(layer), bias) for layer in {layer for layer, _ in steered}]):
         direct = generate(model, PROMPT, vanilla, backend="bridge").tokens
-    ours = generate(model, PROMPT, configs()["line"], heads=qrheads(model), backend="bridge")
+    config = configs()["line"].with_params(heads=steered_heads).replace(max_new_tokens=n_new)
+    ours = generate(model, PROMPT, config, heads=qr, backend="bridge")
+    return ours, direct, best, generate(model, PROMPT, vanilla, backend="bridge").tokens
+
+
+def test_qr_pasta_as_a_plan_equals_qr_pasta_written_as_bridge_hooks(tiny_llama):
+    ours, direct, best, vanilla = plan_and_hooks(tiny_llama, qrheads(tiny_llama), STEERED)
     assert ours.tokens == direct
-    assert ours.tokens != generate(model, PROMPT, vanilla, backend="bridge").tokens
+    assert ours.tokens != vanilla
     assert [s.own for s in ours.trace.steps if s.own] == [{"emphasized": best}]  # chosen once, at the first full step
+
+
+@pytest.mark.real_model
+def test_qr_pasta_as_a_plan_equals_bridge_hooks_on_the_default_model(real_model):
+    from dysco_interp.heads import shipped_heads
+
+    steered = " ".join(f"L{layer}H{head}" for layer in range(8, 20) for head in range(real_model.spec.n_heads))
+    qr = shipped_heads("smollm2-135m", spec=real_model.spec)
+    ours, direct, best, vanilla = plan_and_hooks(real_model, qr, steered, n_new=12)
+    assert ours.tokens == direct
+    assert ours.tokens != vanilla
+    assert [s.own for s in ours.trace.steps if s.own] == [{"emphasized": best}]
 
 
 def test_the_choice_is_the_heaviest_units_by_attention_mass():
