@@ -13,6 +13,10 @@ sequences decode together and tokens per second count the tokens of all rows.
     python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
         --backend static --versus flex --also dysco-hard --also uniattns --contexts 32768,65536 \
         --out figures/bench_decode_gpu_qwen3-8b_static_vs_flex.json
+    # the methods that find spans in the prompt's text, on a Path Traversal instance as the context
+    python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
+        --backend static --contexts 102400 --task-context path_traversal --also instaboost \
+        --also 'pasta={"heads": "L10H0 L12H3"}' --also 'qr-pasta={"heads": "L10H0 L12H3"}' --also pos-calibration
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from dysco_interp.decoding.choices import BACKENDS, DECODE_ATTENTION, backends_w
 from dysco_interp.decoding.config import preset
 from dysco_interp.errors import ConfigError
 from dysco_interp.models import load_model, resolve_device, resolve_dtype
+from dysco_interp.studies.harness_protocol import TASKS, bind
 
 
 def also_method(text: str) -> tuple[str, dict]:
@@ -59,6 +64,11 @@ def main(argv=None) -> int:
     p.add_argument("--also", type=also_method, action="append", default=[], metavar="NAME[=JSON]",
                    help="also time any registered method (repeat the flag), at the paper preset with these of its "
                         "parameters, e.g. --also 'uniattns={\"tau\": 0.9}' --also dysco-lagged")
+    p.add_argument("--task-context", choices=list(TASKS), default=None, metavar="TASK",
+                   help="the context is one instance of TASK (made for each context length with the model's "
+                        "tokenizer) instead of random ids, so that methods finding spans in the prompt's text "
+                        "(instaboost, pasta, qr-pasta) can be timed; each --also method gets TASK's instruction "
+                        "texts as the steering harness binds them")
     p.add_argument("--decode-attention", choices=list(DECODE_ATTENTION), default=None,
                    help="the static backend's decoding attention: fused SDPA (its default) or the float32 reference")
     p.add_argument("--no-compile", action="store_true",
@@ -83,6 +93,8 @@ def main(argv=None) -> int:
     user_methods.add_methods_from_flag(p)
     args = p.parse_args(argv)
     try:  # every method and its parameters checked before a model is made
+        if args.task_context:  # the instruction texts of the task, where a method emphasises one
+            args.also = [(name, bind(name, params, args.task_context).params) for name, params in args.also]
         also = [preset("paper", method=name, params=params) for name, params in args.also]
     except ConfigError as e:
         p.error(str(e))
@@ -124,8 +136,8 @@ def main(argv=None) -> int:
     contexts = args.contexts
     extra = bench.extra_steps(config, model, args.user_method, args.read_heads, methods=also)
     timed = [*extra, *([f"{args.versus}_{m}" for m in (*bench.METHODS, *extra)] if versus else [])]
-    for row in bench.bench_rows(model, heads, config, backend, contexts,
-                                args.steps, args.warmup, bandwidth, args.profile, args.batch_size, extra, versus):
+    for row in bench.bench_rows(model, heads, config, backend, contexts, args.steps, args.warmup, bandwidth,
+                                args.profile, args.batch_size, extra, versus, args.task_context):
         rows.append(row)
         print(
             f"context {row['context']:>7}: "

@@ -70,6 +70,23 @@ def test_any_registered_method_is_timed_beside_dysco_in_the_same_run(model):
         assert row[f"{name}_step_ms"] > 0 and row[f"{name}_over_dysco"] > 0
 
 
+def test_methods_that_find_spans_in_the_text_are_timed_on_a_task_s_instance(model):
+    from dysco_interp.decoding.config import preset
+    from dysco_interp.studies.harness_protocol import bind
+
+    points = {"instaboost": {}, "pasta": {"heads": "L1H0 L2H1"}, "qr-pasta": {"heads": "L1H0"}, "pos-calibration": {}}
+    also = [preset("paper", method=m, params=bind(m, p, "needle_qa").params) for m, p in points.items()]
+    extra = bench.extra_steps(DecodingConfig(), model, False, 0, methods=also)
+    [row] = bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "sdpa", [800], 2, 1, None, extra=extra,
+                             task="needle_qa")
+    assert row["task_context"] == "needle_qa" and abs(row["context"] - 800) <= 80  # the instance's own length
+    for name in extra:
+        assert row[f"{name}_step_ms"] > 0
+    with pytest.raises(Exception, match="token ids"):  # on random ids, a text method is refused, not run on nothing
+        bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "sdpa", [48], 2, 1, None,
+                         extra=bench.extra_steps(DecodingConfig(), model, False, 0, methods=also[:1])).__next__()
+
+
 @pytest.mark.slow
 def test_the_scripts_are_clis():
     for name in ("bench_decode", "bench_prefill"):

@@ -33,7 +33,7 @@ from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import Stepper
 from dysco_interp.decoding.methods import flat_name, register_method
 from dysco_interp.decoding.plan import PassPlan, Read
-from dysco_interp.decoding.prompts import PromptBatch
+from dysco_interp.decoding.prompts import PromptBatch, pad_id, prepare_prompt
 from dysco_interp.decoding.steering import SteeringMethod
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, paper_heads, resolve_heads
@@ -260,15 +260,16 @@ class BenchDecoder:
             self.versus_prefix = self.versus.prefill(context, reserve)
         return self.plain.prefill(context.to(self.model.device), None, reserve=reserve)
 
-    def steps(self, context: torch.Tensor, prefix: DecodeState) -> dict[str, Step]:
+    def steps(self, context: torch.Tensor | PromptBatch, prefix: DecodeState) -> dict[str, Step]:
         """vanilla on a clone of `prefix`, DySCO on `prefix` itself, its relevance uniform over
-        the context as if warmed up."""
+        the context as if warmed up. `context`: token ids, or the prompts whose ids were prefilled
+        (for methods that find spans in the prompts' text)."""
         vanilla = prefix.clone()
-        batch, n_context = context.shape
+        prompts = context if isinstance(context, PromptBatch) else PromptBatch.from_ids(context)
+        batch, n_context = prompts.ids.shape
 
         def stepper(config: DecodingConfig, read: Read | None = None) -> Stepper:
-            made = Stepper(self.backend.make(self.model), config, PromptBatch.from_ids(context),
-                           heads=self.heads, read=read)
+            made = Stepper(self.backend.make(self.model), config, prompts, heads=self.heads, read=read)
             if made.selector is not None:  # a method that keeps relevance, as if warmed up
                 made.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
             return made
@@ -298,16 +299,33 @@ def bench_ids(model: LoadedModel, n_context: int, n_steps: int, n_warmup: int, b
                          generator=gen)
 
 
+def task_prompts(model: LoadedModel, task: str, n_context: int, batch: int = 1) -> PromptBatch:
+    """`batch` copies of one instance of `task` made for about `n_context` tokens with the model's
+    tokenizer (seed 0, the first instance): a context with text, for the methods that find spans in
+    the prompt (InstABoost, PASTA, QR-PASTA). Its length is the instance's, within the task's
+    tolerance of `n_context`."""
+    from dysco_interp.tasks.registry import get_task
+
+    spec = get_task(task)
+    prompt = spec.evaluation.prompt(spec.generate(model.tokenizer, n_context, seed=0, index=0))
+    return PromptBatch.of([prepare_prompt(model, prompt)] * batch, pad_id(model))
+
+
 def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backend: BackendSpec | str,
                   n_context: int, n_steps: int, n_warmup: int, profile_dir: str | None = None, batch: int = 1,
                   extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None,
-                  versus: BackendSpec | str | None = None) -> dict:
+                  versus: BackendSpec | str | None = None, prompts: PromptBatch | None = None) -> dict:
     """One row: both methods' median step time, tokens/s, their ratio and (on a GPU) memory:
-    for a model split over GPUs, each GPU's in `per_device`, the fullest GPU's at the top."""
+    for a model split over GPUs, each GPU's in `per_device`, the fullest GPU's at the top. The
+    context is random ids of `n_context` tokens, or `prompts` (`task_prompts`): then the row's
+    context is their length; the tokens fed after it are random either way."""
     device = model.device
     devices = model_devices(model)
     cuda = device.type == "cuda"
     ids = bench_ids(model, n_context, n_steps, n_warmup, batch)
+    if prompts is not None:
+        ids = torch.cat([prompts.ids, ids[:, n_context:]], dim=1)
+        n_context = prompts.width
     decoder = BenchDecoder(model, heads, config, backend, extra, versus)
     if cuda:
         for d in devices:
@@ -319,7 +337,7 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
     prefill_s = time.perf_counter() - t0
     if cuda:
         prefill_peak = {d: torch.cuda.max_memory_allocated(d) - before[d] for d in devices}
-    steps = decoder.steps(ids[:, :n_context], prefix)
+    steps = decoder.steps(ids[:, :n_context] if prompts is None else prompts, prefix)
     times: dict[str, list[float]] = {m: [] for m in steps}
     peaks = {m: dict.fromkeys(devices, 0) for m in steps}
     kept = {m: dict.fromkeys(devices, 0) for m in steps}
@@ -389,13 +407,18 @@ def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backe
                contexts: list[int], n_steps: int, n_warmup: int, bandwidth: float | None,
                profile_dir: str | None = None, batch: int = 1,
                extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None,
-               versus: BackendSpec | str | None = None) -> Iterator[dict]:
+               versus: BackendSpec | str | None = None, task: str | None = None) -> Iterator[dict]:
     """`bench_context` for each context length, with the layer floor and, given the device's
-    copy bandwidth (`copy_bandwidth`), the bandwidth floor."""
+    copy bandwidth (`copy_bandwidth`), the bandwidth floor; the context an instance of `task`
+    (`task_prompts`) instead of random ids when one is named."""
     floor = layer_floor(model, heads, config.method)
     n_weight_bytes = weight_bytes(model)
     for n in contexts:
-        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, extra, versus)
+        prompts = None if task is None else task_prompts(model, task, n, batch)
+        row = bench_context(model, heads, config, backend, n, n_steps, n_warmup, profile_dir, batch, extra, versus,
+                            prompts)
+        if task is not None:
+            row["task_context"] = task
         row["ratio_over_layer_floor"] = round(row["ratio"] / floor, 4)
         if bandwidth:
             step_bytes = n_weight_bytes + row["kv_cache_gib"] * 2**30
