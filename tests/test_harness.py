@@ -57,8 +57,13 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
     from dysco_interp.studies.harness_report import leaderboard, write_reports
     from dysco_interp.viz.render_html import opens_offline
 
+    # a cost row for two of the methods (as bench_decode writes it): their effect against their cost
+    (s.folder / "cost_tiny.json").write_text(json.dumps({"rows": [
+        {"context": 64, "vanilla_step_ms": 2.0, "dysco_step_ms": 3.0, "uniattns_step_ms": 2.2}]}))
     written = write_reports(s.out_dir)
     board = leaderboard(s.folder)
+    assert opens_offline(s.folder / "effect_cost_tiny-llama_tf.html")
+    assert {Path(p).name for p in written} >= {"effect_cost_tiny-llama_tf.png", "effect_cost_tiny-llama_free.html"}
     assert {(r["mode"], r["method"]) for r in board["rows"]} == {(m, n) for m in ("tf", "free")
                                                                  for n in ("uniattns", "dysco", "pasta")}
     assert all(r["n"] == 2 and r["delta"]["q"] is not None for r in board["rows"])

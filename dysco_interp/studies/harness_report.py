@@ -8,6 +8,7 @@ margin, and a BH q over the whole leaderboard (one family: every row of every mo
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +20,7 @@ from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_delta, write_json, write_text
 from dysco_interp.stores.archives import glob_stores
 from dysco_interp.studies.budget_choice import primary_metrics
-from dysco_interp.viz.figures import save_ci_lines
+from dysco_interp.viz.figures import save_ci_lines, save_panels
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
 
@@ -94,16 +95,50 @@ def figure(result: Mapping, model: str, mode: str, stem: Path) -> tuple[Path, Pa
                          title=f"Which method works where ({model}, {MODES[mode]})", xlabel="context length")
 
 
+def step_costs(folder: Path) -> dict[str, float]:
+    """Each method's decode step time over vanilla's in the same run, from the harness's cost
+    benchmarks (`cost_*.json`, as `analyses/bench_decode.py` writes them; the longest context of
+    each, a later file's value for a method timed twice)."""
+    costs: dict[str, float] = {}
+    for path in sorted(folder.glob("cost_*.json")):
+        row = max(json.loads(path.read_text())["rows"], key=lambda r: r["context"])
+        for key, ms in row.items():
+            if key.endswith("_step_ms") and key != "vanilla_step_ms" and isinstance(ms, (int, float)):
+                costs[key.removesuffix("_step_ms")] = ms / row["vanilla_step_ms"]
+    return costs
+
+
+def effect_cost_figure(result: Mapping, costs: Mapping[str, float], model: str, mode: str,
+                       stem: Path) -> tuple[Path, Path] | None:
+    """Effect against cost: a panel per task and length, each method at its dev choice a point
+    at its step time over vanilla's (x) and its paired Δ with its interval (y); None when no
+    method of the rows has a cost."""
+    rows = [r for r in result["rows"] if r["model"] == model and r["mode"] == mode and r["method"] in costs]
+    if not rows:
+        return None
+    panels = []
+    for task, length in sorted({(r["task"], r["length"]) for r in rows}):
+        cell = [r for r in rows if (r["task"], r["length"]) == (task, length)]
+        series = [Series(r["label"], [r["delta"]["mean"]], [r["delta"]["lo"]], [r["delta"]["hi"]],
+                         x=[costs[r["method"]]]) for r in cell]
+        panels.append(Panel(f"{task}, {length // 1024}K", f"Δ {cell[0]['metric']}", series,
+                            xlabel="decode step time / vanilla's", ref=0.0, ref_label="vanilla (Δ = 0)"))
+    return save_panels(panels, stem, title=f"Effect against cost ({model}, {MODES[mode]})")
+
+
 def write_reports(out_dir: Path) -> list[str]:
-    """`out_dir/harness/leaderboard.{md,json}` and, per model and mode, `where_<model>_<mode>.{png,html}`."""
+    """`out_dir/harness/leaderboard.{md,json}` and, per model and mode, `where_<model>_<mode>.{png,html}`
+    and, for the methods with a cost row (`cost_*.json`), `effect_cost_<model>_<mode>.{png,html}`."""
     folder = out_dir / "harness"
     result = leaderboard(folder)
     if not result["rows"]:
         return [f"no harness test stores under {folder / 'test'}: nothing written"]
     written = [write_json(folder / "leaderboard.json", result), write_text(folder / "leaderboard.md", render(result))]
+    costs = step_costs(folder)
     for model, mode in sorted({(r["model"], r["mode"]) for r in result["rows"]}):
         written += list(figure(result, model, mode, folder / f"where_{model}_{mode}"))
+        written += list(effect_cost_figure(result, costs, model, mode, folder / f"effect_cost_{model}_{mode}") or ())
     return [str(p) for p in written]
 
 
-__all__ = ["MODES", "figure", "leaderboard", "render", "cells_of", "write_reports"]
+__all__ = ["MODES", "cells_of", "effect_cost_figure", "figure", "leaderboard", "render", "step_costs", "write_reports"]
