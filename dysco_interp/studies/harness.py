@@ -24,6 +24,7 @@ from pathlib import Path
 
 from dysco_interp import checks
 from dysco_interp.analysis.records import read_records
+from dysco_interp.analysis.report import write_json
 from dysco_interp.atomic import atomic_open
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
@@ -97,9 +98,8 @@ def check_settings(s: HarnessSettings) -> None:
     if unknown:
         raise ConfigError(f"a grid for {unknown[0]!r}, which this run does not compare")
     if uses_profile(s) and "profile" not in s.parts and {"dev", "choose", "test-tf", "test-free"} & set(s.parts):
-        missing = [p for task in s.tasks if not (p := s.profile_path(task)).is_file()]
-        if missing:
-            raise ConfigError(f"no {missing[0]}: run the 'profile' part first")
+        for task in s.tasks:
+            profile_heads_of(s)(task, 1)  # a ConfigError naming the profile a part would miss
 
 
 def check_data(s: HarnessSettings) -> None:
@@ -172,7 +172,8 @@ def test_methods(s: HarnessSettings, task: str, tokens: int) -> dict[str, Decodi
 
 
 def write_profiles(model: LoadedModel, s: HarnessSettings, log: Callable[[str], None]) -> None:
-    """Each task's head profile on the dev split (`PROFILE`), for the methods that steer a profile's heads."""
+    """Each task's head profile on the dev split (the protocol's `PROFILE_*`), for the methods that
+    steer a profile's best heads."""
     from dysco_interp.decoding.baselines.pasta_profile import profile_heads, top_heads
 
     for task in s.tasks:
@@ -185,11 +186,10 @@ def write_profiles(model: LoadedModel, s: HarnessSettings, log: Callable[[str], 
         scores = profile_heads(model, [spec.evaluation.prompt(i) for i in instances],
                                [spec.evaluation.gold(i) for i in instances], emphasize=spec.instruction,
                                alpha=PROFILE_ALPHA, batch_size=PROFILE_N)
-        with atomic_open(path) as f:
-            f.write(json.dumps({"model": s.model_name, "task": task, "length": s.profile_length, "n": PROFILE_N,
-                                "alpha": PROFILE_ALPHA, "rule": PROFILE_RULE,
-                                "ranking": top_heads(scores, scores.numel()).split(),
-                                "scores": [[round(float(v), 6) for v in row] for row in scores]}, indent=1) + "\n")
+        write_json(path, {"model": s.model_name, "task": task, "length": s.profile_length, "n": PROFILE_N,
+                          "alpha": PROFILE_ALPHA, "rule": PROFILE_RULE,
+                          "ranking": top_heads(scores, scores.numel()).split(),
+                          "scores": [[round(float(v), 6) for v in row] for row in scores]})
         log(f"{path}: {scores.numel()} heads profiled in {time.perf_counter() - t0:.1f}s")
 
 
