@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import lzma
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -32,7 +33,7 @@ from typing import Any
 DATA_NAME = "measured_effect.json"
 BUDGET_DIR = Path("budget")  # under the figures folder
 TEST_TABLE = BUDGET_DIR / "test_table.json"
-CURVES = BUDGET_DIR / "curves.json"
+CURVES = BUDGET_DIR / "curves.json.xz"  # committed compressed
 SMALL_STORES = {"smollm2-135m": BUDGET_DIR / "smollm2-135m_dev.jsonl.xz"}
 STEP_METRIC = "tf_step_accuracy"
 CITY_METRIC = "tf_city_logprob"
@@ -120,7 +121,7 @@ def derive_evidence(figures_dir: str | Path) -> dict:
 
     figures_dir = Path(figures_dir)
     table = json.loads((figures_dir / TEST_TABLE).read_text())
-    curves = json.loads((figures_dir / CURVES).read_text())
+    curves = json.loads(lzma.decompress((figures_dir / CURVES).read_bytes()))
     test = test_rows(table)
     return {
         "about": "derived by dysco_interp.experiments.evidence.derive_evidence from the selection-budget "
