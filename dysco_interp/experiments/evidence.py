@@ -12,7 +12,7 @@ cannot drift):
   (figures/budget/test_table.json);
 - `curves`: the dev split's paired gain in step accuracy against the cap K, for the lines the
   demo draws (QRHeads at the chosen beta and at the paper's, random heads at the paper's), in
-  the rows `viz.budget_figure.budget_panels` reads (figures/budget/curves.json);
+  the rows `viz.budget_figure.budget_panels` reads (figures/budget/curves.json.xz);
 - `small`: the default model's teacher-forced run on the dev split (figures/budget/smollm2-135m_dev.jsonl.xz),
   recomputed from its records by the same bootstrap as the study's tables.
 
