@@ -37,6 +37,8 @@ from dysco_interp.decoding.plan import (
     bias_fault,
     bias_fault_message,
     check_bias_values,
+    check_keep_values,
+    keep_fault,
 )
 from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import Hook
@@ -215,6 +217,19 @@ class Backend(ABC):
         (`plan.additive_values`; None: neither, or a bias its rule builds during the pass)."""
         values = additive_values(plan, batch, n_keys, self.model.spec.n_heads)
         return None if values is None else self._watched(values)
+
+    def given_keep(self, plan: PassPlan, batch: int, n_keys: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A plan's kept keys, checked (`plan.keep_fault` on the device): long positions, each
+        inside 0..n_keys-1 (one outside is a fault, and reads key 0 here, never out of bounds), and
+        bool valid slots, `[batch, capacity]` on the model's device (None: no keep)."""
+        if plan.keep is None:
+            return None
+        positions, valid = check_keep_values(plan.keep, batch, n_keys)
+        positions, valid = positions.to(self.model.device), valid.to(self.model.device)
+        fault = keep_fault(positions, valid, n_keys)
+        self._fault = fault if self._fault is None else self._fault | fault.to(self._fault.device)
+        inside = (positions >= 0) & (positions < n_keys)
+        return torch.where(inside, positions, 0), valid & inside
 
     def ruled_bias(self, plan: PassPlan, read: ReadOut, batch: int, n_keys: int) -> torch.Tensor:
         """The bias a plan's rule builds from the pass's first read, checked."""
