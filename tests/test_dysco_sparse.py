@@ -307,6 +307,26 @@ def test_a_model_split_over_two_devices_gives_the_one_device_tokens(backend):
         assert [selections(r) for r in two] == [selections(r) for r in one], style
 
 
+def test_a_short_run_gathers_no_more_slots_than_it_has_keys(tiny_llama, monkeypatch):
+    widths = []
+    original = sparse_keys.kept_positions
+
+    def spy(keep, width):
+        widths.append(width)
+        return original(keep, width)
+
+    monkeypatch.setattr(sparse_keys, "kept_positions", spy)
+    heads = heads_for(tiny_llama)
+    short = generate_batch(tiny_llama, [PROMPT, OTHER], {"s": config("dysco-sparse", **STEERING)}, heads,
+                           backend="static")["s"]
+    width = len(prepare_prompt(tiny_llama, PROMPT).ids) + N_NEW  # the longer prompt's keys and the new tokens
+    assert set(widths) == {width} and width < 4416
+    widths.clear()
+    assert generate_batch(tiny_llama, [PROMPT, OTHER], {"s": config("dysco-sparse", **STEERING, window=width)}, heads,
+                          backend="static")["s"][0].tokens == short[0].tokens
+    assert set(widths) == {width}
+
+
 def test_a_qrhead_in_the_last_layer_leaves_dysco_lagged_s_plan(tiny_llama):
     last = tiny_llama.spec.n_layers - 1
     method = DyscoSparse(config("dysco-sparse"), heads_for(tiny_llama, ((1, 0), (last, 1))), tiny_llama.spec)

@@ -46,6 +46,8 @@ class DyscoSparse(DyscoLagged):
     about (L* + 1) / L of vanilla's (25/36 on Qwen3-8B with the paper's QRHeads), and with it the
     step's time, while DySCO's cost (a partial pass) is gone. The selection and the kept set
     cost a few small kernels over the keys per step (sorts of n_keys and n_keys / block values).
+    A run shorter than the capacity (its prompt and new tokens) gathers as many slots as it has
+    keys: no more than vanilla's read, and no gain either; at such lengths use dysco-lagged.
 
     Plan: `PassPlan(reads=(Read(H*),), bias=Bias(every layer), keep=Keep(L*+1..L-1))` given the
     step's bias and kept positions; a QRHead in the last layer leaves nothing to keep:
@@ -81,17 +83,22 @@ class DyscoSparse(DyscoLagged):
         if after:
             self.steering = PassPlan(reads=(self.read,), bias=Bias(range(spec.n_layers)), keep=Keep(after))
         self.first: torch.Tensor | None = None  # long [B]: each row's first real key
+        self.width = self.capacity  # the slots of a step's keep (`start` bounds it by the run's length)
 
     def start(self, model, batch):
         assert self.never_selected is not None
         self.first = torch.tensor(batch.pads, dtype=torch.long, device=self.never_selected.device)
+        # a row never keeps more keys than the run has: the prompt and its new tokens bound the slots
+        # of a short run (a fixed width for the run, which the static backend captures once)
+        self.width = min(self.capacity, batch.width + int(getattr(self.config, "max_new_tokens", self.capacity)))
 
     def kept(self, selection: relevance.Selection, n_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The step's kept keys as `plan.Keep`'s positions and valid slots, `[B, capacity]`."""
+        """The step's kept keys as `plan.Keep`'s positions and valid slots, `[B, width]`: the
+        run's width, or the capacity once a step has more keys than that bound foresaw."""
         assert self.first is not None and self.running.relevance is not None
         keep = sparse_keys.kept_keys(selection.mask, self.running.relevance, self.first, block=self.block,
                                      sinks=self.sinks, window=self.window, max_blocks=self.max_blocks)
-        return sparse_keys.kept_positions(keep, self.capacity)
+        return sparse_keys.kept_positions(keep, self.width if n_keys <= self.width else self.capacity)
 
     def steered(self, selection, n_keys):
         plan = super().steered(selection, n_keys)
