@@ -220,6 +220,18 @@ def test_a_keep_gives_the_logits_of_its_mask_on_every_backend(style):
         backend.check_faults()
 
 
+def test_a_backend_that_does_not_carry_out_a_keep_refuses_it(tiny_llama):
+    class Unaware(backends.SdpaBackend):
+        runs_keep = False
+
+    assert all(cls.runs_keep for cls in backends.REGISTRY.values())
+    backend = Unaware(tiny_llama)
+    state = backend.prefill(torch.tensor([[5, 6, 7, 8]]), None)
+    plan = PassPlan(keep=Keep([1])).with_keep(torch.tensor([[4]]), torch.tensor([[True]]))
+    with pytest.raises(ConfigError, match="does not carry out a plan's keep"):
+        backend.run(state, torch.tensor([9]), plan)
+
+
 def test_a_keep_is_checked():
     with pytest.raises(ConfigError, match="cannot read heads in a layer it keeps keys of"):
         PassPlan(reads=(Read([(2, 0)]),), keep=Keep([2, 3]))

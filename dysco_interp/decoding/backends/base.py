@@ -170,6 +170,9 @@ class Backend(ABC):
     max_batch: ClassVar[int | None]  # rows decoded together at most (None: any)
     supports_graphs: ClassVar[bool] = False
     runs_hooks: ClassVar[bool] = False  # its passes go through the bridge's hook points
+    # it carries out a plan's keep (`plan.Keep`); a backend that does not is refused such a plan
+    # rather than attending to every key
+    runs_keep: ClassVar[bool] = False
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  tau: float | None = None):
@@ -197,6 +200,9 @@ class Backend(ABC):
         if plan.scale is None and self.default_scale is not None:
             plan = dataclasses.replace(plan, scale=self.default_scale)
         if plan not in self._checked:
+            if plan.keep is not None and not self.runs_keep:
+                raise ConfigError(f"the {self.name} backend does not carry out a plan's keep (plan.Keep); "
+                                  "the bridge, sdpa, static and flex backends do")
             plan.check(self.model.spec.n_layers, self.model.spec.n_heads)
             self._checked.add(plan)
         return plan

@@ -30,6 +30,7 @@ class BridgeBackend(Backend):
     name = "bridge"
     max_batch = 1
     runs_hooks = True
+    runs_keep = True
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  tau: float | None = None):

@@ -248,6 +248,7 @@ class SdpaBackend(Backend):
 
     name = "sdpa"
     max_batch = None
+    runs_keep = True
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  tau: float | None = None):

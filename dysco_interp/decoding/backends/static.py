@@ -360,6 +360,7 @@ class StaticBackend(Backend):
     Options = StaticOptions
     max_batch = None
     supports_graphs = True
+    runs_keep = True
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  options: StaticOptions | None = None, tau: float | None = None):
