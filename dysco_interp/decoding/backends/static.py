@@ -8,7 +8,9 @@ the whole cache at every step. Here:
   over the whole buffer with an additive float32 mask: 0 for real keys, -inf for pads
   and empty slots, plus log(beta) on DySCO's selected keys;
 - each pass plan is captured once per state on a GPU, keyed by the plan's structure, and
-  replayed; on the CPU the same code runs eagerly, which the parity tests check.
+  replayed; on the CPU the same code runs eagerly, which the parity tests check;
+- a plan's keep (`plan.Keep`) is fixed tensors too (`StaticState.keep`): its layers gather the
+  kept keys and values at those positions and attend over them only (sparse decoding).
 
 Models of the Llama family (Llama, Qwen2, Qwen3) run their passes, and unpadded prompts their
 prefill, through `fused_decoder.FusedDecoder`: the layers written out over the same weights,
