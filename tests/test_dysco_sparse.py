@@ -22,7 +22,7 @@ from dysco_interp.decoding.passes import current_pass
 from dysco_interp.decoding.plan import Bias, Keep, Mask, PassPlan, Read, keep_mask
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.errors import ConfigError
-from dysco_interp.heads import HeadSet
+from dysco_interp.heads import HeadSet, shipped_heads
 from dysco_interp.hooks import layer_of, pattern_name, scores_name
 from dysco_interp.models.loaded import split
 from dysco_interp.models.tiny import STYLES, tiny_model
@@ -432,6 +432,25 @@ def test_the_hook_implementation_gives_dysco_sparse_s_tokens_and_selections(tiny
     assert result.tokens == reference
     assert [s.selected for s in result.trace.steps if s.selected is not None] == ours.selected
     assert result.tokens != lagged.tokens
+
+
+@pytest.mark.real_model
+def test_the_hook_implementation_gives_dysco_sparse_s_tokens_on_the_real_model(real_model):
+    heads = shipped_heads("smollm2-135m", spec=real_model.spec)
+    # a keep small enough to change the answer of this prompt (with a window of 16 and two blocks of 8 it does not)
+    params = {"beta": 8.0, "select_p": 0.9, "select_k": 32, "block": 2, "sinks": 1, "window": 2, "max_blocks": 1}
+    template = prepare_prompt(real_model, PROMPT).template("reference")
+    ours = HookSparse(real_model, heads, template, **params)
+    with observe(real_model, hooks=ours.hooks()):
+        reference = generate(real_model, PROMPT, config("vanilla", 8), heads=heads).tokens
+    with observe(real_model, hooks=[(pattern_name(0), lambda pattern, hook: None)]):
+        result = generate(real_model, PROMPT, config("dysco-sparse", 8, **params), heads=heads)
+    assert result.tokens == reference
+    assert [s.selected for s in result.trace.steps if s.selected is not None] == ours.selected
+    static = generate(real_model, PROMPT, config("dysco-sparse", 8, **params), heads=heads, backend="static")
+    assert static.tokens == reference
+    lagged = {k: v for k, v in params.items() if k not in ("block", "sinks", "window", "max_blocks")}
+    assert generate(real_model, PROMPT, config("dysco-lagged", 8, **lagged), heads=heads).tokens != reference
 
 
 # ------------------------------------------------------------------ bad parameters
