@@ -19,7 +19,7 @@ from dysco_interp.decoding.choices import BASELINE_NAMES
 from dysco_interp.decoding.loop import compare_methods
 from dysco_interp.decoding.observe import observe
 from dysco_interp.decoding.passes import current_pass
-from dysco_interp.decoding.plan import Bias, Keep, Mask, PassPlan, Read, keep_mask
+from dysco_interp.decoding.plan import Bias, Keep, Mask, PassPlan, Read, keep_fault, keep_mask
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, shipped_heads
@@ -127,6 +127,24 @@ def test_the_capacity_holds_every_kept_key():
         assert int(keep.sum(-1).max()) <= sparse_keys.capacity(block, sinks, window, cap)
         positions, valid = sparse_keys.kept_positions(keep, sparse_keys.capacity(block, sinks, window, cap))
         assert torch.equal(keep_mask(positions, valid, n), keep)
+
+
+def test_the_kept_set_and_its_checks_never_read_a_value_on_the_host(monkeypatch):
+    # what would wait for the device at every step on a GPU (and break a CUDA-graph capture)
+    selected = torch.rand(2, 300, generator=torch.Generator().manual_seed(4)) < 0.05
+    relevance, first = torch.rand(2, 300), torch.tensor([0, 40])
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a tensor's value was read on the host")
+
+    for name in ("item", "tolist", "nonzero", "__bool__", "__int__", "__float__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+    keep = sparse_keys.kept_keys(selected, relevance, first, block=8, sinks=4, window=16, max_blocks=3)
+    positions, valid = sparse_keys.kept_positions(keep, sparse_keys.capacity(8, 4, 16, 3))
+    fault = keep_fault(positions, valid, 300)
+    mask = keep_mask(positions, valid, 300)
+    monkeypatch.undo()
+    assert int(fault) == 0 and torch.equal(mask, keep)
 
 
 # ------------------------------------------------------------------ gathered attention = masked dense attention
