@@ -12,6 +12,7 @@ import torch
 import dysco_interp.decoding.baselines  # noqa: F401  (registers the baselines)
 from dysco_interp import DecodingConfig, generate, generate_batch
 from dysco_interp.decoding import backends, sparse_keys
+from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.backends.decode_attention import attend_one_query, gather_kept
 from dysco_interp.decoding.backends.sdpa import AttentionControl, biased_decode_attention, kept_decode_attention
 from dysco_interp.decoding.baselines.dysco_sparse import DyscoSparse
@@ -304,6 +305,19 @@ def test_every_backend_gives_the_bridges_tokens_alone_and_in_a_padded_batch(styl
     assert {name: [r.tokens for r in rows] for name, rows in flex.items()} == out["bridge"]
     alone = compare_methods(model, OTHER, configs, heads, backend="static")  # the padded row, alone
     assert {name: r.tokens for name, r in alone.items()} == {name: t[1] for name, t in out["bridge"].items()}
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+@pytest.mark.parametrize("style", STYLES)
+def test_dysco_sparse_replays_as_cuda_graphs_with_the_eager_tokens(style):
+    model = tiny_model(style, device="cuda")
+    heads = heads_for(model)
+    configs = {"sparse": config("dysco-sparse", **SPARSE), "lagged": config("dysco-lagged", **STEERING)}
+    replayed = generate_batch(model, [PROMPT, OTHER], configs, heads, backend=BackendSpec("static", graphs=True))
+    eager = generate_batch(model, [PROMPT, OTHER], configs, heads, backend=BackendSpec("static", graphs=False))
+    for name in configs:
+        assert [r.tokens for r in replayed[name]] == [r.tokens for r in eager[name]], name
+        assert [selections(r) for r in replayed[name]] == [selections(r) for r in eager[name]], name
 
 
 def test_a_window_over_the_whole_context_gives_dysco_lagged_s_tokens_and_selections(tiny):
