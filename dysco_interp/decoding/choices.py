@@ -12,7 +12,7 @@ from typing import Literal, get_args
 MethodName = Literal["vanilla", "uniattns", "dysco", "dysco-static", "dysco-random", "dysco-reuse", "dysco-gated"]
 METHOD_NAMES: tuple[MethodName, ...] = get_args(MethodName)
 # the field's methods and DySCO's open variants (`decoding.baselines`), which register beside the built-in ones
-BaselineName = Literal["dysco-lagged", "dysco-hard", "dysco-middle", "instaboost", "logn",
+BaselineName = Literal["dysco-lagged", "dysco-hard", "dysco-middle", "dysco-sparse", "instaboost", "logn",
                        "pasta", "pos-calibration", "qr-pasta"]
 BASELINE_NAMES: tuple[BaselineName, ...] = get_args(BaselineName)
 # every method a command line can name without a file of one's own

@@ -12,7 +12,10 @@ a researcher's own, is a program of plans (`decoding/methods.py`). A plan says:
 - `mask`: keys some layers' heads may not attend to (-inf on their scores), given per step;
 - `scale`: a multiplicative change of the scores of some layers (and heads): a temperature,
   and optionally Qwen's log-n growth past a training length. A method's prefill may carry a
-  scale too (UniAttnS's temperature, log-n scaling), nothing else.
+  scale too (UniAttnS's temperature, log-n scaling), nothing else;
+- `keep`: the only keys some layers attend to, a fixed number of positions per row, given per
+  step: exactly a -inf on every other key's scores, which the fast backends carry out by reading
+  only those keys and values (sparse decoding).
 
 What a plan cannot express: additive query or key vectors, per-head position ids, edits of the
 values or of a head's output. Those are TransformerLens hooks on the bridge backend
@@ -233,6 +236,40 @@ class Mask:
 
 
 @dataclass(frozen=True, init=False)
+class Keep:
+    """The only keys the heads of some layers attend to: exactly a -inf on the scores of every
+    key it does not name, in every head of `layers`.
+
+    `positions`: long `[B, capacity]`, absolute key positions (the columns of left-padded rows, the
+    token's own key at n_keys - 1); `valid`: bool `[B, capacity]`, False at slots that name no key
+    (their positions are ignored). A row's valid positions are distinct and include its own key.
+    The capacity is the caller's, fixed from step to step, so that a backend's shapes stay the
+    same: the sdpa and static backends gather those keys and values only (a few percent of a long
+    cache, under CUDA graphs on the static one), the bridge adds the -inf (the reference), flex
+    adds it to its score_mod. No read may be in a kept layer (its rows would cover the kept keys
+    only), and a plan with a keep takes a given bias, not a rule's.
+    """
+
+    layers: tuple[int, ...]
+    positions: torch.Tensor | None = field(compare=False, repr=False)
+    valid: torch.Tensor | None = field(compare=False, repr=False)
+
+    def __init__(self, layers: Iterable[int], positions: torch.Tensor | None = None,
+                 valid: torch.Tensor | None = None):
+        object.__setattr__(self, "layers", _layers(layers, "keep"))
+        object.__setattr__(self, "positions", positions)
+        object.__setattr__(self, "valid", valid)
+
+    @property
+    def heads(self) -> None:
+        """Every head of its layers (a keep is never limited to some heads)."""
+        return None
+
+    def given(self, positions: torch.Tensor, valid: torch.Tensor) -> "Keep":
+        return dataclasses.replace(self, positions=positions, valid=valid)
+
+
+@dataclass(frozen=True, init=False)
 class Bias:
     """An additive bias on the pre-softmax attention scores.
 
@@ -289,10 +326,11 @@ class PassPlan:
     bias: Bias | None = None
     mask: Mask | None = None
     scale: Scale | None = None
+    keep: Keep | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "reads", tuple(self.reads))
-        for name, kind in (("bias", Bias), ("mask", Mask), ("scale", Scale)):
+        for name, kind in (("bias", Bias), ("mask", Mask), ("scale", Scale), ("keep", Keep)):
             value = getattr(self, name)
             if value is not None and not isinstance(value, kind):
                 raise ConfigError(f"a plan's {name} is a plan.{kind.__name__}, got {type(value).__name__}")
@@ -312,6 +350,13 @@ class PassPlan:
             if early:
                 raise ConfigError(f"a rule's bias can only apply after the read it is built from (layer {first}); "
                                   f"it names layer(s) {', '.join(map(str, early))}")
+        if self.keep is not None:
+            if self.bias is not None and self.bias.source == "rule":
+                raise ConfigError("a plan with a keep takes a given bias, not a rule's")
+            read = sorted({layer for r in self.reads for layer in r.layers} & set(self.keep.layers))
+            if read:
+                raise ConfigError(f"a plan cannot read heads in a layer it keeps keys of (layer {read[0]}): the "
+                                  "rows would cover the kept keys only")
         if self.stop_after is not None:
             deep = [r.max_layer for r in self.reads if r.max_layer > self.stop_after]
             if deep:
@@ -323,7 +368,7 @@ class PassPlan:
         if self.stop_after is not None:
             return "partial"
         if self.bias is None:
-            return "plain" if self.mask is None else "biased"
+            return "plain" if self.mask is None and self.keep is None else "biased"
         return "reuse" if self.bias.source == "rule" else "biased"
 
     @property
@@ -361,12 +406,20 @@ class PassPlan:
             raise ConfigError("this plan has no mask to give values to")
         return dataclasses.replace(self, mask=self.mask.given(values))
 
+    def with_keep(self, positions: torch.Tensor, valid: torch.Tensor) -> "PassPlan":
+        """The same plan carrying this step's kept keys (`Keep`)."""
+        if self.keep is None:
+            raise ConfigError("this plan has no keep to give positions to")
+        return dataclasses.replace(self, keep=self.keep.given(positions, valid))
+
     def check(self, n_layers: int, n_heads: int) -> "PassPlan":
         """This plan if it fits a model of `n_layers` x `n_heads`; else a ConfigError naming what does not."""
         if self.stop_after is not None and not 0 <= self.stop_after < n_layers:
             raise ConfigError(f"stop_after={self.stop_after} is outside the model's {n_layers} layers")
         pairs = [p for read in self.reads for p in read.heads]
-        for what, part in (("bias", self.bias), ("mask", self.mask), ("scale", self.scale)):
+        parts: tuple[tuple[str, Bias | Mask | Scale | Keep | None], ...] = (
+            ("bias", self.bias), ("mask", self.mask), ("scale", self.scale), ("keep", self.keep))
+        for what, part in parts:
             if part is None:
                 continue
             wide = [layer for layer in part.layers if not 0 <= layer < n_layers]
@@ -439,6 +492,8 @@ _FAULTS = (
     "holds NaN or +inf",
     f"holds a finite value beyond +-{MAX_BIAS:g}",
     "leaves some row no finite key (-inf on every key, the token's own included)",
+    "keeps a key position outside the step's keys (plan.Keep)",
+    "keeps a key position twice in one row (plan.Keep)",
 )
 
 
@@ -458,3 +513,46 @@ def bias_fault_message(fault: int) -> str:
     """One line for the bits `bias_fault` set."""
     what = [text for bit, text in enumerate(_FAULTS) if fault >> bit & 1]
     return f"a bias {'; it '.join(what)}: its rule or its tensor is broken"
+
+
+def check_keep_values(keep: Keep, batch: int, n_keys: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A keep's positions (long) and valid slots (bool), both `[batch, capacity]` on one device;
+    a ConfigError for a missing or misshapen one. Their values are checked by `keep_fault`."""
+    import torch
+
+    positions, valid = keep.positions, keep.valid
+    if positions is None or valid is None:
+        raise ConfigError("the plan's keep has no positions: give them with plan.with_keep(positions, valid)")
+    if not (isinstance(positions, torch.Tensor) and isinstance(valid, torch.Tensor)):
+        raise ConfigError("a keep's positions and valid slots are tensors")
+    if positions.ndim != 2 or positions.shape[0] != batch or valid.shape != positions.shape:
+        raise ConfigError(f"a keep's positions and valid slots are [batch, capacity] with batch {batch}, got "
+                          f"{list(positions.shape)} and {list(valid.shape)}")
+    if positions.dtype != torch.long or valid.dtype != torch.bool:
+        raise ConfigError(f"a keep's positions are long and its valid slots bool, got {positions.dtype} and "
+                          f"{valid.dtype}")
+    return positions, valid.to(positions.device)
+
+
+def keep_fault(positions: torch.Tensor, valid: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """`bias_fault`'s bits for a keep: a row with no valid slot, a position outside 0..n_keys-1,
+    a position twice in a row. Device tensors only: it never waits for the device."""
+    import torch
+
+    empty = (~valid.any(dim=-1)).any()
+    outside = (valid & ((positions < 0) | (positions >= n_keys))).any()
+    unique = -1 - torch.arange(positions.shape[-1], device=positions.device)  # distinct and negative
+    ordered = torch.where(valid, positions, unique).sort(dim=-1).values
+    twice = ((ordered[:, 1:] == ordered[:, :-1]) & (ordered[:, 1:] >= 0)).any()
+    return (empty.int() << 2) | (outside.int() << 3) | (twice.int() << 4)
+
+
+def keep_mask(positions: torch.Tensor, valid: torch.Tensor, n_keys: int) -> torch.Tensor:
+    """What a keep means: bool `[B, n_keys]`, True at its valid positions (a position outside the
+    keys names none)."""
+    import torch
+
+    inside = valid & (positions >= 0) & (positions < n_keys)
+    slots = torch.where(inside, positions, n_keys)  # the ones that name nothing land in a spare column
+    out = torch.zeros(positions.shape[0], n_keys + 1, dtype=torch.bool, device=positions.device)
+    return out.scatter_(1, slots, inside)[:, :n_keys]

@@ -37,6 +37,8 @@ from dysco_interp.decoding.plan import (
     bias_fault,
     bias_fault_message,
     check_bias_values,
+    check_keep_values,
+    keep_fault,
 )
 from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import Hook
@@ -168,6 +170,9 @@ class Backend(ABC):
     max_batch: ClassVar[int | None]  # rows decoded together at most (None: any)
     supports_graphs: ClassVar[bool] = False
     runs_hooks: ClassVar[bool] = False  # its passes go through the bridge's hook points
+    # it carries out a plan's keep (`plan.Keep`); a backend that does not is refused such a plan
+    # rather than attending to every key
+    runs_keep: ClassVar[bool] = False
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  tau: float | None = None):
@@ -195,6 +200,9 @@ class Backend(ABC):
         if plan.scale is None and self.default_scale is not None:
             plan = dataclasses.replace(plan, scale=self.default_scale)
         if plan not in self._checked:
+            if plan.keep is not None and not self.runs_keep:
+                raise ConfigError(f"the {self.name} backend does not carry out a plan's keep (plan.Keep); "
+                                  "the bridge, sdpa, static and flex backends do")
             plan.check(self.model.spec.n_layers, self.model.spec.n_heads)
             self._checked.add(plan)
         return plan
@@ -215,6 +223,19 @@ class Backend(ABC):
         (`plan.additive_values`; None: neither, or a bias its rule builds during the pass)."""
         values = additive_values(plan, batch, n_keys, self.model.spec.n_heads)
         return None if values is None else self._watched(values)
+
+    def given_keep(self, plan: PassPlan, batch: int, n_keys: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """A plan's kept keys, checked (`plan.keep_fault` on the device): long positions, each
+        inside 0..n_keys-1 (one outside is a fault, and reads key 0 here, never out of bounds), and
+        bool valid slots, `[batch, capacity]` on the model's device (None: no keep)."""
+        if plan.keep is None:
+            return None
+        positions, valid = check_keep_values(plan.keep, batch, n_keys)
+        positions, valid = positions.to(self.model.device), valid.to(self.model.device)
+        fault = keep_fault(positions, valid, n_keys)
+        self._fault = fault if self._fault is None else self._fault | fault.to(self._fault.device)
+        inside = (positions >= 0) & (positions < n_keys)
+        return torch.where(inside, positions, 0), valid & inside
 
     def ruled_bias(self, plan: PassPlan, read: ReadOut, batch: int, n_keys: int) -> torch.Tensor:
         """The bias a plan's rule builds from the pass's first read, checked."""

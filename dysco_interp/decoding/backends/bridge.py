@@ -16,7 +16,7 @@ from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput
 from dysco_interp.decoding.backends.bridge_hooks import BiasWriter, LogitScale, RelevanceReader
 from dysco_interp.decoding.passes import running
-from dysco_interp.decoding.plan import PassPlan, Scale
+from dysco_interp.decoding.plan import PassPlan, Scale, keep_mask
 from dysco_interp.decoding.readout import read_outs
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
@@ -30,6 +30,7 @@ class BridgeBackend(Backend):
     name = "bridge"
     max_batch = 1
     runs_hooks = True
+    runs_keep = True
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  tau: float | None = None):
@@ -37,6 +38,7 @@ class BridgeBackend(Backend):
         self.readers: dict[PassPlan, RelevanceReader] = {}  # one per plan structure that reads
         self.writers: dict[PassPlan, BiasWriter] = {}
         self.scales: dict[Scale, LogitScale] = {}
+        self.keepers: dict[PassPlan, BiasWriter] = {}  # a keep, as the -inf on every key it does not name
 
     def _scale_hooks(self, scale: Scale | None, first: int) -> list[Hook]:
         """The hooks of `scale` for a forward whose first query sits at position `first`."""
@@ -99,6 +101,15 @@ class BridgeBackend(Backend):
                 assert plan.bias is not None
                 hooks.append((act_name(plan.bias.layers[0], "hook_in"), build))
             hooks += writer.hooks()
+        if plan.keep is not None:  # the reference: a -inf on every key outside the kept ones
+            kept = self.given_keep(plan, batch, n_keys)
+            assert kept is not None
+            if plan not in self.keepers:
+                self.keepers[plan] = BiasWriter(self.model.spec, layers=plan.keep.layers)
+            keeper = self.keepers[plan]
+            hidden = torch.zeros(batch, 1, 1, n_keys, device=kept[0].device)
+            keeper.set_bias(hidden.masked_fill_(~keep_mask(*kept, n_keys)[:, None, None, :], -torch.inf))
+            hooks += keeper.hooks()
         last = plan.last_layer(self.model.spec.n_layers)
         with running(plan.kind, state.n_keys, 1, range(last + 1)):
             if plan.stop_after is not None:

@@ -122,3 +122,19 @@ def attend_one_query(query, key, value, mask, scale: float, groups: int, kind: s
     # views, not an index tensor: a CUDA-graph capture cannot copy one to the device
     rows = None if heads is None else torch.stack([probs[:, head] for head in heads], dim=1)
     return probabilities_times_values(probs, value), rows
+
+
+def gather_kept(key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+                hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Only the kept keys of a layer (`plan.Keep`): keys and values `[B, kv_heads, capacity, d]` at
+    `positions` (long `[B, C]`, inside the buffers) -> `[B, kv_heads, C, d]`, and the float32 mask
+    `[B, 1 or heads, 1, capacity]` at those positions plus `hidden` (float32 `[B, 1, 1, C]`: -inf at
+    the slots that name no key, 0 elsewhere). Fixed shapes, no host sync: the attention over them
+    is the attention over the whole buffers with -inf on every key not kept, up to the order of
+    the float sums."""
+    batch, n_kv, _, dim = key.shape
+    width = positions.shape[-1]
+    index = positions[:, None, :, None].expand(batch, n_kv, width, dim)
+    kept_mask = mask.expand(batch, *mask.shape[1:]).gather(
+        -1, positions[:, None, None, :].expand(batch, mask.shape[1], 1, width)) + hidden
+    return key.gather(2, index), value.gather(2, index), kept_mask

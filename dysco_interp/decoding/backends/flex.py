@@ -10,6 +10,9 @@ inside the kernel rather than as a dense mask added before it:
   scale (as exact as the model's own 1/sqrt(d), as on the other backends), a temperature on some
   heads and log-n growth multiply it. As a float argument the scale would be a constant of the
   compiled kernel, one kernel per temperature;
+- a plan's keep (`plan.Keep`) is what it means, a -inf on every key it does not name, added to
+  the additive tensor of the kept layers (the sdpa and static backends gather the kept keys
+  instead; the tokens are the same);
 - reads: the QRHeads' rows are computed from their own q.K in float32 with the same factor and
   the same additive tensor, as the SDPA backend computes them (a kernel returns at most the
   logsumexp, and a row needs the scores anyway).
@@ -40,7 +43,7 @@ from dysco_interp.decoding import relevance
 from dysco_interp.decoding.backends.base import Backend, BackendOptions, DecodeState
 from dysco_interp.decoding.backends.sdpa import AttentionControl, SdpaBackend, dysco_attention, twin
 from dysco_interp.decoding.logit_scale import query_scaling
-from dysco_interp.decoding.plan import PassPlan
+from dysco_interp.decoding.plan import PassPlan, keep_mask
 from dysco_interp.errors import ConfigError
 from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
@@ -174,6 +177,17 @@ def additive(ctl: FlexControl, layer: int, mask, n_visible: int, batch: int, n_h
     return out
 
 
+def kept_part(ctl: FlexControl, n_visible: int, device: torch.device) -> torch.Tensor:
+    """float32 `[B, 1, n_visible]`: -inf on every key the plan's keep does not name (made once a pass)."""
+    made = ctl.additive.get(("keep", n_visible))
+    if made is None:
+        assert ctl.keep is not None
+        kept = keep_mask(*ctl.keep, ctl.n_keys)[:, ctl.n_keys - n_visible:].to(device)
+        made = ctl.additive[("keep", n_visible)] = (None, torch.zeros(kept.shape, device=device).masked_fill_(
+            ~kept, -torch.inf)[:, None, :])
+    return made[1]
+
+
 def head_rows(query, key, heads: torch.Tensor, groups: int, factor: torch.Tensor,
               add: torch.Tensor | None) -> torch.Tensor:
     """The float32 softmax rows of the query heads `heads`, `[B, h, n]`: the scores the kernel
@@ -215,6 +229,9 @@ def flex_attention_step(module, query, key, value, attention_mask, dropout: floa
     if layer in ctl.bias_layers and ctl.bias is None and ctl.rule is not None:
         ctl.bias = ctl.rule()
     add = additive(ctl, layer, attention_mask, key.shape[-2], batch, n_heads, query.device)
+    if layer in ctl.keep_layers and ctl.keep is not None:  # a keep as what it means: -inf outside it
+        hidden = kept_part(ctl, key.shape[-2], query.device)
+        add = hidden.contiguous() if add is None else (add + hidden).contiguous()
     heads = ctl.read.get(layer)
     if heads is not None:  # a read in a biased layer sees the attention as the pass uses it
         ctl.rows[layer] = head_rows(query, key, heads, groups, factor, add)

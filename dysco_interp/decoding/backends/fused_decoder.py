@@ -28,7 +28,7 @@ from torch.nn.attention.bias import causal_lower_right
 from torch.nn.functional import linear, scaled_dot_product_attention, silu
 
 from dysco_interp.decoding.backends.base import head_masks
-from dysco_interp.decoding.backends.decode_attention import attend_one_query
+from dysco_interp.decoding.backends.decode_attention import attend_one_query, gather_kept
 from dysco_interp.decoding.logit_scale import logn_of, scaled
 from dysco_interp.decoding.plan import Scale
 from dysco_interp.models.placement import Placement
@@ -128,6 +128,11 @@ class DecodePass:
     bias_layers: frozenset[int] = frozenset()
     # layer -> bool [1, heads, 1, 1]: the heads its bias applies to (a layer not here: all)
     bias_heads: Mapping[int, torch.Tensor] = field(default_factory=dict)
+    # a plan's keep (`plan.Keep`): its layers read only the keys at `kept` (long [B, C]), `hidden`
+    # (float32 [B, 1, 1, C]) -inf at its slots that name no key
+    kept: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
+    keep_layers: frozenset[int] = frozenset()
 
     def masks(self, layer: int, dtype: torch.dtype, cast: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The float32 mask of `layer` and the same in `dtype` (`cast` keeps the casts of one pass)."""
@@ -236,6 +241,10 @@ class FusedDecoder:
             q, scale = scaled(q, self.layers[index].self_attn.scaling, step.scale, index, step.scale_heads.get(index),
                               step.logn)
             mask, model_mask = step.masks(index, x.dtype, cast)
+            if index in step.keep_layers:  # only the kept keys and values are read
+                assert step.kept is not None and step.hidden is not None
+                keys, values, mask = gather_kept(keys, values, mask, step.kept, step.hidden)
+                model_mask = mask.to(x.dtype)
             out, rows = attend_one_query(q, keys, values, mask, scale, self.groups, step.decode_attention,
                                          step.read.get(index), model_mask=model_mask)
             if rows is not None:

@@ -22,6 +22,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.backends.base import Backend, DecodeState, StepOutput, StopForward, head_masks, stop_after
+from dysco_interp.decoding.backends.decode_attention import gather_kept
 from dysco_interp.decoding.logit_scale import logn_of, scaled
 from dysco_interp.decoding.plan import PassPlan, Scale
 from dysco_interp.decoding.readout import read_outs
@@ -44,6 +45,9 @@ class AttentionControl:
     bias_heads: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> its biased heads (absent: all)
     rows: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> read rows, float32 [B, h, n]
     rule: Callable[[], torch.Tensor] | None = None  # builds the bias at the first biased layer
+    keep: tuple[torch.Tensor, torch.Tensor] | None = None  # the plan's kept keys: positions, valid [B, C]
+    keep_layers: frozenset[int] = frozenset()  # the layers that attend to the kept keys only
+    n_keys: int = 0  # the keys of the pass, the token's own included (where a keep's positions point)
 
 
 def last_query_rows(query, key, mask, heads: torch.Tensor, scale: float, groups: int,
@@ -108,6 +112,34 @@ def biased_decode_attention(query, key, value, mask, bias, scale: float, groups:
     return out.reshape(batch, n_heads, 1, -1).transpose(1, 2).contiguous(), None
 
 
+def kept_decode_attention(query, key, value, mask, ctl: AttentionControl, layer: int, scale: float,
+                          groups: int):
+    """One decoding query over the plan's kept keys only (`plan.Keep`): their keys and values
+    gathered (`decode_attention.gather_kept`), the model's mask and the pass's bias at their
+    positions, so the layer reads a capacity of keys, not the cache."""
+    assert ctl.keep is not None
+    positions, valid = (t.to(key.device) for t in ctl.keep)
+    n_visible = key.shape[-2]
+    local = positions - (ctl.n_keys - n_visible)  # a sliding layer's cache holds its last keys only
+    valid = valid & (local >= 0)
+    local = local.clamp_min(0)
+    hidden = torch.zeros(valid.shape, device=key.device).masked_fill_(~valid, -math.inf)[:, None, None, :]
+    if mask is None:
+        last = torch.zeros(1, 1, 1, n_visible, device=key.device)
+    else:
+        last = mask[:, :, -1:, :]
+        last = torch.zeros(last.shape, device=key.device).masked_fill_(~last, -math.inf) \
+            if last.dtype == torch.bool else last.float()
+    key, value, kept = gather_kept(key, value, last, local, hidden)
+    bias, heads = torch.zeros(1, 1, 1, local.shape[-1], device=key.device), None
+    if layer in ctl.bias_layers and ctl.bias is not None:
+        full = relevance.window_slice(ctl.bias, n_visible).to(key.device)
+        full = full.expand(local.shape[0], *full.shape[1:])
+        bias = full.gather(-1, local[:, None, None, :].expand(local.shape[0], full.shape[1], 1, local.shape[-1]))
+        heads = ctl.bias_heads.get(layer)
+    return biased_decode_attention(query, key, value, kept.to(query.dtype), bias, scale, groups, heads)
+
+
 def dysco_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
                     dysco_control: AttentionControl | None = None, **kwargs):
     """SDPA attention with a pass's reads, bias and scale; plain SDPA without a control."""
@@ -119,6 +151,8 @@ def dysco_attention(module, query, key, value, attention_mask, dropout: float = 
     layer = module.layer_idx
     query, scale = scaled(query, scaling if scaling is not None else query.shape[-1] ** -0.5, ctl.scale, layer,
                           ctl.scale_heads.get(layer), ctl.logn)
+    if layer in ctl.keep_layers and ctl.keep is not None and query.shape[2] == 1:
+        return kept_decode_attention(query, key, value, attention_mask, ctl, layer, scale, groups)
     biased = layer in ctl.bias_layers
     if biased and ctl.bias is None and ctl.rule is not None:
         ctl.bias = ctl.rule()
@@ -214,6 +248,7 @@ class SdpaBackend(Backend):
 
     name = "sdpa"
     max_batch = None
+    runs_keep = True
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  tau: float | None = None):
@@ -246,7 +281,8 @@ class SdpaBackend(Backend):
             logn = logn_of(plan.scale, counts[:, None])
         return AttentionControl(scale=plan.scale, scale_heads=scale_heads, logn=logn, read=read,
                                 bias_heads=bias_heads,
-                                bias_layers=frozenset(additive.layers) if additive is not None else frozenset())
+                                bias_layers=frozenset(additive.layers) if additive is not None else frozenset(),
+                                keep_layers=frozenset(plan.keep.layers) if plan.keep is not None else frozenset())
 
     @torch.inference_mode()
     def run(self, state: DecodeState, tokens: torch.Tensor, plan: PassPlan) -> StepOutput:
@@ -255,6 +291,7 @@ class SdpaBackend(Backend):
         self.model.check_fits(n_keys)
         ctl = self._control(plan, state)
         ctl.bias = self.given_bias(plan, batch, n_keys)
+        ctl.keep, ctl.n_keys = self.given_keep(plan, batch, n_keys), n_keys
         if plan.bias is not None and ctl.bias is None:
             ctl.rule = lambda: self.ruled_bias(
                 plan, read_outs(plan, ctl.rows, n_keys, self.model.device, first_only=True)[0], batch, n_keys)

@@ -8,7 +8,9 @@ the whole cache at every step. Here:
   over the whole buffer with an additive float32 mask: 0 for real keys, -inf for pads
   and empty slots, plus log(beta) on DySCO's selected keys;
 - each pass plan is captured once per state on a GPU, keyed by the plan's structure, and
-  replayed; on the CPU the same code runs eagerly, which the parity tests check.
+  replayed; on the CPU the same code runs eagerly, which the parity tests check;
+- a plan's keep (`plan.Keep`) is fixed tensors too (`StaticState.keep`): its layers gather the
+  kept keys and values at those positions and attend over them only (sparse decoding).
 
 Models of the Llama family (Llama, Qwen2, Qwen3) run their passes, and unpadded prompts their
 prefill, through `fused_decoder.FusedDecoder`: the layers written out over the same weights,
@@ -47,7 +49,12 @@ from dysco_interp.decoding.backends.base import (
     head_masks,
     stop_after,
 )
-from dysco_interp.decoding.backends.decode_attention import GRANULE, attend_one_query, check_decode_attention
+from dysco_interp.decoding.backends.decode_attention import (
+    GRANULE,
+    attend_one_query,
+    check_decode_attention,
+    gather_kept,
+)
 from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
 from dysco_interp.decoding.backends.sdpa import (
     AttentionControl,
@@ -140,10 +147,12 @@ class Fixed:
     position: torch.Tensor  # long [B, 1]: the step's position ids
     slot: torch.Tensor  # long [1]: the cache slot the step's keys go to
     logn: torch.Tensor  # float32 [B, 1, 1, 1]: each row's log-n factor this step (a plan's scale)
+    kept: torch.Tensor | None = None  # long [B, C]: a keep's positions (`plan.Keep`)
+    hidden: torch.Tensor | None = None  # float32 [B, 1, 1, C]: -inf at a keep's slots that name no key
 
     def copied_to(self, device: torch.device) -> "Fixed":
-        return Fixed(*(t.to(device, copy=True) for t in (self.mask, self.biased, self.position, self.slot,
-                                                         self.logn)))
+        return Fixed(*(None if t is None else t.to(device, copy=True)
+                       for t in (self.mask, self.biased, self.position, self.slot, self.logn, self.kept, self.hidden)))
 
     def refresh(self, source: "Fixed", biased: bool) -> None:
         """What a pass reads, copied from the first device's tensors (a biased pass can leave
@@ -154,6 +163,9 @@ class Fixed:
         self.position.copy_(source.position)
         self.slot.copy_(source.slot)
         self.logn.copy_(source.logn)
+        for mine, theirs in ((self.kept, source.kept), (self.hidden, source.hidden)):
+            if mine is not None and theirs is not None:
+                mine.copy_(theirs)
 
 
 @dataclass(kw_only=True)
@@ -171,6 +183,8 @@ class StaticState(DecodeState):
     slot: torch.Tensor  # long [1]: the cache slot they are written to
     next_position: torch.Tensor  # long [B]
     logn: torch.Tensor  # float32 [B, 1, 1, 1]: each row's log-n factor this step
+    kept: torch.Tensor | None = None  # long [B, C]: the step's kept key positions (a plan's keep)
+    hidden: torch.Tensor | None = None  # float32 [B, 1, 1, C]: -inf at the kept slots that name no key
     graphs: dict = field(default_factory=dict)
     # a split model's later devices: part -> copies of mask, biased, position and slot there
     copies: dict[int, Fixed] = field(default_factory=dict)
@@ -181,7 +195,7 @@ class StaticState(DecodeState):
 
     def fixed(self, part: int, device: torch.device) -> Fixed:
         """The fixed tensors on part `part` of a split (part 0: this state's own)."""
-        own = Fixed(self.mask, self.biased, self.position, self.slot, self.logn)
+        own = Fixed(self.mask, self.biased, self.position, self.slot, self.logn, self.kept, self.hidden)
         if part == 0:
             return own
         if part not in self.copies:
@@ -214,6 +228,17 @@ class StaticState(DecodeState):
         if self.biased.shape[1] != rows:
             self.biased = self.mask.new_empty(self.mask.shape[0], rows, 1, self.mask.shape[-1])
             self.graphs, self.copies, self.inputs = {}, {}, {}
+
+    def keep(self, positions: torch.Tensor, valid: torch.Tensor) -> None:
+        """The step's kept keys into their fixed tensors; a new capacity drops the captured passes
+        (they point at the old tensors)."""
+        if self.kept is None or self.kept.shape != positions.shape:
+            self.kept = torch.zeros(positions.shape, dtype=torch.long, device=self.mask.device)
+            self.hidden = self.mask.new_zeros(positions.shape[0], 1, 1, positions.shape[1])
+            self.graphs, self.copies, self.inputs = {}, {}, {}
+        assert self.hidden is not None
+        self.kept.copy_(positions)
+        self.hidden.copy_(torch.where(valid, 0.0, -torch.inf)[:, None, None, :])
 
     def advance(self, n: int = 1) -> None:
         self.n_keys += n
@@ -262,12 +287,19 @@ def static_attention(module, query, key, value, attention_mask, dropout: float =
     query, scale = scaled(query, scaling if scaling is not None else query.shape[-1] ** -0.5, ctl.scale,
                           module.layer_idx, ctl.scale_heads.get(module.layer_idx), ctl.logn)
     groups = getattr(module, "num_key_value_groups", 1)
-    mask = attention_mask
+    mask, kind = attention_mask, ctl.decode_attention
+    window = getattr(module, "sliding_window", None)
     if ctl.step is not None:
         mask, _ = ctl.step.masks(module.layer_idx, query.dtype, {"mask": attention_mask})
-    out, rows = attend_one_query(query, key, value, mask, scale, groups, ctl.decode_attention,
-                                 ctl.read_lists.get(module.layer_idx), getattr(module, "sliding_window", None),
-                                 ctl.slot)
+        if module.layer_idx in ctl.step.keep_layers:  # only the kept keys and values are read
+            assert ctl.step.kept is not None and ctl.step.hidden is not None
+            key, value, mask = gather_kept(key, value, mask, ctl.step.kept, ctl.step.hidden)
+            if window is not None:  # kept keys at or before slot - window are out of a sliding layer's reach
+                assert ctl.slot is not None
+                old = ctl.step.kept <= ctl.slot.to(key.device) - window
+                mask, window, kind = mask.masked_fill(old[:, None, None, :], -torch.inf), None, "float32"
+    out, rows = attend_one_query(query, key, value, mask, scale, groups, kind,
+                                 ctl.read_lists.get(module.layer_idx), window, ctl.slot)
     if rows is not None:
         ctl.rows[module.layer_idx] = rows
     return out, None
@@ -330,6 +362,7 @@ class StaticBackend(Backend):
     Options = StaticOptions
     max_batch = None
     supports_graphs = True
+    runs_keep = True
 
     def __init__(self, model: LoadedModel, *, graphs: bool | None = None, hooks: Sequence[Hook] = (),
                  options: StaticOptions | None = None, tau: float | None = None):
@@ -390,7 +423,9 @@ class StaticBackend(Backend):
                           decode_attention=self.decode_attention, read=plan.read_heads(),
                           biased=fixed.biased if bias is not None else None,
                           bias_layers=frozenset(bias.layers) if bias is not None else frozenset(),
-                          bias_heads={layer: g.to(fixed.mask.device) for layer, g in bias_heads.items()})
+                          bias_heads={layer: g.to(fixed.mask.device) for layer, g in bias_heads.items()},
+                          kept=fixed.kept, hidden=fixed.hidden,
+                          keep_layers=frozenset(plan.keep.layers) if plan.keep is not None else frozenset())
 
     def _pass(self, state: StaticState, plan: PassPlan, start: int, stop: int, hidden: torch.Tensor | None = None):
         """Run (or replay) layers start..stop-1 of `plan`'s pass: from the step's tokens (`start` 0)
@@ -525,6 +560,9 @@ class StaticBackend(Backend):
         given = self.given_bias(plan, batch, n_keys)
         if given is not None:
             self._set_bias(state, given)
+        kept = self.given_keep(plan, batch, n_keys)
+        if kept is not None:
+            state.keep(*kept)
         if plan.bias is not None and given is None:  # a rule: the layers before its first biased one, then the rest
             split = plan.bias.layers[0]
             hidden, rows = self._pass(state, plan, 0, split)

@@ -4,6 +4,8 @@ and `decoding.config` imports this package, so every config knows them):
 
 - `dysco-lagged`, `dysco-hard`, `dysco-middle`: DySCO in one pass per token selecting from the
   previous step's biased read; DySCO's selection as a hard mask; DySCO biasing the middle layers only;
+- `dysco-sparse`: dysco-lagged whose layers after the deepest QRHead read only the selected keys'
+  blocks, the sinks and a recent window (hard DySCO as sparse decoding);
 - `instaboost`: InstABoost (Guardieiro et al., 2025), the attention to an instruction's tokens
   multiplied by M and renormalised in every head;
 - `logn`: log-n scaling (Qwen's `use_logn_attn`), every head's logits grown past a training length;
@@ -13,11 +15,20 @@ and `decoding.config` imports this package, so every config knows them):
 - `qr-pasta`: PASTA on the units of the last message the QRHeads attend to most at the prompt's end.
 """
 
-from dysco_interp.decoding.baselines import dysco_variants, instaboost, logn, pasta, positional, qr_pasta, spans
+from dysco_interp.decoding.baselines import (
+    dysco_sparse,
+    dysco_variants,
+    instaboost,
+    logn,
+    pasta,
+    positional,
+    qr_pasta,
+    spans,
+)
 from dysco_interp.decoding.choices import BASELINE_NAMES
 from dysco_interp.decoding.methods import REGISTRY
 
 # the command line names these before torch is imported (`choices`): the two lists must agree
 assert [name for name in REGISTRY if name in BASELINE_NAMES] == list(BASELINE_NAMES)
 
-__all__ = ["dysco_variants", "instaboost", "logn", "pasta", "positional", "qr_pasta", "spans"]
+__all__ = ["dysco_sparse", "dysco_variants", "instaboost", "logn", "pasta", "positional", "qr_pasta", "spans"]

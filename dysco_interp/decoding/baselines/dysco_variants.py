@@ -24,6 +24,7 @@ import math
 import torch
 
 from dysco_interp.checks import check_number
+from dysco_interp.decoding import relevance
 from dysco_interp.decoding.methods import Dysco, SelectionParams, register_method
 from dysco_interp.decoding.plan import Bias, Mask, PassPlan
 from dysco_interp.decoding.template import extend_mask
@@ -73,10 +74,14 @@ class DyscoLagged(Dysco):
         # the keys the last read saw, and 0 for this token's own: the padding `update` gives it too
         selector.relevance = torch.nn.functional.pad(selector.relevance, (0, n_keys - selector.relevance.shape[-1]))
         selection = selector.select(n_keys)
-        out = run(self.steering.with_bias(selector.bias(selection.mask)))
+        out = run(self.steered(selection, n_keys))
         assert out.attention is not None and out.logits is not None
         selector.update(out.attention)  # what the next step selects from
         return out.logits, selection
+
+    def steered(self, selection: relevance.Selection, n_keys: int) -> PassPlan:
+        """The step's one pass, given its selection: the bias on the selected keys."""
+        return self.steering.with_bias(self.running.bias(selection.mask))
 
 
 @register_method
