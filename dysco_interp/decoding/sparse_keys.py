@@ -31,7 +31,10 @@ def kept_keys(selected: torch.Tensor, relevance: torch.Tensor, first: torch.Tens
         relevance: float `[B, n_keys]`, what ranks the blocks when more than `max_blocks` hold a
             selected key: a block's summed relevance, the earlier block first among equal ones.
         first: long `[B]`, each row's first real key (its left pads before it, never kept).
-        block, sinks, window, max_blocks: see the module docstring.
+        block: the tokens of a key block (see the module docstring).
+        sinks: the first tokens of each row, always kept.
+        window: the last keys, always kept (the own key among them).
+        max_blocks: the most blocks kept; beyond it, those of highest summed relevance.
     """
     batch, n_keys = selected.shape
     device = selected.device
