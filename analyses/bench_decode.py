@@ -135,7 +135,7 @@ def main(argv=None) -> int:
     rows = []
     contexts = args.contexts
     extra = bench.extra_steps(config, model, args.user_method, args.read_heads, methods=also)
-    timed = [*extra, *([f"{args.versus}_{m}" for m in (*bench.METHODS, *extra)] if versus else [])]
+    timed = bench.timed_steps(extra, args.versus)
     for row in bench.bench_rows(model, heads, config, backend, contexts, args.steps, args.warmup, bandwidth,
                                 args.profile, args.batch_size, extra, versus, args.task_context):
         rows.append(row)

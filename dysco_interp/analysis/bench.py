@@ -19,7 +19,7 @@ import functools
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -231,6 +231,14 @@ def extra_steps(config: DecodingConfig, model: LoadedModel, user_method: bool, r
     return extra
 
 
+def timed_steps(extra: Iterable[str], versus: str | None = None) -> list[str]:
+    """The steps timed beside vanilla and DySCO: the `extra` ones, then, given another backend
+    `versus`, each of those steps on it ("<backend>_<step>")."""
+    extra = list(extra)
+    other = [] if versus is None else [f"{versus}_{m}" for m in (*METHODS, *extra)]
+    return [*extra, *other]
+
+
 class BenchDecoder:
     """A plain prefill, then a vanilla step and a DySCO step (`config.method`) that each advance
     their own copy of the prefilled context; the only code of the benchmark that drives decoding,
@@ -250,9 +258,7 @@ class BenchDecoder:
 
     @property
     def timed(self) -> list[str]:
-        """The steps timed beside vanilla and DySCO: the extra ones, then the other backend's."""
-        other = [] if self.versus is None else [f"{self.versus.backend.name}_{m}" for m in (*METHODS, *self.extra)]
-        return [*self.extra, *other]
+        return timed_steps(self.extra, None if self.versus is None else self.versus.backend.name)
 
     def prefill(self, context: torch.Tensor, reserve: int) -> DecodeState:
         """`context` `[B, n]` with room for `reserve` more tokens (the other backend's own prefill too)."""

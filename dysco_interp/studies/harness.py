@@ -105,18 +105,13 @@ def check_settings(s: HarnessSettings) -> None:
 def check_data(s: HarnessSettings) -> None:
     """The task files the parts read are there (a ConfigError naming the first one missing), so a
     run does not load a model to find that out."""
-    if "profile" in s.parts and uses_profile(s):
-        for task in s.tasks:
-            path = s.data_dir / "dev" / f"{task}_{s.profile_length}.jsonl"
-            if not path.is_file():
-                raise ConfigError(f"missing {path}: make the dev split first (see {SCRIPT})")
     splits = (["dev"] if "dev" in s.parts else []) + (["test"] if {"test-tf", "test-free"} & set(s.parts) else [])
-    for split in splits:
-        for task in s.tasks:
-            for length in s.lengths:
-                path = s.data_dir / split / f"{task}_{length}.jsonl"
-                if not path.is_file():
-                    raise ConfigError(f"missing {path}: make the {split} split first (see {SCRIPT})")
+    files = [("dev", task, s.profile_length) for task in s.tasks] if "profile" in s.parts and uses_profile(s) else []
+    files += [(split, task, length) for split in splits for task in s.tasks for length in s.lengths]
+    for split, task, length in files:
+        path = s.data_dir / split / f"{task}_{length}.jsonl"
+        if not path.is_file():
+            raise ConfigError(f"missing {path}: make the {split} split first (see {SCRIPT})")
 
 
 def profile_heads_of(s: HarnessSettings) -> Profile:

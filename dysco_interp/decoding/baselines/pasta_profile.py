@@ -39,7 +39,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from dysco_interp.checks import check_bool, check_number
+from dysco_interp.checks import check_bool, check_int, check_number
 from dysco_interp.decoding import relevance, runtime
 from dysco_interp.decoding.arguments import forced_ids
 from dysco_interp.decoding.backends.base import DecodeState
@@ -119,8 +119,7 @@ def profile_heads(model: LoadedModel, prompts: Sequence[Prompt], golds: Sequence
     """
     check_number("alpha", alpha, above=0, at_most=1)
     check_bool("chat", chat)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ConfigError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+    check_int("batch_size", batch_size, minimum=1)
     if not prompts:
         raise ConfigError("no prompts to profile heads on")
     spec = model.spec
