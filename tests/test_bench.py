@@ -53,9 +53,23 @@ def test_each_method_steps_on_its_own_copy_of_the_prefix(model):
     decoder = bench.BenchDecoder(model, tiny_heads(model), DecodingConfig(), "sdpa")
     prefix = decoder.prefill(context, reserve=4)
     assert prefix.n_keys == 40
-    for fn in decoder.steps(context, prefix).values():
+    for fn in decoder.steps(context, prefix, 1).values():
         fn(torch.tensor([5]))
     assert prefix.n_keys == 41  # DySCO steps on the prefix itself, vanilla on a clone
+
+
+def test_methods_sharing_dysco_s_context_fit_all_of_its_growth(model):
+    from dysco_interp.decoding.config import preset
+
+    # each of the six steps every selecting method takes 3 times on the one context: 18 keys, more
+    # than the 4 new tokens each config is made for; a method that sizes its masks by its own
+    # steps alone would find the context longer than its masks
+    config = DecodingConfig(max_new_tokens=4)
+    also = [preset("paper", method=m, max_new_tokens=4) for m in ("dysco-hard", "dysco-lagged", "dysco-middle",
+                                                                   "dysco-sparse", "uniattns")]
+    extra = bench.extra_steps(config, model, False, 0, methods=also)
+    [row] = bench.bench_rows(model, tiny_heads(model), config, "sdpa", [48], 2, 0, None, extra=extra)
+    assert all(row[f"{name}_step_ms"] > 0 for name in extra)
 
 
 def test_any_registered_method_is_timed_beside_dysco_in_the_same_run(model):

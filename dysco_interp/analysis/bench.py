@@ -260,21 +260,30 @@ class BenchDecoder:
     def timed(self) -> list[str]:
         return timed_steps(self.extra, None if self.versus is None else self.versus.backend.name)
 
+    def grows_by(self, steps_each: int) -> int:
+        """How many keys the shared context gains when DySCO and each extra method take
+        `steps_each` steps (vanilla steps on its own copy)."""
+        return (1 + len(self.extra)) * steps_each
+
     def prefill(self, context: torch.Tensor, reserve: int) -> DecodeState:
         """`context` `[B, n]` with room for `reserve` more tokens (the other backend's own prefill too)."""
         if self.versus is not None:
             self.versus_prefix = self.versus.prefill(context, reserve)
         return self.plain.prefill(context.to(self.model.device), None, reserve=reserve)
 
-    def steps(self, context: torch.Tensor | PromptBatch, prefix: DecodeState) -> dict[str, Step]:
+    def steps(self, context: torch.Tensor | PromptBatch, prefix: DecodeState, steps_each: int) -> dict[str, Step]:
         """vanilla on a clone of `prefix`, DySCO on `prefix` itself, its relevance uniform over
-        the context as if warmed up. `context`: token ids, or the prompts whose ids were prefilled
-        (for methods that find spans in the prompts' text)."""
+        the context as if warmed up, each to take `steps_each` steps. `context`: token ids, or the
+        prompts whose ids were prefilled (for methods that find spans in the prompts' text)."""
         vanilla = prefix.clone()
         prompts = context if isinstance(context, PromptBatch) else PromptBatch.from_ids(context)
         batch, n_context = prompts.ids.shape
 
+        # every method's keys must fit what the shared context grows to, not only its own steps
+        room = self.grows_by(steps_each)
+
         def stepper(config: DecodingConfig, read: Read | None = None) -> Stepper:
+            config = config.replace(max_new_tokens=max(config.max_new_tokens, room))
             made = Stepper(self.backend.make(self.model), config, prompts, heads=self.heads, read=read)
             if made.selector is not None:  # a method that keeps relevance, as if warmed up
                 made.relevance = torch.full((batch, n_context), 1.0 / n_context, device=self.model.device)
@@ -289,7 +298,7 @@ class BenchDecoder:
             steps[name] = functools.partial(stepper(config, read).step, prefix)
         if self.versus is not None:
             assert self.versus_prefix is not None
-            other = self.versus.steps(context, self.versus_prefix)
+            other = self.versus.steps(context, self.versus_prefix, steps_each)
             steps.update({f"{self.versus.backend.name}_{m}": step for m, step in other.items()})
         return steps
 
@@ -338,12 +347,13 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
             torch.cuda.reset_peak_memory_stats(d)
         before = {d: torch.cuda.memory_allocated(d) for d in devices}
     t0 = time.perf_counter()
-    prefix = decoder.prefill(ids[:, :n_context], reserve=n_steps + n_warmup + 1)
+    steps_each = n_warmup + n_steps + 1  # the untimed first step measuring memory too
+    prefix = decoder.prefill(ids[:, :n_context], reserve=decoder.grows_by(steps_each))
     sync_all(devices)
     prefill_s = time.perf_counter() - t0
     if cuda:
         prefill_peak = {d: torch.cuda.max_memory_allocated(d) - before[d] for d in devices}
-    steps = decoder.steps(ids[:, :n_context] if prompts is None else prompts, prefix)
+    steps = decoder.steps(ids[:, :n_context] if prompts is None else prompts, prefix, steps_each)
     times: dict[str, list[float]] = {m: [] for m in steps}
     peaks = {m: dict.fromkeys(devices, 0) for m in steps}
     kept = {m: dict.fromkeys(devices, 0) for m in steps}
