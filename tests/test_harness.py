@@ -71,6 +71,25 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
                                                "where_tiny-llama_free.html"}
     assert opens_offline(s.folder / "where_tiny-llama_tf.html")
     assert "| tiny-llama | teacher forced | path_traversal | 1K |" in (s.folder / "leaderboard.md").read_text()
+    assert board["incomplete"] == []
+    # an interrupted run: a method short of one instance, and a chosen method never run, are no
+    # rows (nor in the q family) but listed as incomplete
+    store = s.store("test", "path_traversal", "1950", "tf")
+    lines = store.read_text().splitlines(keepends=True)
+    dropped = next(i for i, line in enumerate(lines) if '"method": "dysco' in line)
+    store.write_text("".join(lines[:dropped] + lines[dropped + 1:]))
+    choice = json.loads(s.choice_path.read_text())
+    choice["choices"]["mine"] = choice["choices"]["dysco"]
+    s.choice_path.write_text(json.dumps(choice))
+    board = leaderboard(s.folder)
+    every = {(m, n) for m in ("tf", "free") for n in ("uniattns", "dysco", "pasta")}
+    assert {(r["mode"], r["method"]) for r in board["rows"]} == every - {("tf", "dysco")}
+    assert sorted((r["mode"], r["method"], r["n"], r["expected"]) for r in board["incomplete"]) == [
+        ("free", "mine", 0, 2), ("tf", "dysco", 1, 2), ("tf", "mine", 0, 2)]
+    write_reports(s.out_dir)
+    short = next(r["label"] for r in board["incomplete"] if r["n"] == 1)
+    assert f"| tiny-llama | teacher forced | path_traversal | 1K | {short} | 1 of 2 |" in (
+        s.folder / "leaderboard.md").read_text()
 
 
 @pytest.mark.parametrize("changes, message", [

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from dysco_interp.analysis.margins import margin_of
@@ -20,12 +20,28 @@ from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_delta, write_json, write_text
 from dysco_interp.stores.archives import glob_stores
 from dysco_interp.studies.budget_choice import primary_metrics
+from dysco_interp.studies.harness_protocol import TEST_N
 from dysco_interp.viz.figures import save_ci_lines, save_panels
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
 
 MODES = {"tf": "teacher forced", "free": "free"}
 VANILLA = MethodKey("vanilla")
+# one colour per method in every harness figure, so a method reads the same across models, modes
+# and figures: DySCO and its variants in blues and cyans, the baselines each their own hue
+METHOD_COLORS = {"dysco": "#1f77b4", "dysco-lagged": "#6baed6", "dysco-middle": "#17becf", "dysco-hard": "#08306b",
+                 "dysco-sparse": "#9edae5", "uniattns": "#7f7f7f", "logn": "#bcbd22", "instaboost": "#ff7f0e",
+                 "pos-calibration": "#8c564b", "pasta": "#e377c2", "qr-pasta": "#9467bd"}
+OTHER_COLORS = ("#2ca02c", "#d62728", "#98df8a", "#ff9896", "#c49c94", "#ffbb78")  # methods of one's own
+
+
+def method_color(method: str, others: Sequence[str] = ()) -> str:
+    """`method`'s colour: its own for a built-in one, else one of `OTHER_COLORS` by its place
+    among `others` (the methods of one's own in the figure, sorted)."""
+    if method in METHOD_COLORS:
+        return METHOD_COLORS[method]
+    place = list(others).index(method) if method in others else 0
+    return OTHER_COLORS[place % len(OTHER_COLORS)]
 
 
 def cells_of(folder: Path) -> dict[tuple[str, str, int, str], list[Mapping]]:
@@ -39,10 +55,23 @@ def cells_of(folder: Path) -> dict[tuple[str, str, int, str], list[Mapping]]:
     return cells
 
 
+def expected_in(folder: Path, model: str, length: int, found: int) -> tuple[dict[str, str], int]:
+    """The methods a test cell of `model` should hold, by their chosen points' labels (those of
+    its dev choice file, when there is one), and how many instances: the protocol's `TEST_N` at
+    the protocol's lengths, else the `found` instances vanilla ran (a run of one's own, at its own
+    lengths and counts)."""
+    path = folder / f"chosen_{model}.json"
+    choices = json.loads(path.read_text())["choices"] if path.is_file() else {}
+    return {m: str(c["label"]) for m, c in choices.items()}, TEST_N.get(f"{length // 1024}k", found)
+
+
 def leaderboard(folder: Path) -> dict:
     """Rows per (model, mode, task, length, method): the method's paired difference from vanilla
-    on the task's primary metric, q over every row."""
+    on the task's primary metric, q over every row. A method not yet run on every instance of
+    its cell (an interrupted run; `expected_in`) is no row: it is listed under "incomplete" with
+    how many it has, and stays out of the q family."""
     rows: list[dict] = []
+    incomplete: list[dict] = []
     for (model, task, length, mode), records in sorted(cells_of(folder).items()):
         metric = primary_metrics(forced=mode == "tf")[task]
         values: dict[MethodKey, dict[str, float]] = {}
@@ -52,9 +81,15 @@ def leaderboard(folder: Path) -> dict:
                 values.setdefault(method_key(r), {})[str(r["instance"])] = float(r[metric])
                 labels.setdefault(method_key(r), str(r["method"]))
         base = values.get(VANILLA, {})
+        methods, n_expected = expected_in(folder, model, length, len(base))
+        cell = {"model": model, "mode": mode, "task": task, "length": length, "expected": n_expected}
+        for method in sorted(methods.keys() - {k.method for k in values}):
+            incomplete.append({**cell, "method": method, "label": methods[method], "n": 0})
         for key in sorted(k for k in values if k != VANILLA):
             shared = sorted(values[key].keys() & base.keys())
-            if shared:
+            if len(shared) < n_expected or len(values[key]) != len(shared):
+                incomplete.append({**cell, "method": key.method, "label": labels[key], "n": len(shared)})
+            elif shared:
                 diff = [values[key][i] - base[i] for i in shared]
                 rows.append({"model": model, "mode": mode, "task": task, "length": length,
                              "method": key.method, "label": labels[key], "metric": metric, "n": len(shared),
@@ -62,37 +97,51 @@ def leaderboard(folder: Path) -> dict:
                              "delta": paired_comparison(diff, margin=margin_of(metric))})
     for row, filled in zip(rows, with_q([r["delta"] for r in rows])):
         row["delta"] = filled.as_dict()
-    return {"rows": rows, "family": "every row of the leaderboard"}
+    return {"rows": rows, "family": "every row of the leaderboard", "incomplete": incomplete}
 
 
 def render(result: Mapping) -> str:
     body = [[r["model"], MODES[r["mode"]], r["task"], f"{r['length'] // 1024}K", r["label"], r["metric"], r["n"],
              f"{r['vanilla']:.3f}", fmt_delta(r["delta"])] for r in result["rows"]]
-    return "\n".join([
+    lines = [
         "# The steering leaderboard: each method at its dev choice against vanilla (test split)", "",
         f"Δ: the method minus vanilla on the task's primary metric, paired per instance; q: BH over "
         f"{result['family']}. {DELTA_LEGEND}", "",
-        table_markdown(["model", "mode", "task", "length", "method", "metric", "n", "vanilla", "Δ"], body)]) + "\n"
+        table_markdown(["model", "mode", "task", "length", "method", "metric", "n", "vanilla", "Δ"], body)]
+    missing = result.get("incomplete") or []
+    if missing:
+        lines += ["", "## Not yet run on every test instance (no row, outside the q family)", "",
+                  table_markdown(["model", "mode", "task", "length", "method", "instances run"],
+                                 [[r["model"], MODES[r["mode"]], r["task"], f"{r['length'] // 1024}K", r["label"],
+                                   f"{r['n']} of {r['expected']}"] for r in missing])]
+    return "\n".join(lines) + "\n"
 
 
 def figure(result: Mapping, model: str, mode: str, stem: Path) -> tuple[Path, Path]:
     """Which method works where: one panel per task, each method's Δ over the lengths."""
     rows = [r for r in result["rows"] if r["model"] == model and r["mode"] == mode]
     lengths = sorted({r["length"] for r in rows})
+    others = own_methods(rows)
     panels = []
     for task in sorted({r["task"] for r in rows}):
         mine = [r for r in rows if r["task"] == task]
         series = []
-        for label in sorted({r["label"] for r in mine}):
+        for label, method in sorted({(r["label"], r["method"]) for r in mine}):
             at = {r["length"]: r["delta"] for r in mine if r["label"] == label}
             series.append(Series(label, [at[n]["mean"] if n in at else None for n in lengths],
                                  [at[n]["lo"] if n in at else None for n in lengths],
-                                 [at[n]["hi"] if n in at else None for n in lengths]))
+                                 [at[n]["hi"] if n in at else None for n in lengths],
+                                 color=method_color(method, others)))
         metric = mine[0]["metric"]
         panels.append(Panel(task, f"Δ {metric}\n(method − vanilla)", series, note="no runs", ref=0.0,
                             ref_label="vanilla (Δ = 0)"))
     return save_ci_lines(panels, [f"{n // 1024}K" for n in lengths], stem,
                          title=f"Which method works where ({model}, {MODES[mode]})", xlabel="context length")
+
+
+def own_methods(rows: Sequence[Mapping]) -> list[str]:
+    """The methods of one's own among `rows` (no built-in colour), sorted."""
+    return sorted({str(r["method"]) for r in rows} - METHOD_COLORS.keys())
 
 
 def step_costs(folder: Path) -> dict[str, float]:
@@ -116,11 +165,12 @@ def effect_cost_figure(result: Mapping, costs: Mapping[str, float], model: str, 
     rows = [r for r in result["rows"] if r["model"] == model and r["mode"] == mode and r["method"] in costs]
     if not rows:
         return None
+    others = own_methods(rows)
     panels = []
     for task, length in sorted({(r["task"], r["length"]) for r in rows}):
-        cell = [r for r in rows if (r["task"], r["length"]) == (task, length)]
+        cell = sorted((r for r in rows if (r["task"], r["length"]) == (task, length)), key=lambda r: r["label"])
         series = [Series(r["label"], [r["delta"]["mean"]], [r["delta"]["lo"]], [r["delta"]["hi"]],
-                         x=[costs[r["method"]]]) for r in cell]
+                         color=method_color(r["method"], others), x=[costs[r["method"]]]) for r in cell]
         panels.append(Panel(f"{task}, {length // 1024}K", f"Δ {cell[0]['metric']}", series,
                             xlabel="decode step time / vanilla's", ref=0.0, ref_label="vanilla (Δ = 0)"))
     return save_panels(panels, stem, title=f"Effect against cost ({model}, {MODES[mode]})")
@@ -141,4 +191,5 @@ def write_reports(out_dir: Path) -> list[str]:
     return [str(p) for p in written]
 
 
-__all__ = ["MODES", "cells_of", "effect_cost_figure", "figure", "leaderboard", "render", "step_costs", "write_reports"]
+__all__ = ["METHOD_COLORS", "MODES", "cells_of", "effect_cost_figure", "expected_in", "figure", "leaderboard",
+           "method_color", "own_methods", "render", "step_costs", "write_reports"]
