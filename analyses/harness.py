@@ -18,6 +18,13 @@ DEV_N and TEST_N, e.g.
     dysco-interp make-data needle_qa --model qwen2.5-coder-1.5b --lengths 31k --n 50 --seed 2 --out DATA/test
     python analyses/harness.py --model qwen2.5-coder-1.5b --data-dir DATA --device cuda --dtype bfloat16 \
         --parts profile,dev,choose,test-tf,test-free
+    # the best three methods by the protocol's rule on the dev choices, at 127K with YaRN 4 (the 1.5B)
+    for t in path_traversal mrcr; do
+      dysco-interp make-data $t --model qwen2.5-coder-1.5b --lengths 127k --yarn 4 --n 20 --seed 0 --out DATA/test
+    done
+    dysco-interp make-data needle_qa --model qwen2.5-coder-1.5b --lengths 127k --yarn 4 --n 20 --seed 2 --out DATA/test
+    python analyses/harness.py --model qwen2.5-coder-1.5b --data-dir DATA --device cuda --dtype bfloat16 \
+        --parts test-long
     python analyses/harness.py --figures-only     # the leaderboard and figures from the stores (run_all too)
 
 Each task's instruction texts are bound to the methods that emphasise an instruction (their
@@ -37,8 +44,8 @@ from dysco_interp.analysis.report import command_line
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import user_methods
 from dysco_interp.errors import ConfigError
-from dysco_interp.studies.harness import PARTS, HarnessSettings, check_data, check_settings
-from dysco_interp.studies.harness_protocol import GRIDS, LENGTHS, TASKS
+from dysco_interp.studies.harness import DEFAULT_PARTS, PARTS, HarnessSettings, check_data, check_settings
+from dysco_interp.studies.harness_protocol import GRIDS, LENGTHS, LONG_YARN, TASKS
 from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports
 
 
@@ -61,7 +68,8 @@ def main(argv=None) -> int:
     p.add_argument("--methods", default=",".join(GRIDS), help="comma-separated methods compared with vanilla")
     p.add_argument("--grid", type=grid_flag, action="append", default=[], metavar="NAME=JSON",
                    help="a method's grid: a list of its parameter sets (at most six; replaces a built-in grid)")
-    p.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from {', '.join(PARTS)}")
+    p.add_argument("--parts", default=",".join(DEFAULT_PARTS),
+                   help=f"comma-separated, from {', '.join(PARTS)} (test-long on its own)")
     p.add_argument("--tasks", default=",".join(TASKS))
     p.add_argument("--lengths", default=",".join(LENGTHS))
     args = p.parse_args(argv)
@@ -88,7 +96,8 @@ def main(argv=None) -> int:
             for method, choice in write_choices(settings).items():
                 print(f"{method}: {choice['label']} (mean rank {choice['mean_rank']:g})")
             return 0
-        model, heads = load_study_model(args)
+        # the long length is past the models' trained window: YaRN, as the protocol fixes
+        model, heads = load_study_model(args, yarn_factor=LONG_YARN if "test-long" in settings.parts else None)
         run_harness(model, heads, settings, log=lambda line: print(line, flush=True))
     except ConfigError as e:
         print(f"harness: {e}", file=sys.stderr)

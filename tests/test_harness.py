@@ -92,8 +92,56 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
         s.folder / "leaderboard.md").read_text()
 
 
+def test_the_long_length_runs_the_best_methods_by_the_dev_rule(tmp_path, monkeypatch):
+    from dysco_interp.analysis.records import read_records
+    from dysco_interp.heads import HeadSet
+    from dysco_interp.models.tiny import tiny_model
+    from dysco_interp.tasks import make_dataset, save_dataset
+
+    model = tiny_model("llama", max_position_embeddings=4096)
+    data = tmp_path / "data"
+    save_dataset(data / "test" / "path_traversal_1950.jsonl",
+                 make_dataset("path_traversal", model.tokenizer, 1950, n=2, seed=0, progress=False))
+    # the long length made short for the CPU, and two methods of three
+    monkeypatch.setattr(harness, "LONG_LENGTH", "1950")
+    monkeypatch.setattr(harness, "N_LONG", 2)
+    s = harness.HarnessSettings("tiny-llama", data, tmp_path / "out", ("uniattns", "dysco", "logn"),
+                                parts=("test-long",), tasks=("path_traversal",), backend="sdpa")
+    s.folder.mkdir(parents=True)
+    gains = {"uniattns": {"a": 0.1, "b": 0.0}, "dysco": {"a": 0.2, "b": 0.3}, "logn": {"a": 0.3, "b": -0.1}}
+    choices = {m: {"point": {}, "label": m, "gains": g} for m, g in gains.items()}
+    s.choice_path.write_text(json.dumps({"model": "tiny-llama", "choices": choices}))
+    lines: list[str] = []
+    harness.run_harness(model, HeadSet([(1, 0), (2, 1)]), s, log=lines.append)
+    assert lines[0].startswith("at 1950: dysco, logn")  # mean ranks 1.5, 2 and 2.5: uniattns stays out
+    for kind in ("tf", "free"):
+        records = read_records(s.store("test", "path_traversal", "1950", kind))
+        assert sorted({r["method"] for r in records}) == ["dysco", "logn", "vanilla"] and len(records) == 6
+    # the leaderboard expects only those methods at the long length: none of them is missing
+    from dysco_interp.studies import harness_report
+
+    monkeypatch.setattr(harness_report, "LONG_LENGTH", "1k")  # 1950 tokens, as the report names lengths
+    monkeypatch.setattr(harness_report, "N_LONG", 2)
+    board = harness_report.leaderboard(s.folder)
+    assert board["incomplete"] == [] and {(r["mode"], r["method"]) for r in board["rows"]} == {
+        (m, n) for m in ("tf", "free") for n in ("dysco", "logn")}
+
+
+def test_the_long_rule_ranks_the_methods_chosen_points_against_each_other():
+    from dysco_interp.studies.harness_protocol import long_methods
+
+    choices = {"a": {"gains": {"x": 0.2, "y": 0.2}}, "b": {"gains": {"x": 0.2, "y": 0.2}},
+               "c": {"gains": {"x": 0.5, "y": 0.25}}, "d": {"gains": {"x": 0.9}}, "e": {"gains": {"x": 0.0, "y": 0.3}}}
+    # ranks on x: c 1, a and b 2.5, e 4; on y: e 1, c 2, a and b 3.5. Means: c 1.5, e 2.5, a and b 3
+    # (tied: a, listed first, first); d ran on one cell only and is left out
+    assert long_methods(choices, 2) == ["c", "e"] and long_methods(choices, 4) == ["c", "e", "a", "b"]
+    with pytest.raises(ConfigError, match="no per-cell gains"):
+        long_methods({"a": {"gains": {}}})
+
+
 @pytest.mark.parametrize("changes, message", [
     ({"parts": ("dev", "sweep")}, "unknown part"),
+    ({"parts": ("test-tf", "test-long")}, "run 'test-long' on its own"),
     ({"methods": ("vanilla", "dysco")}, "vanilla is every cell's baseline"),
     ({"methods": ("dysco",), "grids": {**GRIDS, "dysco": ({"select_k": 0},)}}, "select_k must be"),
     ({"methods": ("dysco",), "grids": {**GRIDS, "mine": ({},)}}, "a grid for 'mine'"),

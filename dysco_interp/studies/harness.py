@@ -10,6 +10,9 @@ Parts (resumable stores under `<out>/harness/`, one record per instance x run):
 - choose:  each method's point by the rule -> chosen_<model>.json (read by the test parts)
 - test-tf / test-free: vanilla and each method at its choice on the test split, teacher forced
            and free -> test/<model>_<task>_<len>_{tf,free}.jsonl
+- test-long: vanilla and the protocol's best methods by its rule on the dev choices
+           (`long_methods`), at the protocol's long length, both modes; the model is loaded with
+           YaRN (`LONG_YARN`), so this part runs on its own -> test/<model>_<task>_127k_{tf,free}.jsonl
 A method of one's own (registered by `--methods-from`) joins with `--grid NAME=JSON`, a list of
 its parameter sets; without one it runs at its defaults.
 """
@@ -36,6 +39,8 @@ from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, batch_
 from dysco_interp.studies.harness_protocol import (
     GRIDS,
     LENGTHS,
+    LONG_LENGTH,
+    N_LONG,
     PROFILE_ALPHA,
     PROFILE_LENGTH,
     PROFILE_N,
@@ -47,11 +52,13 @@ from dysco_interp.studies.harness_protocol import (
     bind,
     check_grid,
     choose,
+    long_methods,
     point_label,
 )
 from dysco_interp.tasks.registry import get_task
 
-PARTS = ("profile", "dev", "choose", "test-tf", "test-free")
+PARTS = ("profile", "dev", "choose", "test-tf", "test-free", "test-long")
+DEFAULT_PARTS = PARTS[:-1]  # the long part loads the model otherwise (YaRN): it runs on its own
 SCRIPT = "analyses/harness.py"
 
 
@@ -61,7 +68,7 @@ class HarnessSettings:
     data_dir: Path  # dev/ and test/ task files, as make-data writes them
     out_dir: Path  # harness/ is written under it
     methods: Sequence[str]  # compared with vanilla, which every cell runs
-    parts: Sequence[str] = PARTS
+    parts: Sequence[str] = DEFAULT_PARTS
     tasks: Sequence[str] = TASKS
     lengths: Sequence[str] = LENGTHS
     grids: Mapping[str, Sequence[Point]] = field(default_factory=lambda: dict(GRIDS))
@@ -90,6 +97,8 @@ class HarnessSettings:
 def check_settings(s: HarnessSettings) -> None:
     """Every part, method and grid point checked before any model loads."""
     checks.check_parts(s.parts, PARTS)
+    if "test-long" in s.parts and len(set(s.parts)) > 1:
+        raise ConfigError("run 'test-long' on its own: it loads the model with YaRN for the long length")
     if "vanilla" in s.methods:
         raise ConfigError("vanilla is every cell's baseline: leave it out of the methods")
     for method in s.methods:
@@ -108,6 +117,7 @@ def check_data(s: HarnessSettings) -> None:
     splits = (["dev"] if "dev" in s.parts else []) + (["test"] if {"test-tf", "test-free"} & set(s.parts) else [])
     files = [("dev", task, s.profile_length) for task in s.tasks] if "profile" in s.parts and uses_profile(s) else []
     files += [(split, task, length) for split in splits for task in s.tasks for length in s.lengths]
+    files += [("test", task, LONG_LENGTH) for task in s.tasks] if "test-long" in s.parts else []
     for split, task, length in files:
         path = s.data_dir / split / f"{task}_{length}.jsonl"
         if not path.is_file():
@@ -131,11 +141,11 @@ def uses_profile(s: HarnessSettings) -> bool:
 
 def task_methods(s: HarnessSettings, task: str, points: Mapping[str, Sequence[Point]],
                  tokens: int) -> dict[str, DecodingConfig]:
-    """vanilla and each method at each of its `points`, bound to `task`, by their store labels."""
+    """vanilla and each method of `points` at each of its points, bound to `task`, by their store labels."""
     profile = profile_heads_of(s) if uses_profile(s) else None
     configs = {"vanilla": DecodingConfig(method="vanilla")}
-    for method in s.methods:
-        for point in points[method]:
+    for method, grid in points.items():
+        for point in grid:
             configs[point_label(method, point)] = bind(method, point, task, profile)
     return {label: c.replace(max_new_tokens=tokens) for label, c in configs.items()}
 
@@ -155,15 +165,22 @@ def write_choices(s: HarnessSettings) -> dict:
     return choices
 
 
-def test_methods(s: HarnessSettings, task: str, tokens: int) -> dict[str, DecodingConfig]:
-    """vanilla and each method at its committed dev choice, bound to `task`."""
+def committed_choices(s: HarnessSettings) -> dict:
+    """The model's dev choices (`choose`'s results per method), every method of the run among them."""
     if not s.choice_path.is_file():
         raise ConfigError(f"no {s.choice_path}: run the dev part and 'choose' first")
     chosen = json.loads(s.choice_path.read_text())["choices"]
     missing = [m for m in s.methods if m not in chosen]
     if missing:
         raise ConfigError(f"{s.choice_path} holds no choice for {', '.join(missing)}: run 'choose' again")
-    return task_methods(s, task, {m: [chosen[m]["point"]] for m in s.methods}, tokens)
+    return chosen
+
+
+def test_methods(s: HarnessSettings, task: str, tokens: int, methods: Sequence[str] | None = None
+                 ) -> dict[str, DecodingConfig]:
+    """vanilla and each method (`methods`, by default the run's) at its committed dev choice, bound to `task`."""
+    chosen = committed_choices(s)
+    return task_methods(s, task, {m: [chosen[m]["point"]] for m in methods or s.methods}, tokens)
 
 
 def write_profiles(model: LoadedModel, s: HarnessSettings, log: Callable[[str], None]) -> None:
@@ -216,7 +233,15 @@ def run_harness(model: LoadedModel, heads: HeadSet, s: HarnessSettings, log: Cal
                 for length in s.lengths:
                     run("test", task, length, test_methods(s, task, tokens[task]), forced,
                         s.store("test", task, length, "tf" if forced else "free"))
+    if "test-long" in s.parts:
+        best = long_methods({m: c for m, c in committed_choices(s).items() if m in s.methods}, N_LONG)
+        log(f"at {LONG_LENGTH}: {', '.join(best)} (the protocol's long-length rule on the dev choices)")
+        for task in s.tasks:
+            for forced, tokens in ((True, FORCED_TOKENS), (False, FREE_TOKENS)):
+                run("test", task, LONG_LENGTH, test_methods(s, task, tokens[task], best), forced,
+                    s.store("test", task, LONG_LENGTH, "tf" if forced else "free"))
 
 
-__all__ = ["PARTS", "HarnessSettings", "check_data", "check_settings", "dev_methods", "profile_heads_of", "run_harness",
-           "task_methods", "test_methods", "uses_profile", "write_choices", "write_profiles"]
+__all__ = ["DEFAULT_PARTS", "PARTS", "HarnessSettings", "check_data", "check_settings", "committed_choices",
+           "dev_methods", "profile_heads_of", "run_harness", "task_methods", "test_methods", "uses_profile",
+           "write_choices", "write_profiles"]

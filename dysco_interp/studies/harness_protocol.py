@@ -5,7 +5,8 @@ splits and rules, fixed here before any dev run (git order is the evidence).
   for the test split; Needle QA's test split uses `NEEDLE_TEST_SEED`, whose needles no head
   detection has seen (the shipped QRHeads were detected on Needle QA seed 0).
 - Lengths: `LENGTHS` for both Qwen2.5-Coder models; the `N_LONG` best methods of the 1.5B also at
-  `LONG_LENGTH` with YaRN factor `LONG_YARN`.
+  `LONG_LENGTH` with YaRN factor `LONG_YARN`, "best" by `LONG_RULE` on the dev choices
+  (`long_methods`), so the test split never picks what runs at 127K.
 - Parameters: each method has a grid of at most `MAX_GRID` points (`GRIDS`, gentlest first), each
   point a set of its `Params` values over the method's defaults. `choose` picks one point per
   model and method on the dev split by `RULE`; vanilla is the baseline of every pair.
@@ -71,6 +72,11 @@ GRIDS: dict[str, tuple[Point, ...]] = {
                  {"unit": "sentence", "n_spans": 4, "profiled_heads": 8},
                  {"unit": "line", "n_spans": 4, "profiled_heads": 16}),
 }
+
+LONG_RULE = ("per model: the N_LONG methods whose dev choices rank best against each other: on each dev cell the "
+             "methods' chosen points ranked by their teacher-forced paired gain over vanilla (1 the largest), "
+             "then the lowest mean rank over the cells every method ran on; a tie goes to the method listed "
+             "first in the choice file")
 
 # Parameters the protocol binds per task, never a grid's: a method's parameter of one of these
 # names takes the task's instruction texts (`TaskSpec.instruction`; none: the last user message).
@@ -154,3 +160,14 @@ def choose(records: Sequence[Mapping], model: str, method: str,
     rows = [{"point": dict(points[i]), "label": point_label(method, points[i]), "mean_rank": rank[i],
              "gains": {"/".join(map(str, c)): round(gains[i][c], 5) for c in cells}} for i in order]
     return {**rows[0], "rule": RULE, "ranking": rows, "cells": ["/".join(map(str, c)) for c in cells]}
+
+
+def long_methods(choices: Mapping[str, Mapping], n: int = N_LONG) -> list[str]:
+    """The `n` methods that run at `LONG_LENGTH`, by `LONG_RULE`, from a model's dev choices
+    (`choose`'s results, each with its chosen point's per-cell `gains`), best first."""
+    gains = {m: c["gains"] for m, c in choices.items()}
+    if not any(gains.values()):
+        raise ConfigError("the dev choices hold no per-cell gains to rank the methods by")
+    _, rank = mean_ranks_over_cells(gains)
+    order = list(choices)
+    return sorted(rank, key=lambda m: (rank[m], order.index(m)))[:n]

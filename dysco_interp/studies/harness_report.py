@@ -20,7 +20,7 @@ from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_delta, write_json, write_text
 from dysco_interp.stores.archives import glob_stores
 from dysco_interp.studies.budget_choice import primary_metrics
-from dysco_interp.studies.harness_protocol import TEST_N
+from dysco_interp.studies.harness_protocol import LONG_LENGTH, N_LONG, TEST_N, long_methods
 from dysco_interp.viz.figures import save_ci_lines, save_panels
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
@@ -62,7 +62,10 @@ def expected_in(folder: Path, model: str, length: int, found: int) -> tuple[dict
     lengths and counts)."""
     path = folder / f"chosen_{model}.json"
     choices = json.loads(path.read_text())["choices"] if path.is_file() else {}
-    return {m: str(c["label"]) for m, c in choices.items()}, TEST_N.get(f"{length // 1024}k", found)
+    label = f"{length // 1024}k"
+    if label == LONG_LENGTH and choices:  # only the best methods by the protocol's rule run there
+        choices = {m: choices[m] for m in long_methods(choices, N_LONG)}
+    return {m: str(c["label"]) for m, c in choices.items()}, TEST_N.get(label, found)
 
 
 def leaderboard(folder: Path) -> dict:

@@ -169,10 +169,11 @@ def regenerate_steps(script: ScriptRunner, root: Path) -> list[Step]:
                       needs=[str(variance / "*.jsonl")], outputs=[str(variance / "*.md"), str(variance / "*.json"),
                                                                   str(variance / "*.png"), str(variance / "*.html")]))
     harness = root / "harness"
-    steps.append(Step("steering harness: the leaderboard and which method works where",
+    steps.append(Step("steering harness: the leaderboard, which method works where, effect against cost",
                       script("harness", ["--figures-only", "--out-dir", str(root)]),
                       needs=[str(harness / "test" / "*.jsonl")],
-                      outputs=[str(harness / "leaderboard.*"), str(harness / "where_*")]))
+                      outputs=[str(harness / "leaderboard.*"), str(harness / "where_*"),
+                               str(harness / "effect_cost_*")]))
     for alias in available_shipped_heads():
         steps.append(Step(f"QRScore heatmap {alias}",
                           heatmap_runner(alias, root / "heads"),
