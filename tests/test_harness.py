@@ -44,10 +44,13 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
     choices = json.loads(s.choice_path.read_text())["choices"]
     assert set(choices) == {"uniattns", "dysco", "pasta"}
     assert choices["uniattns"]["point"] in [{"tau": 0.9}, {"tau": 0.8}] and choices["dysco"]["rule"]
-    for kind in ("tf", "free"):
+    for kind in ("tf", "free", "ff"):
         test = read_records(s.store("test", "path_traversal", "1950", kind))
         assert sorted({r["method"] for r in test}) == sorted(harness.test_methods(s, "path_traversal", 1))
         assert len(test) == 2 * 4
+    # format forced: every record decoded with its answer's format forced
+    assert all(r["settings"]["decoding"] == "format-forced" for r in read_records(
+        s.store("test", "path_traversal", "1950", "ff")))
     assert [line.split(":")[0] for line in lines[2:5]] == ["uniattns", "dysco", "pasta"]
     # a second call finds every record stored
     again: list[str] = []
@@ -64,7 +67,7 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
     board = leaderboard(s.folder)
     assert opens_offline(s.folder / "effect_cost_tiny-llama_tf.html")
     assert {Path(p).name for p in written} >= {"effect_cost_tiny-llama_tf.png", "effect_cost_tiny-llama_free.html"}
-    assert {(r["mode"], r["method"]) for r in board["rows"]} == {(m, n) for m in ("tf", "free")
+    assert {(r["mode"], r["method"]) for r in board["rows"]} == {(m, n) for m in ("tf", "free", "ff")
                                                                  for n in ("uniattns", "dysco", "pasta")}
     assert all(r["n"] == 2 and r["delta"]["q"] is not None for r in board["rows"])
     assert {Path(p).name for p in written} >= {"leaderboard.md", "leaderboard.json", "where_tiny-llama_tf.png",
@@ -82,10 +85,10 @@ def test_the_parts_run_end_to_end_on_a_tiny_model(tmp_path):
     choice["choices"]["mine"] = choice["choices"]["dysco"]
     s.choice_path.write_text(json.dumps(choice))
     board = leaderboard(s.folder)
-    every = {(m, n) for m in ("tf", "free") for n in ("uniattns", "dysco", "pasta")}
+    every = {(m, n) for m in ("tf", "free", "ff") for n in ("uniattns", "dysco", "pasta")}
     assert {(r["mode"], r["method"]) for r in board["rows"]} == every - {("tf", "dysco")}
     assert sorted((r["mode"], r["method"], r["n"], r["expected"]) for r in board["incomplete"]) == [
-        ("free", "mine", 0, 2), ("tf", "dysco", 1, 2), ("tf", "mine", 0, 2)]
+        ("ff", "mine", 0, 2), ("free", "mine", 0, 2), ("tf", "dysco", 1, 2), ("tf", "mine", 0, 2)]
     write_reports(s.out_dir)
     short = next(r["label"] for r in board["incomplete"] if r["n"] == 1)
     assert f"| tiny-llama | teacher forced | path_traversal | 1K | {short} | 1 of 2 |" in (

@@ -10,6 +10,9 @@ Parts (resumable stores under `<out>/harness/`, one record per instance x run):
 - choose:  each method's point by the rule -> chosen_<model>.json (read by the test parts)
 - test-tf / test-free: vanilla and each method at its choice on the test split, teacher forced
            and free -> test/<model>_<task>_<len>_{tf,free}.jsonl
+- test-ff:  as test-free, each answer's format forced (`evaluate(format_forced=True)`), on the
+           tasks whose answers name their format segments (Path Traversal)
+           -> test/<model>_<task>_<len>_ff.jsonl
 - test-long: vanilla and the protocol's best methods by its rule on the dev choices
            (`long_methods`), at the protocol's long length, both modes; the model is loaded with
            YaRN (`LONG_YARN`), so this part runs on its own -> test/<model>_<task>_127k_{tf,free}.jsonl
@@ -57,7 +60,7 @@ from dysco_interp.studies.harness_protocol import (
 )
 from dysco_interp.tasks.registry import get_task
 
-PARTS = ("profile", "dev", "choose", "test-tf", "test-free", "test-long")
+PARTS = ("profile", "dev", "choose", "test-tf", "test-free", "test-ff", "test-long")
 DEFAULT_PARTS = PARTS[:-1]  # the long part loads the model otherwise (YaRN): it runs on its own
 SCRIPT = "analyses/harness.py"
 
@@ -114,7 +117,8 @@ def check_settings(s: HarnessSettings) -> None:
 def check_data(s: HarnessSettings) -> None:
     """The task files the parts read are there (a ConfigError naming the first one missing), so a
     run does not load a model to find that out."""
-    splits = (["dev"] if "dev" in s.parts else []) + (["test"] if {"test-tf", "test-free"} & set(s.parts) else [])
+    splits = (["dev"] if "dev" in s.parts else []) + (["test"] if {"test-tf", "test-free", "test-ff"} & set(s.parts)
+                                                      else [])
     files = [("dev", task, s.profile_length) for task in s.tasks] if "profile" in s.parts and uses_profile(s) else []
     files += [(split, task, length) for split in splits for task in s.tasks for length in s.lengths]
     files += [("test", task, LONG_LENGTH) for task in s.tasks] if "test-long" in s.parts else []
@@ -209,12 +213,12 @@ def run_harness(model: LoadedModel, heads: HeadSet, s: HarnessSettings, log: Cal
     check_settings(s)
 
     def run(split: str, task: str, length: str, methods: dict[str, DecodingConfig], forced: bool,
-            path: Path) -> None:
+            path: Path, format_forced: bool = False) -> None:
         instances = split_instances(s.data_dir, split, task, length, s.n, SCRIPT)
         t0 = time.perf_counter()
         done = evaluate(model, s.model_name, task, instances, methods, heads, path, backend=s.backend,
                         batch_size=batch_for(instances, s.tokens_per_batch), teacher_forced=forced,
-                        command=s.command)
+                        command=s.command, format_forced=format_forced)
         log(f"{done.path}: {len(done.new)} new records in {time.perf_counter() - t0:.1f}s")
 
     if "profile" in s.parts and uses_profile(s):
@@ -233,6 +237,14 @@ def run_harness(model: LoadedModel, heads: HeadSet, s: HarnessSettings, log: Cal
                 for length in s.lengths:
                     run("test", task, length, test_methods(s, task, tokens[task]), forced,
                         s.store("test", task, length, "tf" if forced else "free"))
+    if "test-ff" in s.parts:
+        for task in s.tasks:
+            if get_task(task).evaluation.segments is None:
+                log(f"{task}: its answers name no format segments, so no format-forced run")
+                continue
+            for length in s.lengths:
+                run("test", task, length, test_methods(s, task, FREE_TOKENS[task]), False,
+                    s.store("test", task, length, "ff"), format_forced=True)
     if "test-long" in s.parts:
         best = long_methods({m: c for m, c in committed_choices(s).items() if m in s.methods}, N_LONG)
         log(f"at {LONG_LENGTH}: {', '.join(best)} (the protocol's long-length rule on the dev choices)")

@@ -18,6 +18,7 @@ from dysco_interp.analysis.method_key import MethodKey, method_key
 from dysco_interp.analysis.paired import paired_comparison, with_q
 from dysco_interp.analysis.records import read_records
 from dysco_interp.analysis.report import DELTA_LEGEND, fmt_delta, write_json, write_text
+from dysco_interp.decoding.format_forced import FORMAT_FORCED
 from dysco_interp.stores.archives import glob_stores
 from dysco_interp.studies.budget_choice import primary_metrics
 from dysco_interp.studies.harness_protocol import LONG_LENGTH, N_LONG, TEST_N, long_methods
@@ -25,7 +26,7 @@ from dysco_interp.viz.figures import save_ci_lines, save_panels
 from dysco_interp.viz.panels import Panel, Series
 from dysco_interp.viz.tables import table_markdown
 
-MODES = {"tf": "teacher forced", "free": "free"}
+MODES = {"tf": "teacher forced", "free": "free", "ff": "format forced"}
 VANILLA = MethodKey("vanilla")
 # one colour per method in every harness figure, so a method reads the same across models, modes
 # and figures: DySCO and its variants in blues and cyans, the baselines each their own hue
@@ -46,11 +47,14 @@ def method_color(method: str, others: Sequence[str] = ()) -> str:
 
 def cells_of(folder: Path) -> dict[tuple[str, str, int, str], list[Mapping]]:
     """(model, task, length, mode) -> the records of that cell under `folder/test/`, as each record
-    names them (its store's settings say whether it was teacher forced), whatever the files are called."""
+    names them (its store's settings say whether it was teacher forced or format forced), whatever
+    the files are called."""
     cells: dict[tuple[str, str, int, str], list[Mapping]] = defaultdict(list)
     for path in glob_stores(folder / "test" / "*.jsonl"):
         for r in read_records(path):
-            mode = "tf" if (r.get("settings") or {}).get("teacher_forced") else "free"
+            settings = r.get("settings") or {}
+            mode = ("tf" if settings.get("teacher_forced") else
+                    "ff" if settings.get("decoding") == FORMAT_FORCED else "free")
             cells[(str(r["model"]), str(r["task"]), int(r["length"]), mode)].append(r)
     return cells
 
