@@ -131,7 +131,8 @@ def main(argv=None) -> int:
                           compile_kernels=False if args.no_compile else None)
     versus = None if args.versus is None else BackendSpec(args.versus)
     floor = bench.layer_floor(model, heads, args.method)
-    bandwidth = bench.copy_bandwidth(bench.model_devices(model))
+    probed = bench.copy_bandwidth(bench.model_devices(model))
+    bandwidth, source = bench.floor_bandwidth(bench.model_devices(model), probed)
     rows = []
     contexts = args.contexts
     extra = bench.extra_steps(config, model, args.user_method, args.read_heads, methods=also)
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
         peer = {"method": bench_peer.PEER + ("" if compiled else " (eager: no CUDA device)"), "rows": peer_rows}
     command = "python analyses/bench_decode.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result = bench.bench_result(model, name, heads, args.heads, config, backend, bool(args.random_geometry),
-                                bandwidth, command, rows, peer)
+                                probed, command, rows, peer, floor=(bandwidth, source))
     if versus is not None:  # how the other backend decoded; its timings are in the rows
         result["versus"] = {"backend": versus.name, **versus.described(model)}
     write_json(args.out, result)

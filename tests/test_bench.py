@@ -169,3 +169,14 @@ def test_another_backend_is_timed_step_by_step_in_the_same_run(model):
                              versus="flex")
     for name in ("dysco-hard", "flex_vanilla", "flex_dysco", "flex_dysco-hard"):
         assert row[f"{name}_step_ms"] > 0 and row[f"{name}_over_dysco"] > 0, name
+
+
+def test_the_floor_divides_by_the_card_s_fixed_bandwidth_not_the_run_s_probe(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(bench.torch.cuda, "get_device_name", lambda d: "NVIDIA H200")
+    gpus = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    assert bench.floor_bandwidth(gpus, 3.9e12) == (4136e9, bench.FIXED_FLOOR)  # the probe moves; the floor not
+    monkeypatch.setattr(bench.torch.cuda, "get_device_name", lambda d: "a card we never measured")
+    assert bench.floor_bandwidth(gpus, 3.9e12) == (3.9e12, bench.PROBED_FLOOR)
+    assert bench.floor_bandwidth([torch.device("cpu")], None) == (None, None)

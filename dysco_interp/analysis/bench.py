@@ -139,6 +139,24 @@ def copy_bandwidth(device: torch.device | Sequence[torch.device], n_bytes: int =
     return 2 * n_bytes / statistics.median(times[1:])
 
 
+# The bandwidth floor's bandwidth per card: one fixed number, the median copy bandwidth measured on
+# that card (the H100's 2,960 GB/s; the H200's 4,136 GB/s, the median of the ten committed H200
+# benchmarks), so a run's own probe, which moves by up to 6% between runs, never moves the target. A
+# card not listed falls back to its run's probe.
+FLOOR_BANDWIDTH = {"NVIDIA H100 80GB HBM3": 2960e9, "NVIDIA H200": 4136e9}
+FIXED_FLOOR, PROBED_FLOOR = "fixed for the card (its median measured copy bandwidth)", "this run's copy probe"
+
+
+def floor_bandwidth(devices: Sequence[torch.device], probed: float | None) -> tuple[float | None, str | None]:
+    """The bandwidth (bytes/s) the floor divides by on `devices`, and where it comes from: the
+    card's fixed number (`FLOOR_BANDWIDTH`) where every device is that card, else `probed`."""
+    names = {torch.cuda.get_device_name(d) if d.type == "cuda" else d.type for d in devices}
+    fixed = FLOOR_BANDWIDTH.get(names.pop()) if len(names) == 1 else None
+    if fixed is not None:
+        return fixed, FIXED_FLOOR
+    return probed, (PROBED_FLOOR if probed else None)
+
+
 def kv_bytes(model: LoadedModel, n_tokens: int) -> int:
     """Bytes of keys and values that n_tokens occupy: what one decoding step must read."""
     s = model.spec
@@ -424,8 +442,8 @@ def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backe
                profile_dir: str | None = None, batch: int = 1,
                extra: dict[str, tuple[DecodingConfig, Read | None]] | None = None,
                versus: BackendSpec | str | None = None, task: str | None = None) -> Iterator[dict]:
-    """`bench_context` for each context length, with the layer floor and, given the device's
-    copy bandwidth (`copy_bandwidth`), the bandwidth floor; the context an instance of `task`
+    """`bench_context` for each context length, with the layer floor and, given the bandwidth a
+    floor divides by (`floor_bandwidth`), the bandwidth floor; the context an instance of `task`
     (`task_prompts`) instead of random ids when one is named."""
     floor = layer_floor(model, heads, config.method)
     n_weight_bytes = weight_bytes(model)
@@ -456,10 +474,12 @@ def provenance(device: torch.device) -> dict:
 
 def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: str, config: DecodingConfig,
                  backend: BackendSpec | str, random_weights: bool, bandwidth: float | None, command: str,
-                 rows: list[dict], peer: dict | None = None) -> dict:
+                 rows: list[dict], peer: dict | None = None,
+                 floor: tuple[float | None, str | None] = (None, None)) -> dict:
     """The benchmark's JSON document: the setting, the machine, the versions and the rows; with
     `peer` (`{"method", "rows"}` from `bench_peer`), each row also gets our vanilla tokens/s over
-    the peer's at its context."""
+    the peer's at its context. `bandwidth`: this run's copy probe; `floor`: the bandwidth the rows'
+    floors divide by and its source (`floor_bandwidth`)."""
     if peer is not None:
         by_context = {r["context"]: r for r in peer["rows"]}
         for row in rows:
@@ -486,6 +506,8 @@ def bench_result(model: LoadedModel, name: str, heads: HeadSet, heads_source: st
         "devices": [str(d) for d in model_devices(model)],
         "n_gpus": sum(d.type == "cuda" for d in model_devices(model)),
         "copy_bandwidth_gb_per_s": round(bandwidth / 1e9, 1) if bandwidth else None,
+        "floor_bandwidth_gb_per_s": round(floor[0] / 1e9, 1) if floor[0] else None,
+        "floor_bandwidth_source": floor[1],
         # by the record names, as every committed benchmark keeps them
         "config": {"method": config.method, **{flat_name(name): config.parameter(name)
                                                 for name in ("select_p", "select_k", "beta")}},
