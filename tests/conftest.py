@@ -196,6 +196,38 @@ def machine_paths() -> tuple[str, ...]:
     return ("/tmp/", "/home/", "/root/", "/work/", "/Users/", "\\Users\\")
 
 
+def drawn_trace_types(page: Path) -> set[str]:
+    """The trace types that an HTML page's plots and their animation frames draw (not those its
+    template merely styles)."""
+    import json
+    import re
+
+    html = page.read_text(encoding="utf-8")
+    types = set()
+    for call in re.finditer(r"""Plotly\.(newPlot|addFrames)\(\s*["'][^"']*["'],\s*""", html):
+        found, _ = json.JSONDecoder().raw_decode(html, call.end())
+        traces = found if call.group(1) == "newPlot" else [t for frame in found for t in frame.get("data", [])]
+        types |= {t.get("type", "scatter") for t in traces}  # plotly.js draws an untyped trace as scatter
+    return types
+
+
+@pytest.fixture
+def trace_types():
+    """`drawn_trace_types(page)`."""
+    return drawn_trace_types
+
+
+@pytest.fixture(scope="session")
+def cartesian_trace_types() -> set[str]:
+    """The trace types that the shipped cartesian plotly.js registers: a page that loads it draws
+    no trace of another type."""
+    import re
+
+    from dysco_interp.viz.render_html import cartesian_plotlyjs
+
+    return {m.decode() for m in re.findall(rb'moduleType:"trace",name:"(\w+)"', cartesian_plotlyjs())}
+
+
 def tokens_on_every_backend(model, configs, prompts, heads=None) -> dict[str, dict[str, list[list[int]]]]:
     """backend -> method -> each prompt's tokens: the bridge one prompt at a time, sdpa and static
     every prompt in one left-padded batch (`heads`: the QRHeads of methods that read them)."""

@@ -33,7 +33,8 @@ def test_no_figure_or_store_names_a_path_of_the_machine_that_ran_it(machine_path
 
 # The tracked tree's budget: a clone stays quick to fetch as the studies grow. Stores are committed
 # compressed (.jsonl.xz), PNGs recompressed losslessly (analyses/optimise_pngs.py), and the HTML
-# pages share one plotly.min.js (figures/.plotlyjs-shared).
+# pages share one plotly.min.js (figures/.plotlyjs-shared): plotly.js's cartesian partial bundle
+# (1.5 MB, not the full 4.8 MB), or the full one where a plotly release bundles another plotly.js.
 TREE_BUDGET_BYTES = 20_000_000
 
 

@@ -11,7 +11,8 @@ from dysco_interp.viz.render_html import PLOTLYJS_NAME, loaded_plotlyjs
 pytestmark = pytest.mark.real_model
 
 
-def test_demo_prints_the_mechanism_and_both_routes_and_writes_the_page(tmp_path, capsys):
+def test_demo_prints_the_mechanism_and_both_routes_and_writes_the_page(tmp_path, capsys, trace_types,
+                                                                      cartesian_trace_types):
     out = tmp_path / "demo" / "demo.html"
     assert main(["demo", "--max-new-tokens", "12", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -34,6 +35,7 @@ def test_demo_prints_the_mechanism_and_both_routes_and_writes_the_page(tmp_path,
     assert re.findall(r"<script[^>]+src=\"([^\"]*)\"", html) == [PLOTLYJS_NAME] and len(html) < 1_000_000
     assert loaded_plotlyjs(out) == out.parent / PLOTLYJS_NAME and (out.parent / PLOTLYJS_NAME).is_file()
     assert html.count("Plotly.newPlot") == 4 and "addFrames" in html
+    assert trace_types(out) and trace_types(out) <= cartesian_trace_types  # drawn by the cartesian bundle too
     assert "Teacher-forced on the gold route" in html and "Free greedy generation" in html
     # the effect measured over many instances, beside this one instance's mechanism
     assert "The effect over many instances" in html and "<tr class=this>" in html

@@ -14,7 +14,16 @@ from dysco_interp.analysis.replay import AttentionReplay
 from dysco_interp.viz import heatmap
 from dysco_interp.viz.figures import save_bars, save_ci_lines, save_panels
 from dysco_interp.viz.panels import BarPanel, Panel, Series
-from dysco_interp.viz.render_html import PLOTLYJS_NAME, SHARED_MARKER, loaded_plotlyjs, write_plotly
+from dysco_interp.viz.render_html import (
+    CARTESIAN_PLOTLYJS,
+    CARTESIAN_PLOTLYJS_VERSION,
+    PLOTLYJS_NAME,
+    SHARED_MARKER,
+    cartesian_plotlyjs,
+    loaded_plotlyjs,
+    plotlyjs_bundle,
+    write_plotly,
+)
 from dysco_interp.viz.replay_view import write_replay_html
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,23 +54,18 @@ def test_png_is_written(tmp_path):
     assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
 
 
-def bundled_plotlyjs() -> bytes:
-    from plotly.offline import get_plotlyjs
-
-    return get_plotlyjs().encode("utf-8")
-
-
 def check_shared_plotlyjs(page: Path) -> Path:
     """`page` draws with plotly, loads it from a plotly.min.js beside it or one folder up that is
-    the bundled plotly.js, embeds no copy of its own and loads nothing else; returns that copy."""
+    the plotly.js the package writes, embeds no copy of its own and loads nothing else; returns
+    that copy."""
     html = page.read_text(encoding="utf-8")
     js = loaded_plotlyjs(page)
-    assert js is not None and js.is_file() and js.read_bytes() == bundled_plotlyjs(), page
+    assert js is not None and js.is_file() and js.read_bytes() == plotlyjs_bundle(), page
     assert js.parent in (page.absolute().parent, page.absolute().parent.parent), js
     # no CDN nor any other external script (plotly.js itself mentions cdn.plot.ly for geo maps)
     assert re.findall(r"<script[^>]*\bsrc=\"([^\"]*)\"", html) in (
         [PLOTLYJS_NAME], [f"../{PLOTLYJS_NAME}"]), page
-    assert "Plotly.newPlot" in html and bundled_plotlyjs()[:300].decode() not in html and len(html) < 1_000_000
+    assert "Plotly.newPlot" in html and plotlyjs_bundle()[:300].decode() not in html and len(html) < 1_000_000
     return js
 
 
@@ -124,8 +128,69 @@ def test_the_shared_copy_is_written_only_when_missing_or_different(tmp_path):
     assert (js.stat().st_ino, js.stat().st_mtime_ns) == (first.st_ino, first.st_mtime_ns)  # left as it was
     js.write_text("/* plotly.js of an older plotly */")
     write_plotly(go.Figure(), page)
-    assert js.read_bytes() == bundled_plotlyjs()
+    assert js.read_bytes() == plotlyjs_bundle()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f.html", "g.html", PLOTLYJS_NAME]  # no temporary left
+
+
+CARTESIAN_BANNER = re.compile(rb"\A/\*\*\n\* plotly\.js \(cartesian - minified\) v(\S+)\n")
+
+
+def full_plotlyjs() -> bytes:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs().encode("utf-8")
+
+
+def test_the_shipped_bundle_is_the_cartesian_plotlyjs_of_the_version_it_is_recorded_as():
+    js = cartesian_plotlyjs()
+    assert cartesian_plotlyjs() is js  # decompressed once
+    banner = CARTESIAN_BANNER.match(js)
+    assert banner is not None, js[:200]
+    assert banner.group(1).decode() == CARTESIAN_PLOTLYJS_VERSION
+    assert len(js) < len(full_plotlyjs()) / 2
+    folder = REPO / "dysco_interp" / "viz" / CARTESIAN_PLOTLYJS[0]
+    assert (folder / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
+    assert f" {CARTESIAN_PLOTLYJS_VERSION}\n" in (folder / "README.md").read_text(encoding="utf-8")
+
+
+def test_every_trace_the_package_draws_is_in_the_cartesian_bundle(tmp_path, trace_types, cartesian_trace_types):
+    assert {"scatter", "bar", "heatmap"} <= cartesian_trace_types and "scatter3d" not in cartesian_trace_types
+    pages = draw_every_html_figure(tmp_path)
+    committed = sorted((REPO / "figures").rglob("*.html"))
+    pages += [p for p in committed if "Plotly.newPlot" in p.read_text(encoding="utf-8")]
+    drawn = {str(p): trace_types(p) for p in pages}
+    assert all(drawn.values()) and {"scatter", "bar", "heatmap"} <= set().union(*drawn.values())
+    assert {p: t - cartesian_trace_types for p, t in drawn.items() if t - cartesian_trace_types} == {}
+
+
+def test_pages_load_the_cartesian_bundle_where_plotly_bundles_its_version(tmp_path, monkeypatch):
+    import plotly.graph_objects as go
+    import plotly.offline
+
+    monkeypatch.setattr(plotly.offline, "get_plotlyjs_version", lambda: CARTESIAN_PLOTLYJS_VERSION)
+    page = write_plotly(go.Figure(go.Heatmap(z=[[1, 2], [3, 4]])), tmp_path / "h.html")
+    js = (tmp_path / PLOTLYJS_NAME).read_bytes()
+    assert loaded_plotlyjs(page) == tmp_path / PLOTLYJS_NAME
+    assert js == plotlyjs_bundle() == cartesian_plotlyjs() and CARTESIAN_BANNER.match(js)
+    assert len(js) < len(full_plotlyjs()) / 2
+
+
+@pytest.mark.parametrize("patched", ["plotly", "shipped"])
+def test_pages_load_plotlys_full_bundle_under_another_plotlyjs_version(tmp_path, monkeypatch, patched):
+    import plotly.graph_objects as go
+    import plotly.offline
+
+    from dysco_interp.viz import render_html
+
+    if patched == "plotly":  # a plotly release that bundles another plotly.js
+        monkeypatch.setattr(plotly.offline, "get_plotlyjs_version", lambda: "0.0.0")
+    else:
+        monkeypatch.setattr(render_html, "CARTESIAN_PLOTLYJS_VERSION", "0.0.0")
+    js = tmp_path / PLOTLYJS_NAME
+    js.write_bytes(cartesian_plotlyjs())  # written under the other version: replaced
+    write_plotly(go.Figure(go.Bar(y=[1, 2])), tmp_path / "b.html")
+    assert js.read_bytes() == plotlyjs_bundle() == full_plotlyjs()
+    assert CARTESIAN_BANNER.match(js.read_bytes()) is None
 
 
 def test_the_committed_figures_share_one_plotlyjs():

@@ -1,21 +1,26 @@
 """The panel model (`panels.py`) drawn by plotly, as HTML files that open offline.
 
 Every HTML file the package writes loads plotly.js from a `plotly.min.js` by a relative path
-(`shared_plotlyjs`), never from a CDN and never inlined: an output folder holds one 4.8 MB copy
-instead of one per file, and a tree that says so (figures/) one copy for all its folders. The
-numbers travel in each file as plain JSON (lists of floats and nulls, never numpy arrays),
-readable in the file. plotly is imported inside the functions.
+(`shared_plotlyjs`), never from a CDN and never inlined: an output folder holds one copy instead
+of one per file, and a tree that says so (figures/) one copy for all its folders. That copy is
+plotly.js's cartesian partial bundle (1.5 MB; `plotlyjs_bundle`), or the full one (4.8 MB) under
+a plotly release that bundles another plotly.js. The numbers travel in each file as plain JSON
+(lists of floats and nulls, never numpy arrays), readable in the file. plotly is imported inside
+the functions.
 """
 
 from __future__ import annotations
 
+import functools
 import html
+import lzma
 import os
 import re
 from collections.abc import Mapping, Sequence
+from importlib import resources
 from pathlib import Path
 
-from dysco_interp.atomic import atomic_open
+from dysco_interp.atomic import atomic_open, atomic_write_bytes
 from dysco_interp.outputs import output_target
 from dysco_interp.viz.panels import (
     CI_COLORS,
@@ -55,9 +60,34 @@ PLOTLYJS_NAME = "plotly.min.js"
 SHARED_MARKER = ".plotlyjs-shared"
 
 
+# plotly.js's official cartesian partial bundle (npm plotly.js-cartesian-dist-min), shipped
+# xz-compressed beside its licence: every trace the package draws (scatter, bar, heatmap, with
+# frames and buttons) is in it, at a third of the full bundle's size in every output folder.
+CARTESIAN_PLOTLYJS = ("plotlyjs", "plotly-cartesian.min.js.xz")
+CARTESIAN_PLOTLYJS_VERSION = "4.1.1"
+
+
+@functools.cache
+def cartesian_plotlyjs() -> bytes:
+    """The shipped cartesian bundle, decompressed (once per process: every page asks for it)."""
+    archive = resources.files("dysco_interp.viz").joinpath(*CARTESIAN_PLOTLYJS)
+    return lzma.decompress(archive.read_bytes())
+
+
+def plotlyjs_bundle() -> bytes:
+    """The plotly.js that every page loads: the shipped cartesian bundle where it is the
+    plotly.js version that the installed plotly writes its figure JSON for, else that plotly's
+    own full bundle (a plotly.js of another version may read the JSON differently)."""
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+
+    if get_plotlyjs_version() == CARTESIAN_PLOTLYJS_VERSION:
+        return cartesian_plotlyjs()
+    return get_plotlyjs().encode("utf-8")
+
+
 def shared_plotlyjs(html_path: str | Path) -> str:
     """The relative `<script src>` by which the HTML file `html_path` loads plotly.js, after
-    making that copy the bundled plotly.js the figure is drawn for.
+    making that copy the plotly.js the figure is drawn for (`plotlyjs_bundle`).
 
     The copy is the one beside the file, written there if missing: each output folder opens
     offline on its own. Only where the folder above holds `SHARED_MARKER` and its own copy (so
@@ -66,8 +96,6 @@ def shared_plotlyjs(html_path: str | Path) -> str:
     is written atomically, and only when missing or different (a plotly upgrade), so figures
     written side by side neither rewrite it nor ever read half of one.
     """
-    from plotly.offline import get_plotlyjs
-
     output_target(html_path)  # a page that may not be written gets no copy either
     # beside the path as named, a symlink's own folder: a browser resolves the src from there
     folder = Path(html_path).absolute().parent
@@ -75,10 +103,9 @@ def shared_plotlyjs(html_path: str | Path) -> str:
     if (not copy.exists() and (folder.parent / SHARED_MARKER).is_file()
             and (folder.parent / PLOTLYJS_NAME).is_file()):
         copy, src = folder.parent / PLOTLYJS_NAME, f"../{PLOTLYJS_NAME}"
-    js = get_plotlyjs()
-    if not copy.is_file() or copy.read_bytes() != js.encode("utf-8"):
-        with atomic_open(copy) as f:
-            f.write(js)
+    js = plotlyjs_bundle()
+    if not copy.is_file() or copy.read_bytes() != js:
+        atomic_write_bytes(copy, js)
     return src
 
 
