@@ -16,7 +16,7 @@ Full run (GPU; data made on the CPU, where the city-name package is; draw on the
     python analyses/causal_ablation.py --figures-only --out-dir figures/ablations_causal
 
 OUT_DIR/<model>.jsonl: one record per (head set, instance), so a killed run resumes; head means in
-OUT_DIR/<model>_means/; summary and figure in OUT_DIR/<model>_summary.json, .png, .html.
+OUT_DIR/<model>_means/ (<task>_<len>.json.xz); summary and figure in OUT_DIR/<model>_summary.json, .png, .html.
 """
 
 from __future__ import annotations

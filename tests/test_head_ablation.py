@@ -4,6 +4,7 @@ resumable study, its paired bootstrap summary and the script's figures."""
 from __future__ import annotations
 
 import json
+import lzma
 from pathlib import Path
 
 import numpy as np
@@ -226,7 +227,7 @@ def test_a_killed_study_resumes_where_it_stopped(model, data, tmp_path, monkeypa
     with open_tiny_store(tmp_path / "s.jsonl", model, sets) as store, pytest.raises(Killed):
         ha.ablation_study(model, insts, sets, model_name="tiny", store=store, means_dir=tmp_path / "m",
                           on_record=kill, progress=False)
-    means_written = (tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json").exists()
+    means_written = (tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json.xz").exists()
     assert means_written == (kill_after > 2)
     calls = []
     real = ha.score_instance
@@ -239,12 +240,22 @@ def test_a_killed_study_resumes_where_it_stopped(model, data, tmp_path, monkeypa
     assert len(calls) == (6 if kill_after == 1 else 6 - kill_after)
     key = lambda r: (r["index"], r["head_set"])  # noqa: E731
     assert sorted((key(r), r["metrics"]) for r in again) == sorted((key(r), r["metrics"]) for r in full)
-    means = ha.read_means(tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json",
+    means = ha.read_means(tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json.xz",
                           {"model": "tiny", "task": "needle_qa", "length": QA_LENGTH, "dtype": "float32",
                            "instances": [x.id for x in data["needle_qa"]]})
     assert means is not None and means.shape == (spec.n_layers, spec.n_heads, spec.d_head)
     with pytest.raises(ConfigError, match="other instances"):
-        ha.read_means(tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json", {"instances": ["other"]})
+        ha.read_means(tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json.xz", {"instances": ["other"]})
+    # the plain JSON of earlier runs is read where no archive is there, the same means
+    plain = tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json"
+    plain.write_bytes(lzma.decompress((tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json.xz").read_bytes()))
+    (tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json.xz").unlink()
+    again_means = ha.read_means(tmp_path / "m" / f"needle_qa_{QA_LENGTH}.json.xz",
+                                {"model": "tiny", "task": "needle_qa", "length": QA_LENGTH})
+    assert again_means is not None and torch.equal(again_means, means)
+    (tmp_path / "m" / "bad.json.xz").write_bytes(b"not xz")
+    with pytest.raises(ConfigError, match="no xz archive of head means"):
+        ha.read_means(tmp_path / "m" / "bad.json.xz", {})
 
 
 # ---------------------------------------------------------------------------- summary and figure
@@ -367,7 +378,7 @@ dysco_interp.models.load_model = lambda *a, **k: tiny_model('llama', max_positio
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "5 new record(s); 5 in out/tiny-llama.jsonl" in proc.stdout and "not drawing" in proc.stderr
     assert not (tmp_path / "out" / "tiny-llama.png").exists()
-    assert (tmp_path / "out" / "tiny-llama_means" / f"path_traversal_{PT_LENGTH}.json").exists()
+    assert (tmp_path / "out" / "tiny-llama_means" / f"path_traversal_{PT_LENGTH}.json.xz").exists()
     summary = json.loads((tmp_path / "out" / "tiny-llama_summary.json").read_text())
     groups = summary["rows"][0]["metrics"]["accuracy"]["groups"]
     assert sorted(groups) == ["copy_paste", "qrheads", "random"] and groups["random"]["members"] == [

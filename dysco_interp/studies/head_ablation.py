@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import lzma
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dysco_interp.atomic import atomic_open
+from dysco_interp.atomic import atomic_write_bytes
 from dysco_interp.chat import encode_text
 from dysco_interp.decoding import runtime
 from dysco_interp.errors import ConfigError
@@ -37,6 +38,7 @@ from dysco_interp.heads import HeadSet, load_heads
 from dysco_interp.hooks import Head, Hook, act_name, head_label, head_out_of_range, layer_of
 from dysco_interp.models import LoadedModel, dtype_name
 from dysco_interp.progress import tqdm
+from dysco_interp.stores.format import MAX_DECOMPRESSED
 from dysco_interp.stores.store import ResultStore
 from dysco_interp.studies.ablation_summary import BASELINE, METRICS, random_name
 from dysco_interp.tasks import load_dataset, make_dataset
@@ -282,17 +284,35 @@ def store_settings(model: LoadedModel, model_name: str, head_sets: Mapping[str, 
             "metrics": METRICS, "head_sets": {k: [head_label(*h) for h in v] for k, v in head_sets.items()}}
 
 
+def means_path(means_dir: str | Path, task: str, length: int) -> Path:
+    """Where a (task, length) group's head means are kept: xz-compressed JSON, since the float32
+    base64 of a committed study's means compresses by a quarter."""
+    return Path(means_dir) / f"{task}_{length_label(length)}.json.xz"
+
+
 def write_means(path: Path, means: torch.Tensor, meta: dict) -> None:
     data = base64.b64encode(means.float().cpu().numpy().astype("<f4").tobytes()).decode("ascii")
-    with atomic_open(path) as f:
-        json.dump({"kind": MEANS_KIND, **meta, "shape": list(means.shape), "float32_b64": data}, f)
+    text = json.dumps({"kind": MEANS_KIND, **meta, "shape": list(means.shape), "float32_b64": data})
+    atomic_write_bytes(path, lzma.compress(text.encode("utf-8"), preset=9 | lzma.PRESET_EXTREME))
 
 
 def read_means(path: Path, meta: dict) -> torch.Tensor | None:
-    """The means stored at `path` for these instances; None when there is no file."""
+    """The means stored at `path` for these instances (or, where only that is there, in the plain
+    `.json` that earlier runs wrote beside it); None when there is neither."""
+    if not path.is_file() and path.suffix == ".xz" and path.with_suffix("").is_file():
+        path = path.with_suffix("")
     if not path.is_file():
         return None
-    obj = json.loads(path.read_text(encoding="utf-8"))
+    raw = path.read_bytes()
+    if path.suffix == ".xz":
+        unpack = lzma.LZMADecompressor()
+        try:
+            raw = unpack.decompress(raw, max_length=MAX_DECOMPRESSED)  # never a bomb's gigabytes
+        except lzma.LZMAError as e:
+            raise ConfigError(f"{path} is no xz archive of head means ({e})") from None
+        if not unpack.eof:
+            raise ConfigError(f"{path} is truncated or expands past {MAX_DECOMPRESSED >> 30} GiB: not head means")
+    obj = json.loads(raw)
     if obj.get("kind") != MEANS_KIND or any(obj.get(k) != v for k, v in meta.items()):
         raise ConfigError(f"{path} holds head means of other instances or settings; use another output folder")
     arr = np.frombuffer(base64.b64decode(obj["float32_b64"]), dtype="<f4").reshape(obj["shape"])
@@ -357,7 +377,7 @@ def ablation_study(model: LoadedModel, instances_by_task: Mapping[str, Sequence[
             bar.set_postfix(task=task, length=length)
             meta = {"model": name, "task": task, "length": length, "dtype": dtype_name(model.dtype),
                     "instances": [x.id for x in insts]}
-            path = Path(means_dir) / f"{task}_{length_label(length)}.json" if means_dir is not None else None
+            path = means_path(means_dir, task, length) if means_dir is not None else None
             means = read_means(path, meta) if path is not None else None
             base: dict[str, dict] = {}
             acc = HeadOutputMeans.for_model(model)
