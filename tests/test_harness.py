@@ -162,6 +162,18 @@ def test_the_test_parts_need_the_dev_choice(tmp_path):
         harness.test_methods(s, "path_traversal", 16)
 
 
+def test_the_test_parts_need_the_committed_choice_before_any_model_loads(tmp_path):
+    import dataclasses
+
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "path_traversal_2k.jsonl").write_text("")
+    s = harness.HarnessSettings("m", tmp_path, tmp_path / "out", ("dysco",), parts=("test-tf",),
+                                tasks=("path_traversal",), lengths=("2k",))
+    with pytest.raises(ConfigError, match="run the dev part and 'choose' first"):
+        harness.check_data(s)
+    harness.check_data(dataclasses.replace(s, parts=("choose", "test-tf")))  # chosen before the test reads it
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--grid", "dysco={beta: 2}"], "dysco=...: not valid JSON"),
     (["--grid", "dysco=" + "[" * 50_000 + "]" * 50_000], "nested too deeply"),
@@ -169,6 +181,8 @@ def test_the_test_parts_need_the_dev_choice(tmp_path):
     (["--grid", 'dysco=[{"select_k": 0}]'], "select_k must be"),
     ([], "make the dev split first"),
     (["--parts", "profile"], "dev/path_traversal_2k.jsonl: make the dev split first"),  # the protocol's profile length
+    (["--parts", "test-long"], "test/path_traversal_127k.jsonl: make the test split first"),
+    (["--parts", "test-long,test-tf"], "run 'test-long' on its own"),
     (["--methods", "dysco,nothing"], "unknown method"),
     (["--parts", "dev,sweep"], "unknown part"),
 ])

@@ -62,6 +62,7 @@ from dysco_interp.tasks.registry import get_task
 
 PARTS = ("profile", "dev", "choose", "test-tf", "test-free", "test-ff", "test-long")
 DEFAULT_PARTS = PARTS[:-1]  # the long part loads the model otherwise (YaRN): it runs on its own
+TEST_PARTS = {"test-tf", "test-free", "test-ff", "test-long"}
 SCRIPT = "analyses/harness.py"
 
 
@@ -115,9 +116,9 @@ def check_settings(s: HarnessSettings) -> None:
 
 
 def check_data(s: HarnessSettings) -> None:
-    """The task files the parts read are there (a ConfigError naming the first one missing), so a
-    run does not load a model to find that out."""
-    splits = (["dev"] if "dev" in s.parts else []) + (["test"] if {"test-tf", "test-free", "test-ff"} & set(s.parts)
+    """The task files the parts read are there, and the dev choices the test parts read (a
+    ConfigError naming the first one missing), so a run does not load a model to find that out."""
+    splits = (["dev"] if "dev" in s.parts else []) + (["test"] if (TEST_PARTS - {"test-long"}) & set(s.parts)
                                                       else [])
     files = [("dev", task, s.profile_length) for task in s.tasks] if "profile" in s.parts and uses_profile(s) else []
     files += [(split, task, length) for split in splits for task in s.tasks for length in s.lengths]
@@ -126,6 +127,8 @@ def check_data(s: HarnessSettings) -> None:
         path = s.data_dir / split / f"{task}_{length}.jsonl"
         if not path.is_file():
             raise ConfigError(f"missing {path}: make the {split} split first (see {SCRIPT})")
+    if TEST_PARTS & set(s.parts) and "choose" not in s.parts:
+        committed_choices(s)  # a ConfigError naming the missing choice file or method
 
 
 def profile_heads_of(s: HarnessSettings) -> Profile:
