@@ -21,6 +21,7 @@ sequences decode together and tokens per second count the tokens of all rows.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 import torch
@@ -37,11 +38,14 @@ from dysco_interp.models import load_model, resolve_device, resolve_dtype
 from dysco_interp.studies.harness_protocol import TASKS, bind
 
 
-def also_method(text: str) -> tuple[str, dict]:
-    """NAME or NAME=JSON (a JSON object of the method's parameters)."""
-    if "=" not in text:
-        return text.strip(), {}
-    return user_methods.method_option(text)
+def also_method(text: str) -> tuple[str, str, dict]:
+    """NAME, NAME=JSON (a JSON object of the method's parameters), and either with :LABEL after
+    the name, the step's name in place of the method's: (label, name, parameters)."""
+    name, params = user_methods.method_option(text) if "=" in text else (text.strip(), {})
+    method, _, label = name.partition(":")
+    if _ and not label.strip():
+        raise argparse.ArgumentTypeError(f"{name}: give a label after the colon, e.g. dysco-sparse:all")
+    return label.strip() or method.strip(), method.strip(), params
 
 
 def main(argv=None) -> int:
@@ -61,9 +65,11 @@ def main(argv=None) -> int:
                    help="also time DySCO written as a user-defined SteeringMethod (the 'user' step)")
     p.add_argument("--read-heads", type=cli_args.nonnegative_int, default=0, metavar="N",
                    help="also time DySCO reading N more random heads' rows at every step ('dysco_readN')")
-    p.add_argument("--also", type=also_method, action="append", default=[], metavar="NAME[=JSON]",
+    p.add_argument("--also", type=also_method, action="append", default=[], metavar="NAME[:LABEL][=JSON]",
                    help="also time any registered method (repeat the flag), at the paper preset with these of its "
-                        "parameters, e.g. --also 'uniattns={\"tau\": 0.9}' --also dysco-lagged")
+                        "parameters, e.g. --also 'uniattns={\"tau\": 0.9}' --also dysco-lagged; a LABEL names "
+                        "the step instead of the method (one method at two settings: --also dysco-sparse "
+                        "--also 'dysco-sparse:all={\"sparse_layers\": \"all\"}')")
     p.add_argument("--task-context", choices=list(TASKS), default=None, metavar="TASK",
                    help="the context is one instance of TASK (made for each context length with the model's "
                         "tokenizer) instead of random ids, so that methods finding spans in the prompt's text "
@@ -94,8 +100,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:  # every method and its parameters checked before a model is made
         if args.task_context:  # the instruction texts of the task, where a method emphasises one
-            args.also = [(name, bind(name, params, args.task_context).params) for name, params in args.also]
-        also = [preset("paper", method=name, params=params) for name, params in args.also]
+            args.also = [(label, name, bind(name, params, args.task_context).params)
+                         for label, name, params in args.also]
+        labels = [label for label, _, _ in args.also]
+        twice = sorted({label for label in labels if labels.count(label) > 1})
+        if twice:
+            raise ConfigError(f"--also names the step {twice[0]} twice: give each setting a label, "
+                              f"e.g. --also '{twice[0]}:mine={{...}}'")
+        also = {label: preset("paper", method=name, params=params) for label, name, params in args.also}
     except ConfigError as e:
         p.error(str(e))
 

@@ -10,6 +10,7 @@ import pytest
 
 from dysco_interp.analysis import bench
 from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.models.tiny import tiny_model
 
@@ -84,6 +85,31 @@ def test_any_registered_method_is_timed_beside_dysco_in_the_same_run(model):
         assert row[f"{name}_step_ms"] > 0 and row[f"{name}_over_dysco"] > 0
 
 
+def test_one_method_at_two_settings_is_timed_under_two_labels(model):
+    from dysco_interp.decoding.config import preset
+
+    two = [preset("paper", method="dysco-sparse"), preset("paper", method="dysco-sparse",
+                                                          params={"sparse_layers": "all"})]
+    with pytest.raises(ConfigError, match="dysco-sparse is timed twice under one name"):
+        bench.extra_steps(DecodingConfig(), model, False, 0, methods=two)
+    extra = bench.extra_steps(DecodingConfig(), model, False, 0, methods=dict(zip(("dysco-sparse", "all"), two)))
+    assert list(extra) == ["dysco-sparse", "all"] and extra["all"][0].params.sparse_layers == "all"
+    [row] = bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "static", [48], 2, 0, None, extra=extra)
+    assert row["dysco-sparse_step_ms"] > 0 and row["all_step_ms"] > 0
+
+
+def test_the_driver_refuses_a_step_named_twice_before_any_model_loads(capsys):
+    sys.path.insert(0, str(REPO / "analyses"))
+    try:
+        import bench_decode
+    finally:
+        sys.path.pop(0)
+    with pytest.raises(SystemExit) as caught:
+        bench_decode.main(["--also", "dysco-sparse", "--also", 'dysco-sparse={"sparse_layers": "all"}',
+                           "--model", "no-such-model"])
+    assert caught.value.code == 2 and "names the step dysco-sparse twice" in capsys.readouterr().err
+
+
 def test_methods_that_find_spans_in_the_text_are_timed_on_a_task_s_instance(model):
     from dysco_interp.decoding.config import preset
     from dysco_interp.studies.harness_protocol import bind
@@ -131,9 +157,13 @@ def test_also_takes_a_name_or_a_name_and_a_json_object_in_one_line():
         import bench_decode
     finally:
         sys.path.pop(0)
-    assert bench_decode.also_method("dysco-lagged") == ("dysco-lagged", {})
-    assert bench_decode.also_method('uniattns={"tau": 0.9}') == ("uniattns", {"tau": 0.9})
+    assert bench_decode.also_method("dysco-lagged") == ("dysco-lagged", "dysco-lagged", {})
+    assert bench_decode.also_method('uniattns={"tau": 0.9}') == ("uniattns", "uniattns", {"tau": 0.9})
+    assert bench_decode.also_method('dysco-sparse:all={"sparse_layers": "all"}') == (
+        "all", "dysco-sparse", {"sparse_layers": "all"})
+    assert bench_decode.also_method("dysco-lagged:lag") == ("lag", "dysco-lagged", {})
     for text, words in (("uniattns={tau: 1}", "not valid JSON"), ("uniattns=[1]", "must be a JSON object"),
+                        ("dysco-sparse:=" + "{}", "give a label"), ("dysco-sparse: ", "give a label"),
                         ("uniattns=" + "[" * 100_000 + "]" * 100_000, "nested too deeply")):
         with pytest.raises(argparse.ArgumentTypeError, match=words):
             bench_decode.also_method(text)

@@ -251,9 +251,41 @@ def test_a_backend_that_does_not_carry_out_a_keep_refuses_it(tiny_llama):
         backend.run(state, torch.tensor([9]), plan)
 
 
+@pytest.mark.parametrize("style", STYLES)
+def test_a_read_in_a_kept_layer_covers_every_key_on_every_backend(style):
+    # the kept pass's logits are its mask's, and its read (layer 1, kept) is the read without the keep
+    model = tiny_model(style)
+    n_layers = model.spec.n_layers
+    ids = torch.tensor([model.tokenizer(PROMPT)["input_ids"]])
+    n_keys = ids.shape[1]
+    layers = range(1, n_layers)
+    bias = torch.zeros(1, 1, 1, n_keys)
+    bias[..., 10:20] = math.log(3.0)
+    keep = torch.rand(1, n_keys, generator=torch.Generator().manual_seed(5)) < 0.3
+    keep[:, -1] = True
+    positions, slots = sparse_keys.kept_positions(keep, n_keys // 2 + 8)
+    read = Read([(1, 0), (1, 3), (2, 1)], returns="rows")
+    plans = {"kept": PassPlan(reads=(read,), bias=Bias(layers), keep=Keep(layers)).with_bias(bias).with_keep(
+                 positions, slots),
+             "masked": PassPlan(reads=(read,), bias=Bias(layers), mask=Mask(layers)).with_bias(bias).with_mask(
+                 keep[:, None, None, :]),
+             "open": PassPlan(reads=(read,), bias=Bias(layers)).with_bias(bias)}
+    for name in ("bridge", "sdpa", "static", "flex"):
+        backend = backends.make_backend(model, name)
+        state = backend.prefill(ids[:, :-1], None)
+        out = {key: backend.run(state.clone(), ids[:, -1], plan) for key, plan in plans.items()}
+        torch.testing.assert_close(out["kept"].logits, out["masked"].logits, rtol=1e-4, atol=1e-5, msg=name)
+        kept_rows, open_rows = out["kept"].reads[0].rows, out["open"].reads[0].rows
+        # layer 1's rows are the open pass's (layer 0 is not kept); layer 2's follow a kept layer 1
+        torch.testing.assert_close(kept_rows[:, :2], open_rows[:, :2], rtol=1e-4, atol=1e-6, msg=name)
+        assert (kept_rows[:, 2] > 0).all() and not torch.allclose(kept_rows[:, 2], open_rows[:, 2]), name
+        assert kept_rows[:, :2][..., ~keep[0]].sum() > 0.1, name  # on keys the keep hides from the outputs
+        torch.testing.assert_close(kept_rows.sum(-1), torch.ones(1, 3), msg=name)
+        backend.check_faults()
+
+
 def test_a_keep_is_checked():
-    with pytest.raises(ConfigError, match="cannot read heads in a layer it keeps keys of"):
-        PassPlan(reads=(Read([(2, 0)]),), keep=Keep([2, 3]))
+    PassPlan(reads=(Read([(2, 0)]),), keep=Keep([2, 3]))  # a read in a kept layer covers every key
     with pytest.raises(ConfigError, match="not a rule"):
         PassPlan(reads=(Read([(1, 0)]),), bias=Bias([2], source="rule"), keep=Keep([3]))
     with pytest.raises(ConfigError, match="keep layer 7 is outside"):
@@ -372,11 +404,39 @@ def test_a_short_run_gathers_no_more_slots_than_it_has_keys(tiny_llama, monkeypa
 
 
 def test_a_qrhead_in_the_last_layer_leaves_dysco_lagged_s_plan(tiny_llama):
-    last = tiny_llama.spec.n_layers - 1
-    method = DyscoSparse(config("dysco-sparse"), heads_for(tiny_llama, ((1, 0), (last, 1))), tiny_llama.spec)
+    n_layers = tiny_llama.spec.n_layers
+    deep = heads_for(tiny_llama, ((1, 0), (n_layers - 1, 1)))
+    method = DyscoSparse(config("dysco-sparse"), deep, tiny_llama.spec)
     assert method.steering.keep is None
     method = DyscoSparse(config("dysco-sparse"), heads_for(tiny_llama), tiny_llama.spec)
-    assert method.steering.keep == Keep(range(2, tiny_llama.spec.n_layers)) and method.capacity == 4416
+    assert method.steering.keep == Keep(range(2, n_layers)) and method.capacity == 4416
+    for heads in (deep, heads_for(tiny_llama)):
+        method = DyscoSparse(config("dysco-sparse", sparse_layers="all"), heads, tiny_llama.spec)
+        assert method.steering.keep == Keep(range(n_layers))
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_every_layer_sparse_gives_the_bridges_tokens_on_every_backend(style, tokens_everywhere):
+    model = tiny_model(style)
+    heads = heads_for(model)
+    configs = {"after": config("dysco-sparse", **SPARSE), "all": config("dysco-sparse", **SPARSE, sparse_layers="all")}
+    out = tokens_everywhere(model, configs, [PROMPT, OTHER], heads)
+    assert out["bridge"]["all"] != out["bridge"]["after"]  # layers 0..L* see the kept keys only
+    for backend in ("sdpa", "static"):
+        assert out[backend] == out["bridge"], backend
+    flex = generate_batch(model, [PROMPT, OTHER], configs, heads, backend="flex")
+    assert {name: [r.tokens for r in rows] for name, rows in flex.items()} == out["bridge"]
+
+
+def test_every_layer_sparse_with_a_window_over_the_context_gives_dysco_lagged_s_tokens(tiny):
+    heads = heads_for(tiny)
+    for backend in ("bridge", "static"):
+        out = compare_methods(tiny, PROMPT, {
+            "lagged": config("dysco-lagged", **STEERING),
+            "all-window": config("dysco-sparse", **STEERING, window=1024, max_blocks=1, sparse_layers="all"),
+        }, heads, backend=backend)
+        assert out["all-window"].tokens == out["lagged"].tokens, backend
+        assert selections(out["all-window"]) == selections(out["lagged"]), backend
 
 
 # ------------------------------------------------------------------ an independent implementation in TL hooks
@@ -387,11 +447,12 @@ class HookSparse:
     method: the QRHeads' rows (hook_pattern), the running relevance, the nucleus-then-K selection,
     the blocks, sinks and window, and the edit of the scores (hook_attn_scores: log(beta) on the
     selected keys and the own key in every layer; -inf outside the kept keys after the deepest
-    QRHead). It rides on vanilla's passes (one plain pass per token); one prompt, no pads: key j
-    is the j-th token."""
+    QRHead, or with `every_layer` in every layer, the QRHeads' rows then read from the scores
+    before that -inf). It rides on vanilla's passes (one plain pass per token); one prompt, no
+    pads: key j is the j-th token."""
 
     def __init__(self, model, heads, template, *, select_p, beta, block, sinks, window, max_blocks, select_k=8,
-                 decay=0.75):
+                 decay=0.75, every_layer=False):
         self.n_layers = model.spec.n_layers
         self.heads = sorted(tuple(h) for h in heads)
         self.deepest = self.heads[-1][0]
@@ -400,16 +461,18 @@ class HookSparse:
         self.block, self.sinks, self.window, self.max_blocks = block, sinks, window, max_blocks
         self.relevance, self.rows, self.edit, self.hidden = None, {}, None, None
         self.selected = []
+        self.every_layer = every_layer
 
     def hooks(self):
-        read = [(pattern_name(layer), self.read) for layer in sorted({layer for layer, _ in self.heads})]
+        read = [] if self.every_layer else [
+            (pattern_name(layer), self.read) for layer in sorted({layer for layer, _ in self.heads})]
         return read + [(scores_name(layer), self.steer) for layer in range(self.n_layers)]
 
-    def read(self, pattern, hook):
+    def read(self, pattern, hook, layer=None):
         now = current_pass()
         if now is None or now.kind == "prefill":
             return None
-        layer = layer_of(hook)
+        layer = layer_of(hook) if layer is None else layer
         self.rows[layer] = pattern[0, [h for l_, h in self.heads if l_ == layer], -1, :].float()
         if layer == self.deepest:
             a = torch.cat([self.rows[x] for x in sorted(self.rows)]).mean(dim=0)
@@ -443,12 +506,22 @@ class HookSparse:
 
     def steer(self, scores, hook):
         now = current_pass()
-        if now is None or now.phase in ("prefill", "context-warmup"):
+        if now is None or now.phase == "prefill":
             return None
         layer = layer_of(hook)
+        reads_here = self.every_layer and any(layer == l_ for l_, _ in self.heads)
+        if now.phase == "context-warmup":  # vanilla's reads, every key
+            if reads_here:
+                self.read(scores.float().softmax(dim=-1), hook, layer)
+            return None
         if layer == 0:  # once per token, from the reads before it
             self.select(scores.shape[-1])
-        return scores + self.edit + (self.hidden if layer > self.deepest else 0.0)
+        edited = scores + self.edit
+        if not self.every_layer:
+            return edited + (self.hidden if layer > self.deepest else 0.0)
+        if reads_here:  # the read sees every key
+            self.read(edited.float().softmax(dim=-1), hook, layer)
+        return edited + self.hidden
 
 
 def test_the_hook_implementation_gives_dysco_sparse_s_tokens_and_selections(tiny_llama):
@@ -466,6 +539,20 @@ def test_the_hook_implementation_gives_dysco_sparse_s_tokens_and_selections(tiny
     assert result.tokens != lagged.tokens
 
 
+def test_the_hook_implementation_gives_every_layer_sparse_s_tokens_and_selections(tiny_llama):
+    heads = heads_for(tiny_llama)
+    template = prepare_prompt(tiny_llama, PROMPT).template("reference")
+    ours = HookSparse(tiny_llama, heads, template, **SPARSE, every_layer=True)
+    with observe(tiny_llama, hooks=ours.hooks()):
+        reference = generate(tiny_llama, PROMPT, config("vanilla"), heads=heads).tokens
+    with observe(tiny_llama, hooks=[(pattern_name(0), lambda pattern, hook: None)]):
+        result = generate(tiny_llama, PROMPT, config("dysco-sparse", **SPARSE, sparse_layers="all"), heads=heads)
+        after = generate(tiny_llama, PROMPT, config("dysco-sparse", **SPARSE), heads=heads)
+    assert result.tokens == reference
+    assert [s.selected for s in result.trace.steps if s.selected is not None] == ours.selected
+    assert result.tokens != after.tokens
+
+
 @pytest.mark.real_model
 def test_the_hook_implementation_gives_dysco_sparse_s_tokens_on_the_real_model(real_model):
     heads = shipped_heads("smollm2-135m", spec=real_model.spec)
@@ -481,6 +568,13 @@ def test_the_hook_implementation_gives_dysco_sparse_s_tokens_on_the_real_model(r
     assert [s.selected for s in result.trace.steps if s.selected is not None] == ours.selected
     static = generate(real_model, PROMPT, config("dysco-sparse", 8, **params), heads=heads, backend="static")
     assert static.tokens == reference
+    ours = HookSparse(real_model, heads, template, **params, every_layer=True)
+    with observe(real_model, hooks=ours.hooks()):
+        every = generate(real_model, PROMPT, config("vanilla", 8), heads=heads).tokens
+    for backend in ("bridge", "static"):
+        result = generate(real_model, PROMPT, config("dysco-sparse", 8, **params, sparse_layers="all"), heads=heads,
+                          backend=backend)
+        assert result.tokens == every, backend
     lagged = {k: v for k, v in params.items() if k not in ("block", "sinks", "window", "max_blocks")}
     assert generate(real_model, PROMPT, config("dysco-lagged", 8, **lagged), heads=heads).tokens != reference
 
@@ -498,6 +592,7 @@ def test_the_hook_implementation_gives_dysco_sparse_s_tokens_on_the_real_model(r
     ({"max_blocks": True}, "max_blocks"),
     ({"beta": 0.0}, "beta"),
     ({"blocks": 4}, "no parameter 'blocks'"),
+    ({"sparse_layers": "every"}, "sparse_layers"),
 ])
 def test_bad_parameters_are_one_config_error_line_before_any_model_loads(no_model, params, match):
     with pytest.raises(ConfigError, match=match) as caught:

@@ -19,7 +19,7 @@ import functools
 import platform
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -233,11 +233,19 @@ class UserDysco(SteeringMethod):
 
 
 def extra_steps(config: DecodingConfig, model: LoadedModel, user_method: bool, read_heads: int,
-                seed: int = 0, methods: Sequence[DecodingConfig] = ()) -> dict[str, tuple[DecodingConfig, Read | None]]:
+                seed: int = 0, methods: Sequence[DecodingConfig] | Mapping[str, DecodingConfig] = (),
+                ) -> dict[str, tuple[DecodingConfig, Read | None]]:
     """The steps timed beside vanilla and DySCO: DySCO as a user method ("user"), DySCO reading
     `read_heads` more seeded random heads' rows at every step ("dysco_read<N>"), and each of
-    `methods` (any registered method, under its name)."""
-    extra: dict[str, tuple[DecodingConfig, Read | None]] = {c.method: (c, None) for c in methods}
+    `methods` (any registered method, under its name, or under its label where `methods` maps
+    labels to configs: one method at two settings)."""
+    if not isinstance(methods, Mapping):
+        names = [c.method for c in methods]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"{twice[0]} is timed twice under one name: give each setting a label")
+        methods = {c.method: c for c in methods}
+    extra: dict[str, tuple[DecodingConfig, Read | None]] = {label: (c, None) for label, c in methods.items()}
     if user_method:
         register_method(UserDysco)
         extra["user"] = (config.replace(method=UserDysco.name), None)

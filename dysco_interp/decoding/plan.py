@@ -15,7 +15,7 @@ a researcher's own, is a program of plans (`decoding/methods.py`). A plan says:
   scale too (UniAttnS's temperature, log-n scaling), nothing else;
 - `keep`: the only keys some layers attend to, a fixed number of positions per row, given per
   step: exactly a -inf on every other key's scores, which the fast backends carry out by reading
-  only those keys and values (sparse decoding).
+  only those keys and values (sparse decoding). A read in a kept layer still covers every key.
 
 What a plan cannot express: additive query or key vectors, per-head position ids, edits of the
 values or of a head's output. Those are TransformerLens hooks on the bridge backend
@@ -246,8 +246,13 @@ class Keep:
     The capacity is the caller's, fixed from step to step, so that a backend's shapes stay the
     same: the sdpa and static backends gather those keys and values only (a few percent of a long
     cache, under CUDA graphs on the static one), the bridge adds the -inf (the reference), flex
-    adds it to its score_mod. No read may be in a kept layer (its rows would cover the kept keys
-    only), and a plan with a keep takes a given bias, not a rule's.
+    adds it to its score_mod. A plan with a keep takes a given bias, not a rule's.
+
+    A read in a kept layer covers every key: its rows are the softmax of the pass's scores there
+    (scale, bias, mask) before the keep's -inf, while the heads' outputs attend to the kept keys
+    only. A selection fed by such a read can reach the whole context, which a read of the kept
+    keys alone never could; it costs the read heads' q.K over every key (their keys only, no
+    values).
     """
 
     layers: tuple[int, ...]
@@ -353,10 +358,6 @@ class PassPlan:
         if self.keep is not None:
             if self.bias is not None and self.bias.source == "rule":
                 raise ConfigError("a plan with a keep takes a given bias, not a rule's")
-            read = sorted({layer for r in self.reads for layer in r.layers} & set(self.keep.layers))
-            if read:
-                raise ConfigError(f"a plan cannot read heads in a layer it keeps keys of (layer {read[0]}): the "
-                                  "rows would cover the kept keys only")
         if self.stop_after is not None:
             deep = [r.max_layer for r in self.reads if r.max_layer > self.stop_after]
             if deep:

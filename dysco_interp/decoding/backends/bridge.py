@@ -68,7 +68,9 @@ class BridgeBackend(Backend):
             return None
         if plan not in self.readers:
             pairs = [(layer, h) for layer, hs in plan.read_heads().items() for h in hs]
-            self.readers[plan] = RelevanceReader(HeadSet(pairs), self.model.spec)
+            # a read in a kept layer covers every key: its rows come from the scores before the keep's -inf
+            self.readers[plan] = RelevanceReader(HeadSet(pairs), self.model.spec,
+                                                 from_scores=plan.keep.layers if plan.keep is not None else ())
         reader = self.readers[plan]
         reader.set_length(n_keys)
         return reader
@@ -101,6 +103,8 @@ class BridgeBackend(Backend):
                 assert plan.bias is not None
                 hooks.append((act_name(plan.bias.layers[0], "hook_in"), build))
             hooks += writer.hooks()
+        if reader is not None:
+            hooks += reader.score_hooks()
         if plan.keep is not None:  # the reference: a -inf on every key outside the kept ones
             kept = self.given_keep(plan, batch, n_keys)
             assert kept is not None

@@ -55,9 +55,13 @@ class RelevanceReader:
     `attention()` -> float32 `[B, n_keys]`, the mean over H* of their rows; each
     sliding layer's row lands on the last positions (others 0). `rows` holds the
     raw per-layer rows `[B, h_l, k_l]` (float32) for analyses.
+
+    `from_scores`: layers whose rows are read from hook_attn_scores instead, as the softmax of
+    the scores their hooks have made so far (`score_hooks()`, placed among the other hooks where
+    the scores are as the read should see them: a plan's keep reads every key, before its -inf).
     """
 
-    def __init__(self, heads: HeadSet, spec: ModelSpec):
+    def __init__(self, heads: HeadSet, spec: ModelSpec, from_scores: Iterable[int] = ()):
         for layer, head in heads:
             if head_out_of_range((layer, head), spec.n_layers, spec.n_heads):
                 raise ConfigError(
@@ -69,13 +73,23 @@ class RelevanceReader:
         self._index = {layer: torch.tensor(hs, dtype=torch.long) for layer, hs in self.heads_by_layer.items()}
         self.n_keys: int | None = None
         self.rows: dict[int, torch.Tensor] = {}
+        self.from_scores = frozenset(from_scores) & frozenset(self.heads_by_layer)
 
     @property
     def max_layer(self) -> int:
         return max(self.heads_by_layer)
 
     def hooks(self) -> list[Hook]:
-        return [(pattern_name(layer), self) for layer in self.heads_by_layer]
+        """The pattern hooks of the layers not read `from_scores`."""
+        return [(pattern_name(layer), self) for layer in self.heads_by_layer if layer not in self.from_scores]
+
+    def score_hooks(self) -> list[Hook]:
+        """The score hooks of the `from_scores` layers."""
+        return [(scores_name(layer), self.read_scores) for layer in sorted(self.from_scores)]
+
+    def read_scores(self, scores: torch.Tensor, hook) -> None:
+        """A `from_scores` layer's rows: the float32 softmax of its scores' last query row."""
+        self(scores.float().softmax(dim=-1), hook)
 
     def set_length(self, n_keys: int) -> None:
         """Announce the absolute key count of the next forward and forget the last rows."""

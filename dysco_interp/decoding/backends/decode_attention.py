@@ -105,6 +105,16 @@ def head_probabilities(query, key, mask, scale: float, groups: int, heads: Seque
     return torch.stack(rows, dim=1)
 
 
+def every_key_rows(query, key, mask, scale: float, groups: int, heads: Sequence[int], window: int | None = None,
+                   slot: torch.Tensor | None = None) -> torch.Tensor:
+    """The float32 rows of the query heads `heads` over the whole buffer, `[B, len(heads), capacity]`:
+    a read in a layer that attends to kept keys only still covers every key (`plan.Keep`)."""
+    if window is None:
+        return head_probabilities(query, key, mask, scale, groups, heads)
+    probs = decode_probabilities(query, key, mask, scale, groups, window, slot)
+    return torch.stack([probs[:, head] for head in heads], dim=1)
+
+
 def attend_one_query(query, key, value, mask, scale: float, groups: int, kind: str,
                      heads: Sequence[int] | None = None, window: int | None = None,
                      slot: torch.Tensor | None = None,

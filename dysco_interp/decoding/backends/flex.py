@@ -229,12 +229,12 @@ def flex_attention_step(module, query, key, value, attention_mask, dropout: floa
     if layer in ctl.bias_layers and ctl.bias is None and ctl.rule is not None:
         ctl.bias = ctl.rule()
     add = additive(ctl, layer, attention_mask, key.shape[-2], batch, n_heads, query.device)
+    heads = ctl.read.get(layer)
+    if heads is not None:  # a read in a biased layer sees the attention as the pass uses it; in a kept one, every key
+        ctl.rows[layer] = head_rows(query, key, heads, groups, factor, add)
     if layer in ctl.keep_layers and ctl.keep is not None:  # a keep as what it means: -inf outside it
         hidden = kept_part(ctl, key.shape[-2], query.device)
         add = hidden.contiguous() if add is None else (add + hidden).contiguous()
-    heads = ctl.read.get(layer)
-    if heads is not None:  # a read in a biased layer sees the attention as the pass uses it
-        ctl.rows[layer] = head_rows(query, key, heads, groups, factor, add)
     out = ctl.kernel(query, key, value, factor, add, groups > 1)
     return out.transpose(1, 2).contiguous(), None
 

@@ -28,7 +28,7 @@ from torch.nn.attention.bias import causal_lower_right
 from torch.nn.functional import linear, scaled_dot_product_attention, silu
 
 from dysco_interp.decoding.backends.base import head_masks
-from dysco_interp.decoding.backends.decode_attention import attend_one_query, gather_kept
+from dysco_interp.decoding.backends.decode_attention import attend_one_query, every_key_rows, gather_kept
 from dysco_interp.decoding.logit_scale import logn_of, scaled
 from dysco_interp.decoding.plan import Scale
 from dysco_interp.models.placement import Placement
@@ -241,12 +241,15 @@ class FusedDecoder:
             q, scale = scaled(q, self.layers[index].self_attn.scaling, step.scale, index, step.scale_heads.get(index),
                               step.logn)
             mask, model_mask = step.masks(index, x.dtype, cast)
+            heads = step.read.get(index)
             if index in step.keep_layers:  # only the kept keys and values are read
                 assert step.kept is not None and step.hidden is not None
+                if heads is not None:  # except by a read, which covers every key
+                    step.rows[index], heads = every_key_rows(q, keys, mask, scale, self.groups, heads), None
                 keys, values, mask = gather_kept(keys, values, mask, step.kept, step.hidden)
                 model_mask = mask.to(x.dtype)
             out, rows = attend_one_query(q, keys, values, mask, scale, self.groups, step.decode_attention,
-                                         step.read.get(index), model_mask=model_mask)
+                                         heads, model_mask=model_mask)
             if rows is not None:
                 step.rows[index] = rows
             return out.reshape(*out.shape[:2], -1)

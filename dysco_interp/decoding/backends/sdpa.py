@@ -151,16 +151,16 @@ def dysco_attention(module, query, key, value, attention_mask, dropout: float = 
     layer = module.layer_idx
     query, scale = scaled(query, scaling if scaling is not None else query.shape[-1] ** -0.5, ctl.scale, layer,
                           ctl.scale_heads.get(layer), ctl.logn)
-    if layer in ctl.keep_layers and ctl.keep is not None and query.shape[2] == 1:
-        return kept_decode_attention(query, key, value, attention_mask, ctl, layer, scale, groups)
     biased = layer in ctl.bias_layers
     if biased and ctl.bias is None and ctl.rule is not None:
         ctl.bias = ctl.rule()
     heads = ctl.read.get(layer)
-    if heads is not None:  # a read in a biased layer sees the attention as the pass uses it
+    if heads is not None:  # a read in a biased layer sees the attention as the pass uses it; in a kept one, every key
         bias = read_bias(ctl.bias, key.shape[-2], heads, ctl.bias_heads.get(layer)) \
             if biased and ctl.bias is not None else None
         ctl.rows[layer] = last_query_rows(query, key, attention_mask, heads, scale, groups, bias)
+    if layer in ctl.keep_layers and ctl.keep is not None and query.shape[2] == 1:
+        return kept_decode_attention(query, key, value, attention_mask, ctl, layer, scale, groups)
     if biased:
         assert ctl.bias is not None
         return biased_decode_attention(query, key, value, attention_mask, ctl.bias, scale, groups,

@@ -53,6 +53,7 @@ from dysco_interp.decoding.backends.decode_attention import (
     GRANULE,
     attend_one_query,
     check_decode_attention,
+    every_key_rows,
     gather_kept,
 )
 from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
@@ -289,19 +290,21 @@ def static_attention(module, query, key, value, attention_mask, dropout: float =
     groups = getattr(module, "num_key_value_groups", 1)
     mask, kind = attention_mask, ctl.decode_attention
     window = getattr(module, "sliding_window", None)
+    layer, heads = module.layer_idx, ctl.read_lists.get(module.layer_idx)
     if ctl.step is not None:
-        mask, _ = ctl.step.masks(module.layer_idx, query.dtype, {"mask": attention_mask})
-        if module.layer_idx in ctl.step.keep_layers:  # only the kept keys and values are read
+        mask, _ = ctl.step.masks(layer, query.dtype, {"mask": attention_mask})
+        if layer in ctl.step.keep_layers:  # only the kept keys and values are read
             assert ctl.step.kept is not None and ctl.step.hidden is not None
+            if heads is not None:  # except by a read, which covers every key
+                ctl.rows[layer], heads = every_key_rows(query, key, mask, scale, groups, heads, window, ctl.slot), None
             key, value, mask = gather_kept(key, value, mask, ctl.step.kept, ctl.step.hidden)
             if window is not None:  # kept keys at or before slot - window are out of a sliding layer's reach
                 assert ctl.slot is not None
                 old = ctl.step.kept <= ctl.slot.to(key.device) - window
                 mask, window, kind = mask.masked_fill(old[:, None, None, :], -torch.inf), None, "float32"
-    out, rows = attend_one_query(query, key, value, mask, scale, groups, kind,
-                                 ctl.read_lists.get(module.layer_idx), window, ctl.slot)
+    out, rows = attend_one_query(query, key, value, mask, scale, groups, kind, heads, window, ctl.slot)
     if rows is not None:
-        ctl.rows[module.layer_idx] = rows
+        ctl.rows[layer] = rows
     return out, None
 
 
