@@ -264,3 +264,33 @@ def test_a_method_of_one_s_own_gets_its_grid_choice_and_leaderboard_rows_on_the_
     assert {(r["mode"], r["method"], r["label"]) for r in rows} == {
         (mode, "instruction-boost", f"instruction-boost factor={choice['point']['factor']}") for mode in ("tf", "free")}
     assert all(r["n"] == 2 for r in rows)
+
+
+def test_dysco_s_variants_are_set_against_exact_dysco_in_a_family_of_their_own():
+    from dysco_interp.analysis.method_key import method_key
+    from dysco_interp.analysis.records import read_records
+    from dysco_interp.stores.archives import glob_stores
+    from dysco_interp.studies import harness_report
+
+    folder = REPO / "figures" / "harness"
+    result = harness_report.variants(folder)
+    board = harness_report.leaderboard(folder)
+    assert result["rows"] and {r["method"] for r in result["rows"]} <= set(harness_report.VARIANTS)
+    assert all(r["reference"].split()[0] == "dysco" for r in result["rows"])
+    # one cell by hand: the 1.5B's lagged DySCO against DySCO, teacher forced, MRCR 8K
+    [path] = glob_stores(folder / "test" / "qwen2.5-coder-1.5b_mrcr_8k_tf.jsonl")
+    by = {}
+    for r in read_records(path):
+        by.setdefault(method_key(r).method, {})[r["instance"]] = r["tf_logprob"]
+    diff = [by["dysco-lagged"][i] - by["dysco"][i] for i in by["dysco"]]
+    [row] = [r for r in result["rows"] if (r["model"], r["mode"], r["task"], r["length"], r["method"]) == (
+        "qwen2.5-coder-1.5b", "tf", "mrcr", 8192, "dysco-lagged")]
+    assert row["n"] == len(diff) == 100
+    assert abs(row["delta"]["mean"] - sum(diff) / len(diff)) < 1e-4  # rounded as the report writes it
+    assert (row["delta"]["better"], row["delta"]["worse"]) == (sum(d > 0 for d in diff), sum(d < 0 for d in diff))
+    # its own q family: the same cell's row in the leaderboard (against vanilla) has another q
+    assert len(result["rows"]) < len(board["rows"]) and result["family"] != board["family"]
+    # step times from the cost benchmark, over DySCO's and over vanilla's
+    assert 0 < result["speed"]["dysco-lagged"]["step_over_dysco"] < 1 < result["speed"]["dysco-lagged"][
+        "step_over_vanilla"]
+    assert harness_report.render_variants(result) == (folder / "variants.md").read_text()

@@ -4,6 +4,7 @@ Every method at its dev choice against vanilla, per model, decoding mode (teache
 task and length, on the task's primary metric: the paired difference with its interval, the
 instances it made better and worse, the exact sign-flip p, the equivalence test at the metric's
 margin, and a BH q over the whole leaderboard (one family: every row of every model and mode).
+DySCO's variants also against exact DySCO, in a table and q family of their own.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from dysco_interp.viz.tables import table_markdown
 
 MODES = {"tf": "teacher forced", "free": "free", "ff": "format forced"}
 VANILLA = MethodKey("vanilla")
+# DySCO's variants, set against exact DySCO in a table of their own (`variants`)
+VARIANTS = ("dysco-lagged", "dysco-hard", "dysco-middle", "dysco-sparse")
 # one colour per method in every harness figure, so a method reads the same across models, modes
 # and figures: DySCO and its variants in blues and cyans, the baselines each their own hue
 METHOD_COLORS = {"dysco": "#1f77b4", "dysco-lagged": "#6baed6", "dysco-middle": "#17becf", "dysco-hard": "#08306b",
@@ -72,11 +75,13 @@ def expected_in(folder: Path, model: str, length: int, found: int) -> tuple[dict
     return {m: str(c["label"]) for m, c in choices.items()}, TEST_N.get(label, found)
 
 
-def leaderboard(folder: Path) -> dict:
-    """Rows per (model, mode, task, length, method): the method's paired difference from vanilla
-    on the task's primary metric, q over every row. A method not yet run on every instance of
-    its cell (an interrupted run; `expected_in`) is no row: it is listed under "incomplete" with
-    how many it has, and stays out of the q family."""
+def paired_rows(folder: Path, reference: str = "vanilla",
+                compared: Sequence[str] | None = None) -> tuple[list[dict], list[dict]]:
+    """Rows per (model, mode, task, length, method): the method's paired difference from the
+    method `reference` (at the point its cell holds) on the task's primary metric (no q yet), for every method but the reference, or
+    for those of `compared` only. A method not yet run on every instance of its cell (an
+    interrupted run; `expected_in`) is no row: it is listed apart with how many it has. A cell
+    without the reference's records has no rows."""
     rows: list[dict] = []
     incomplete: list[dict] = []
     for (model, task, length, mode), records in sorted(cells_of(folder).items()):
@@ -87,24 +92,71 @@ def leaderboard(folder: Path) -> dict:
             if r.get(metric) is not None:
                 values.setdefault(method_key(r), {})[str(r["instance"])] = float(r[metric])
                 labels.setdefault(method_key(r), str(r["method"]))
-        base = values.get(VANILLA, {})
-        methods, n_expected = expected_in(folder, model, length, len(base))
+        ref = next((k for k in sorted(values) if k.method == reference), None)
+        if ref is None and reference != VANILLA.method:
+            continue
+        base = values.get(ref, {}) if ref is not None else {}
+        methods, n_expected = expected_in(folder, model, length, len(values.get(VANILLA, {})))
+        if compared is not None:
+            methods = {m: label for m, label in methods.items() if m in compared}
         cell = {"model": model, "mode": mode, "task": task, "length": length, "expected": n_expected}
         for method in sorted(methods.keys() - {k.method for k in values}):
             incomplete.append({**cell, "method": method, "label": methods[method], "n": 0})
-        for key in sorted(k for k in values if k != VANILLA):
+        for key in sorted(k for k in values if k not in (VANILLA, ref)
+                          and (compared is None or k.method in compared)):
             shared = sorted(values[key].keys() & base.keys())
-            if len(shared) < n_expected or len(values[key]) != len(shared):
+            if len(shared) < n_expected or len(values[key]) != len(shared) or len(base) < n_expected:
                 incomplete.append({**cell, "method": key.method, "label": labels[key], "n": len(shared)})
             elif shared:
                 diff = [values[key][i] - base[i] for i in shared]
-                rows.append({"model": model, "mode": mode, "task": task, "length": length,
+                rows.append({**{k: v for k, v in cell.items() if k != "expected"},
                              "method": key.method, "label": labels[key], "metric": metric, "n": len(shared),
-                             "vanilla": sum(base[i] for i in shared) / len(shared),
+                             "reference": labels[ref] if ref is not None else reference,
+                             "reference_value": sum(base[i] for i in shared) / len(shared),
                              "delta": paired_comparison(diff, margin=margin_of(metric))})
     for row, filled in zip(rows, with_q([r["delta"] for r in rows])):
         row["delta"] = filled.as_dict()
+    return rows, incomplete
+
+
+def leaderboard(folder: Path) -> dict:
+    """Every method's row against vanilla (`paired_rows`), q over every row; the methods not yet
+    run on every instance of their cell listed under "incomplete", outside the q family."""
+    paired, incomplete = paired_rows(folder)
+    named = ("model", "mode", "task", "length", "method", "label", "metric", "n")
+    rows = [{**{k: r[k] for k in named}, "vanilla": r["reference_value"], "delta": r["delta"]} for r in paired]
     return {"rows": rows, "family": "every row of the leaderboard", "incomplete": incomplete}
+
+
+def variants(folder: Path) -> dict:
+    """DySCO's variants (`VARIANTS`) against exact DySCO, each at its own dev choice, on the test
+    cells where both ran on every instance: the paired difference, the instances it made better
+    and worse, exact p, and q over this table alone; with each variant's decode step time over
+    DySCO's and over vanilla's from the cost benchmark where it was timed."""
+    rows, incomplete = paired_rows(folder, "dysco", VARIANTS)
+    costs = step_costs(folder)
+    speed = {m: {"step_over_dysco": round(costs[m] / costs["dysco"], 4), "step_over_vanilla": round(costs[m], 4)}
+             for m in VARIANTS if m in costs and "dysco" in costs}
+    return {"rows": rows, "family": "every row of this table", "incomplete": incomplete, "speed": speed}
+
+
+def render_variants(result: Mapping) -> str:
+    body = [[r["model"], MODES[r["mode"]], r["task"], f"{r['length'] // 1024}K", r["label"], r["reference"],
+             r["metric"], r["n"], f"{r['reference_value']:.3f}", fmt_delta(r["delta"])] for r in result["rows"]]
+    speed = result.get("speed") or {}
+    lines = [
+        "# DySCO's variants against exact DySCO (test split)", "",
+        "Each variant and DySCO at their own dev choices (the harness's), on the cells where both ran every "
+        f"instance. Δ: the variant minus DySCO, paired per instance; q: BH over {result['family']}. "
+        f"{DELTA_LEGEND}", "",
+        table_markdown(["model", "mode", "task", "length", "variant", "DySCO", "metric", "n", "DySCO's value", "Δ"],
+                       body)]
+    if speed:
+        lines += ["", "## Decode step time (the harness's cost benchmark)", "",
+                  table_markdown(["variant", "step / DySCO's", "step / vanilla's"],
+                                 [[m, f"{v['step_over_dysco']:.2f}", f"{v['step_over_vanilla']:.2f}"]
+                                  for m, v in sorted(speed.items())])]
+    return "\n".join(lines) + "\n"
 
 
 def render(result: Mapping) -> str:
@@ -184,13 +236,18 @@ def effect_cost_figure(result: Mapping, costs: Mapping[str, float], model: str, 
 
 
 def write_reports(out_dir: Path) -> list[str]:
-    """`out_dir/harness/leaderboard.{md,json}` and, per model and mode, `where_<model>_<mode>.{png,html}`
-    and, for the methods with a cost row (`cost_*.json`), `effect_cost_<model>_<mode>.{png,html}`."""
+    """`out_dir/harness/leaderboard.{md,json}`, `variants.{md,json}` (where DySCO and a variant ran)
+    and, per model and mode, `where_<model>_<mode>.{png,html}` and, for the methods with a cost
+    row (`cost_*.json`), `effect_cost_<model>_<mode>.{png,html}`."""
     folder = out_dir / "harness"
     result = leaderboard(folder)
     if not result["rows"]:
         return [f"no harness test stores under {folder / 'test'}: nothing written"]
     written = [write_json(folder / "leaderboard.json", result), write_text(folder / "leaderboard.md", render(result))]
+    against = variants(folder)
+    if against["rows"]:
+        written += [write_json(folder / "variants.json", against), write_text(folder / "variants.md",
+                                                                               render_variants(against))]
     costs = step_costs(folder)
     for model, mode in sorted({(r["model"], r["mode"]) for r in result["rows"]}):
         written += list(figure(result, model, mode, folder / f"where_{model}_{mode}"))
@@ -198,5 +255,6 @@ def write_reports(out_dir: Path) -> list[str]:
     return [str(p) for p in written]
 
 
-__all__ = ["METHOD_COLORS", "MODES", "cells_of", "effect_cost_figure", "expected_in", "figure", "leaderboard",
-           "method_color", "own_methods", "render", "step_costs", "write_reports"]
+__all__ = ["METHOD_COLORS", "MODES", "VARIANTS", "cells_of", "effect_cost_figure", "expected_in", "figure",
+           "leaderboard", "method_color", "own_methods", "paired_rows", "render", "render_variants", "step_costs",
+           "variants", "write_reports"]

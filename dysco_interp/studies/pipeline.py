@@ -169,11 +169,12 @@ def regenerate_steps(script: ScriptRunner, root: Path) -> list[Step]:
                       needs=[str(variance / "*.jsonl")], outputs=[str(variance / "*.md"), str(variance / "*.json"),
                                                                   str(variance / "*.png"), str(variance / "*.html")]))
     harness = root / "harness"
-    steps.append(Step("steering harness: the leaderboard, which method works where, effect against cost",
+    steps.append(Step("steering harness: the leaderboard, which method works where, effect against cost, DySCO's "
+                      "variants against DySCO",
                       script("harness", ["--figures-only", "--out-dir", str(root)]),
                       needs=[str(harness / "test" / "*.jsonl")],
                       outputs=[str(harness / "leaderboard.*"), str(harness / "where_*"),
-                               str(harness / "effect_cost_*")]))
+                               str(harness / "effect_cost_*"), str(harness / "variants.*")]))
     for alias in available_shipped_heads():
         steps.append(Step(f"QRScore heatmap {alias}",
                           heatmap_runner(alias, root / "heads"),
