@@ -78,10 +78,10 @@ def expected_in(folder: Path, model: str, length: int, found: int) -> tuple[dict
 def paired_rows(folder: Path, reference: str = "vanilla",
                 compared: Sequence[str] | None = None) -> tuple[list[dict], list[dict]]:
     """Rows per (model, mode, task, length, method): the method's paired difference from the
-    method `reference` (at the point its cell holds) on the task's primary metric (no q yet), for every method but the reference, or
-    for those of `compared` only. A method not yet run on every instance of its cell (an
-    interrupted run; `expected_in`) is no row: it is listed apart with how many it has. A cell
-    without the reference's records has no rows."""
+    method `reference` (at the point its cell holds) on the task's primary metric (no q yet),
+    for every method but the reference, or for those of `compared` only. A method not yet run
+    on every instance of its cell (an interrupted run; `expected_in`) is no row: it is listed
+    apart with how many it has. A cell without the reference's records has no rows."""
     rows: list[dict] = []
     incomplete: list[dict] = []
     for (model, task, length, mode), records in sorted(cells_of(folder).items()):
