@@ -78,6 +78,20 @@ LONG_RULE = ("per model: the N_LONG methods whose dev choices rank best against 
              "then the lowest mean rank over the cells every method ran on; a tie goes to the method listed "
              "first in the choice file")
 
+# DySCO's approximations set against exact DySCO at DySCO's own point (the `test-variants` part):
+# each runs at the model's committed dev choice for "dysco" (its selection: beta, K, p, ...) with
+# these of its own parameters, teacher forced on the test cells, and is reported only against
+# DySCO (`harness_report.variants`), never chosen on any split. dysco-lagged needs no run here: the
+# dev rule gave it DySCO's point on both models.
+AT_DYSCO_POINT: dict[str, tuple[Point, ...]] = {
+    # block-sparse hard DySCO at its defaults (64-token blocks, at most 64 of them, 64 sinks, a
+    # 256-key window): the layers after the deepest QRHead sparse, then every layer
+    "dysco-sparse": ({}, {"sparse_layers": "all"}),
+}
+AT_DYSCO_RULE = ("per model: each of AT_DYSCO_POINT's points over the committed dev choice of dysco (the point's "
+                 "own parameters win), teacher forced on the test cells of the run's tasks and lengths, paired "
+                 "with DySCO's test records instance by instance; no choice is made from these runs")
+
 # Parameters the protocol binds per task, never a grid's: a method's parameter of one of these
 # names takes the task's instruction texts (`TaskSpec.instruction`; none: the last user message).
 INSTRUCTION_PARAMS = ("instruction", "emphasize")
