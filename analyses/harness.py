@@ -18,6 +18,9 @@ DEV_N and TEST_N, e.g.
     dysco-interp make-data needle_qa --model qwen2.5-coder-1.5b --lengths 31k --n 50 --seed 2 --out DATA/test
     python analyses/harness.py --model qwen2.5-coder-1.5b --data-dir DATA --device cuda --dtype bfloat16 \
         --parts profile,dev,choose,test-tf,test-free,test-ff
+    # DySCO's approximations against DySCO, at DySCO's dev choice (teacher forced)
+    python analyses/harness.py --model qwen2.5-coder-1.5b --data-dir DATA --device cuda --dtype bfloat16 \
+        --parts test-variants --lengths 2k,8k
     # the best three methods by the protocol's rule on the dev choices, at 127K with YaRN 4 (the 1.5B)
     for t in path_traversal mrcr; do
       dysco-interp make-data $t --model qwen2.5-coder-1.5b --lengths 127k --yarn 4 --n 20 --seed 0 --out DATA/test

@@ -294,3 +294,33 @@ def test_dysco_s_variants_are_set_against_exact_dysco_in_a_family_of_their_own()
     assert 0 < result["speed"]["dysco-lagged"]["step_over_dysco"] < 1 < result["speed"]["dysco-lagged"][
         "step_over_vanilla"]
     assert harness_report.render_variants(result) == (folder / "variants.md").read_text()
+
+
+def test_the_variants_part_runs_dysco_s_approximations_at_dysco_s_choice(tmp_path):
+    from dysco_interp.analysis.records import read_records
+    from dysco_interp.heads import HeadSet
+    from dysco_interp.models.tiny import tiny_model
+    from dysco_interp.studies import harness_report
+    from dysco_interp.tasks import make_dataset, save_dataset
+
+    model = tiny_model("llama", max_position_embeddings=4096)
+    data = tmp_path / "data"
+    save_dataset(data / "test" / "needle_qa_1950.jsonl",
+                 make_dataset("needle_qa", model.tokenizer, 1950, n=2, seed=2, progress=False))
+    s = harness.HarnessSettings("tiny-llama", data, tmp_path / "out", ("dysco",), parts=("test-variants",),
+                                tasks=("needle_qa",), lengths=("1950",), backend="sdpa")
+    s.folder.mkdir(parents=True)
+    s.choice_path.write_text(json.dumps({"model": "tiny-llama", "choices": {
+        "dysco": {"point": {"select_k": 32}, "label": "dysco select_k=32", "gains": {}}}}))
+    harness.run_harness(model, HeadSet([(1, 0), (2, 1)]), s, log=lambda line: None)
+    records = read_records(s.store("variants", "needle_qa", "1950", "tf"))
+    assert sorted({r["method"] for r in records}) == [
+        "dysco select_k=32", "dysco-sparse select_k=32", "dysco-sparse select_k=32 sparse_layers=all"]
+    assert len(records) == 6 and all(r["params"]["select_k"] == 32 for r in records)
+    result = harness_report.variants(s.folder)
+    assert sorted((r["label"], r["at"], r["n"]) for r in result["rows"]) == [
+        ("dysco-sparse select_k=32", "DySCO's point", 2),
+        ("dysco-sparse select_k=32 sparse_layers=all", "DySCO's point", 2)]
+    assert "DySCO's point" in harness_report.render_variants(result)
+    with pytest.raises(ConfigError, match="name dysco among the methods"):
+        harness.check_settings(harness.HarnessSettings("m", data, tmp_path, ("pasta",), parts=("test-variants",)))

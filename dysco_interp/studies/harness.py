@@ -13,6 +13,9 @@ Parts (resumable stores under `<out>/harness/`, one record per instance x run):
 - test-ff:  as test-free, each answer's format forced (`evaluate(format_forced=True)`), on the
            tasks whose answers name their format segments (Path Traversal)
            -> test/<model>_<task>_<len>_ff.jsonl
+- test-variants: DySCO at its choice and its approximations at DySCO's point (`AT_DYSCO_POINT`),
+           teacher forced on the test split, set against DySCO only (`harness_report.variants`);
+           not a default part -> variants/<model>_<task>_<len>_tf.jsonl
 - test-long: vanilla and the protocol's best methods by its rule on the dev choices
            (`long_methods`), at the protocol's long length, both modes; the model is loaded with
            YaRN (`LONG_YARN`), so this part runs on its own -> test/<model>_<task>_127k_{tf,free}.jsonl
@@ -40,6 +43,7 @@ from dysco_interp.models import LoadedModel
 from dysco_interp.stores.archives import stored
 from dysco_interp.studies.budget_study import FORCED_TOKENS, FREE_TOKENS, batch_for, split_instances
 from dysco_interp.studies.harness_protocol import (
+    AT_DYSCO_POINT,
     GRIDS,
     LENGTHS,
     LONG_LENGTH,
@@ -60,9 +64,10 @@ from dysco_interp.studies.harness_protocol import (
 )
 from dysco_interp.tasks.registry import get_task
 
-PARTS = ("profile", "dev", "choose", "test-tf", "test-free", "test-ff", "test-long")
-DEFAULT_PARTS = PARTS[:-1]  # the long part loads the model otherwise (YaRN): it runs on its own
-TEST_PARTS = {"test-tf", "test-free", "test-ff", "test-long"}
+PARTS = ("profile", "dev", "choose", "test-tf", "test-free", "test-ff", "test-variants", "test-long")
+# the long part loads the model otherwise (YaRN): it runs on its own; the variants part is asked for by name
+DEFAULT_PARTS = tuple(p for p in PARTS if p not in ("test-variants", "test-long"))
+TEST_PARTS = {"test-tf", "test-free", "test-ff", "test-variants", "test-long"}
 SCRIPT = "analyses/harness.py"
 
 
@@ -105,6 +110,9 @@ def check_settings(s: HarnessSettings) -> None:
         raise ConfigError("run 'test-long' on its own: it loads the model with YaRN for the long length")
     if "vanilla" in s.methods:
         raise ConfigError("vanilla is every cell's baseline: leave it out of the methods")
+    if "test-variants" in s.parts and "dysco" not in s.methods:
+        raise ConfigError("the test-variants part runs DySCO's variants at DySCO's dev choice: name dysco among "
+                          "the methods")
     for method in s.methods:
         check_grid(method, s.grids.get(method, ({},)))
     unknown = sorted(set(s.grids) - set(GRIDS) - set(s.methods))
@@ -183,6 +191,14 @@ def committed_choices(s: HarnessSettings) -> dict:
     return chosen
 
 
+def variant_methods(s: HarnessSettings, task: str, tokens: int) -> dict[str, DecodingConfig]:
+    """DySCO at its committed dev choice and each of `AT_DYSCO_POINT`'s points over that choice,
+    bound to `task` (no vanilla: these runs are set against DySCO only)."""
+    point = committed_choices(s)["dysco"]["point"]
+    points = {"dysco": [point], **{m: [{**point, **own} for own in grid] for m, grid in AT_DYSCO_POINT.items()}}
+    return {label: c for label, c in task_methods(s, task, points, tokens).items() if label != "vanilla"}
+
+
 def test_methods(s: HarnessSettings, task: str, tokens: int, methods: Sequence[str] | None = None
                  ) -> dict[str, DecodingConfig]:
     """vanilla and each method (`methods`, by default the run's) at its committed dev choice, bound to `task`."""
@@ -248,6 +264,11 @@ def run_harness(model: LoadedModel, heads: HeadSet, s: HarnessSettings, log: Cal
             for length in s.lengths:
                 run("test", task, length, test_methods(s, task, FREE_TOKENS[task]), False,
                     s.store("test", task, length, "ff"), format_forced=True)
+    if "test-variants" in s.parts:
+        for task in s.tasks:
+            for length in s.lengths:
+                run("test", task, length, variant_methods(s, task, FORCED_TOKENS[task]), True,
+                    s.store("variants", task, length, "tf"))
     if "test-long" in s.parts:
         best = long_methods({m: c for m, c in committed_choices(s).items() if m in s.methods}, N_LONG)
         log(f"at {LONG_LENGTH}: {', '.join(best)} (the protocol's long-length rule on the dev choices)")
@@ -259,4 +280,4 @@ def run_harness(model: LoadedModel, heads: HeadSet, s: HarnessSettings, log: Cal
 
 __all__ = ["DEFAULT_PARTS", "PARTS", "HarnessSettings", "check_data", "check_settings", "committed_choices",
            "dev_methods", "profile_heads_of", "run_harness", "task_methods", "test_methods", "uses_profile",
-           "write_choices", "write_profiles"]
+           "variant_methods", "write_choices", "write_profiles"]

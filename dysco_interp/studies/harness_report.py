@@ -48,12 +48,12 @@ def method_color(method: str, others: Sequence[str] = ()) -> str:
     return OTHER_COLORS[place % len(OTHER_COLORS)]
 
 
-def cells_of(folder: Path) -> dict[tuple[str, str, int, str], list[Mapping]]:
-    """(model, task, length, mode) -> the records of that cell under `folder/test/`, as each record
-    names them (its store's settings say whether it was teacher forced or format forced), whatever
-    the files are called."""
+def cells_of(folder: Path, split: str = "test") -> dict[tuple[str, str, int, str], list[Mapping]]:
+    """(model, task, length, mode) -> the records of that cell under `folder/<split>/`, as each
+    record names them (its store's settings say whether it was teacher forced or format forced),
+    whatever the files are called."""
     cells: dict[tuple[str, str, int, str], list[Mapping]] = defaultdict(list)
-    for path in glob_stores(folder / "test" / "*.jsonl"):
+    for path in glob_stores(folder / split / "*.jsonl"):
         for r in read_records(path):
             settings = r.get("settings") or {}
             mode = ("tf" if settings.get("teacher_forced") else
@@ -75,16 +75,18 @@ def expected_in(folder: Path, model: str, length: int, found: int) -> tuple[dict
     return {m: str(c["label"]) for m, c in choices.items()}, TEST_N.get(label, found)
 
 
-def paired_rows(folder: Path, reference: str = "vanilla",
-                compared: Sequence[str] | None = None) -> tuple[list[dict], list[dict]]:
+def paired_rows(folder: Path, reference: str = "vanilla", compared: Sequence[str] | None = None,
+                split: str = "test") -> tuple[list[dict], list[dict]]:
     """Rows per (model, mode, task, length, method): the method's paired difference from the
-    method `reference` (at the point its cell holds) on the task's primary metric (no q yet),
+    method `reference` (at the point its cell holds) on the task's primary metric (no q yet:
+    `one_family`),
     for every method but the reference, or for those of `compared` only. A method not yet run
     on every instance of its cell (an interrupted run; `expected_in`) is no row: it is listed
-    apart with how many it has. A cell without the reference's records has no rows."""
+    apart with how many it has. A cell without the reference's records has no rows. `split`: the
+    stores' folder under `folder` (the variants part's runs are in `variants/`)."""
     rows: list[dict] = []
     incomplete: list[dict] = []
-    for (model, task, length, mode), records in sorted(cells_of(folder).items()):
+    for (model, task, length, mode), records in sorted(cells_of(folder, split).items()):
         metric = primary_metrics(forced=mode == "tf")[task]
         values: dict[MethodKey, dict[str, float]] = {}
         labels: dict[MethodKey, str] = {}  # the harness's store label: the method and its grid point
@@ -97,6 +99,8 @@ def paired_rows(folder: Path, reference: str = "vanilla",
             continue
         base = values.get(ref, {}) if ref is not None else {}
         methods, n_expected = expected_in(folder, model, length, len(values.get(VANILLA, {})))
+        if split != "test":  # no vanilla there: as many instances as the protocol's, or as DySCO ran
+            methods, n_expected = {}, TEST_N.get(f"{length // 1024}k", len(base))
         if compared is not None:
             methods = {m: label for m, label in methods.items() if m in compared}
         cell = {"model": model, "mode": mode, "task": task, "length": length, "expected": n_expected}
@@ -114,26 +118,40 @@ def paired_rows(folder: Path, reference: str = "vanilla",
                              "reference": labels[ref] if ref is not None else reference,
                              "reference_value": sum(base[i] for i in shared) / len(shared),
                              "delta": paired_comparison(diff, margin=margin_of(metric))})
+    return rows, incomplete
+
+
+def one_family(rows: list[dict]) -> list[dict]:
+    """`paired_rows`' rows with q over all of them, their differences as dicts."""
     for row, filled in zip(rows, with_q([r["delta"] for r in rows])):
         row["delta"] = filled.as_dict()
-    return rows, incomplete
+    return rows
 
 
 def leaderboard(folder: Path) -> dict:
     """Every method's row against vanilla (`paired_rows`), q over every row; the methods not yet
     run on every instance of their cell listed under "incomplete", outside the q family."""
     paired, incomplete = paired_rows(folder)
+    paired = one_family(paired)
     named = ("model", "mode", "task", "length", "method", "label", "metric", "n")
     rows = [{**{k: r[k] for k in named}, "vanilla": r["reference_value"], "delta": r["delta"]} for r in paired]
     return {"rows": rows, "family": "every row of the leaderboard", "incomplete": incomplete}
 
 
 def variants(folder: Path) -> dict:
-    """DySCO's variants (`VARIANTS`) against exact DySCO, each at its own dev choice, on the test
-    cells where both ran on every instance: the paired difference, the instances it made better
-    and worse, exact p, and q over this table alone; with each variant's decode step time over
-    DySCO's and over vanilla's from the cost benchmark where it was timed."""
+    """DySCO's variants (`VARIANTS`) against exact DySCO on the cells where both ran on every
+    instance: each at its own dev choice in the test stores, and each at DySCO's point in the
+    variants part's stores (against the DySCO of the same run); the paired difference, the
+    instances it made better and worse, exact p, and q over this table alone; with each
+    variant's decode step time over DySCO's and over vanilla's from the cost benchmark where it
+    was timed."""
     rows, incomplete = paired_rows(folder, "dysco", VARIANTS)
+    at_point, not_yet = paired_rows(folder, "dysco", VARIANTS, split="variants")
+    for row in rows:
+        row["at"] = "own choice"
+    for row in at_point:
+        row["at"] = "DySCO's point"
+    rows, incomplete = one_family(rows + at_point), incomplete + not_yet
     costs = step_costs(folder)
     speed = {m: {"step_over_dysco": round(costs[m] / costs["dysco"], 4), "step_over_vanilla": round(costs[m], 4)}
              for m in VARIANTS if m in costs and "dysco" in costs}
@@ -142,15 +160,23 @@ def variants(folder: Path) -> dict:
 
 def render_variants(result: Mapping) -> str:
     body = [[r["model"], MODES[r["mode"]], r["task"], f"{r['length'] // 1024}K", r["label"], r["reference"],
-             r["metric"], r["n"], f"{r['reference_value']:.3f}", fmt_delta(r["delta"])] for r in result["rows"]]
+             r["at"], r["metric"], r["n"], f"{r['reference_value']:.3f}", fmt_delta(r["delta"])]
+            for r in result["rows"]]
     speed = result.get("speed") or {}
     lines = [
         "# DySCO's variants against exact DySCO (test split)", "",
-        "Each variant and DySCO at their own dev choices (the harness's), on the cells where both ran every "
-        f"instance. Δ: the variant minus DySCO, paired per instance; q: BH over {result['family']}. "
+        "Each variant against DySCO on the cells where both ran every instance: at their own dev choices "
+        "(the test stores), or the variant at DySCO's choice beside DySCO in one run (the test-variants part's "
+        f"stores). Δ: the variant minus DySCO, paired per instance; q: BH over {result['family']}. "
         f"{DELTA_LEGEND}", "",
-        table_markdown(["model", "mode", "task", "length", "variant", "DySCO", "metric", "n", "DySCO's value", "Δ"],
-                       body)]
+        table_markdown(["model", "mode", "task", "length", "variant", "DySCO", "at", "metric", "n", "DySCO's value",
+                        "Δ"], body)]
+    missing = result.get("incomplete") or []
+    if missing:
+        lines += ["", "## Not yet run on every instance (no row, outside the q family)", "",
+                  table_markdown(["model", "mode", "task", "length", "variant", "instances run"],
+                                 [[r["model"], MODES[r["mode"]], r["task"], f"{r['length'] // 1024}K", r["label"],
+                                   f"{r['n']} of {r['expected']}"] for r in missing])]
     if speed:
         lines += ["", "## Decode step time (the harness's cost benchmark)", "",
                   table_markdown(["variant", "step / DySCO's", "step / vanilla's"],
