@@ -4,8 +4,9 @@ and `decoding.config` imports this package, so every config knows them):
 
 - `dysco-lagged`, `dysco-hard`, `dysco-middle`: DySCO in one pass per token selecting from the
   previous step's biased read; DySCO's selection as a hard mask; DySCO biasing the middle layers only;
-- `dysco-sparse`: dysco-lagged whose layers after the deepest QRHead read only the selected keys'
-  blocks, the sinks and a recent window (hard DySCO as sparse decoding);
+- `dysco-sparse`: dysco-lagged whose layers after the deepest QRHead (or all of them, the QRHeads'
+  reads still covering every key) read only the selected keys' blocks, the sinks and a recent
+  window (hard DySCO as sparse decoding);
 - `instaboost`: InstABoost (Guardieiro et al., 2025), the attention to an instruction's tokens
   multiplied by M and renormalised in every head;
 - `logn`: log-n scaling (Qwen's `use_logn_attn`), every head's logits grown past a training length;

@@ -24,7 +24,7 @@ SPARSE_LAYERS: tuple[SparseLayers, ...] = get_args(SparseLayers)
 
 @register_method
 class DyscoSparse(DyscoLagged):
-    """dysco-lagged whose layers after the deepest QRHead read only the keys it selects.
+    """dysco-lagged whose layers after the deepest QRHead (or all of them) read only the keys it selects.
 
     The step is dysco-lagged's (one pass per token; its keys are selected from the QRHeads' read
     in the previous step's biased pass, and get log(beta)), with one change: in the layers after
@@ -68,8 +68,8 @@ class DyscoSparse(DyscoLagged):
     """
 
     name = "dysco-sparse"
-    description = ("dysco-lagged whose layers after the deepest QRHead read only the selected keys' blocks, "
-                   "the sinks and a recent window")
+    description = ("dysco-lagged whose layers after the deepest QRHead (or all of them) read only the selected "
+                   "keys' blocks, the sinks and a recent window")
 
     @dataclasses.dataclass(frozen=True)
     class Params(SelectionParams):
