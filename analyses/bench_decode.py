@@ -17,6 +17,10 @@ sequences decode together and tokens per second count the tokens of all rows.
     python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
         --backend static --contexts 102400 --task-context path_traversal --also instaboost \
         --also 'pasta={"heads": "L10H0 L12H3"}' --also 'qr-pasta={"heads": "L10H0 L12H3"}' --also pos-calibration
+    # one method at two settings, each step under its own label
+    python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
+        --backend static --contexts 102400 --also dysco-lagged --also dysco-sparse \
+        --also 'dysco-sparse:sparse-all={"sparse_layers": "all"}'
 """
 
 from __future__ import annotations
