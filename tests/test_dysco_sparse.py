@@ -344,7 +344,8 @@ def test_every_backend_gives_the_bridges_tokens_alone_and_in_a_padded_batch(styl
 def test_dysco_sparse_replays_as_cuda_graphs_with_the_eager_tokens(style):
     model = tiny_model(style, device="cuda")
     heads = heads_for(model)
-    configs = {"sparse": config("dysco-sparse", **SPARSE), "lagged": config("dysco-lagged", **STEERING)}
+    configs = {"sparse": config("dysco-sparse", **SPARSE), "lagged": config("dysco-lagged", **STEERING),
+               "all": config("dysco-sparse", **SPARSE, sparse_layers="all")}
     replayed = generate_batch(model, [PROMPT, OTHER], configs, heads, backend=BackendSpec("static", graphs=True))
     eager = generate_batch(model, [PROMPT, OTHER], configs, heads, backend=BackendSpec("static", graphs=False))
     for name in configs:
