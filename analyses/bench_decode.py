@@ -46,8 +46,8 @@ def also_method(text: str) -> tuple[str, str, dict]:
     """NAME, NAME=JSON (a JSON object of the method's parameters), and either with :LABEL after
     the name, the step's name in place of the method's: (label, name, parameters)."""
     name, params = user_methods.method_option(text) if "=" in text else (text.strip(), {})
-    method, _, label = name.partition(":")
-    if _ and not label.strip():
+    method, colon, label = name.partition(":")
+    if colon and not label.strip():
         raise argparse.ArgumentTypeError(f"{name}: give a label after the colon, e.g. dysco-sparse:all")
     return label.strip() or method.strip(), method.strip(), params
 

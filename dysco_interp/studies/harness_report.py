@@ -79,11 +79,10 @@ def paired_rows(folder: Path, reference: str = "vanilla", compared: Sequence[str
                 split: str = "test") -> tuple[list[dict], list[dict]]:
     """Rows per (model, mode, task, length, method): the method's paired difference from the
     method `reference` (at the point its cell holds) on the task's primary metric (no q yet:
-    `one_family`),
-    for every method but the reference, or for those of `compared` only. A method not yet run
-    on every instance of its cell (an interrupted run; `expected_in`) is no row: it is listed
-    apart with how many it has. A cell without the reference's records has no rows. `split`: the
-    stores' folder under `folder` (the variants part's runs are in `variants/`)."""
+    `one_family`), for every method but the reference, or for those of `compared` only. A method
+    not yet run on every instance of its cell (an interrupted run; `expected_in`) is no row: it
+    is listed apart with how many it has. A cell without the reference's records has no rows.
+    `split`: the stores' folder under `folder` (the variants part's runs are in `variants/`)."""
     rows: list[dict] = []
     incomplete: list[dict] = []
     for (model, task, length, mode), records in sorted(cells_of(folder, split).items()):
@@ -98,9 +97,11 @@ def paired_rows(folder: Path, reference: str = "vanilla", compared: Sequence[str
         if ref is None and reference != VANILLA.method:
             continue
         base = values.get(ref, {}) if ref is not None else {}
-        methods, n_expected = expected_in(folder, model, length, len(values.get(VANILLA, {})))
-        if split != "test":  # no vanilla there: as many instances as the protocol's, or as DySCO ran
-            methods, n_expected = {}, TEST_N.get(f"{length // 1024}k", len(base))
+        # no vanilla outside the test stores: as many instances as the protocol's, or as the reference ran
+        methods, n_expected = expected_in(folder, model, length,
+                                          len(values.get(VANILLA, {})) if split == "test" else len(base))
+        if split != "test":  # the choice file names the test stores' methods only
+            methods = {}
         if compared is not None:
             methods = {m: label for m, label in methods.items() if m in compared}
         cell = {"model": model, "mode": mode, "task": task, "length": length, "expected": n_expected}
@@ -138,13 +139,13 @@ def leaderboard(folder: Path) -> dict:
     return {"rows": rows, "family": "every row of the leaderboard", "incomplete": incomplete}
 
 
-def variants(folder: Path) -> dict:
+def variants(folder: Path, costs: Mapping[str, float] | None = None) -> dict:
     """DySCO's variants (`VARIANTS`) against exact DySCO on the cells where both ran on every
     instance: each at its own dev choice in the test stores, and each at DySCO's point in the
     variants part's stores (against the DySCO of the same run); the paired difference, the
     instances it made better and worse, exact p, and q over this table alone; with each
     variant's decode step time over DySCO's and over vanilla's from the cost benchmark where it
-    was timed."""
+    was timed (`costs`: `step_costs(folder)`, read here when not given)."""
     rows, incomplete = paired_rows(folder, "dysco", VARIANTS)
     at_point, not_yet = paired_rows(folder, "dysco", VARIANTS, split="variants")
     for row in rows:
@@ -152,10 +153,22 @@ def variants(folder: Path) -> dict:
     for row in at_point:
         row["at"] = "DySCO's point"
     rows, incomplete = one_family(rows + at_point), incomplete + not_yet
-    costs = step_costs(folder)
+    costs = step_costs(folder) if costs is None else costs
     speed = {m: {"step_over_dysco": round(costs[m] / costs["dysco"], 4), "step_over_vanilla": round(costs[m], 4)}
              for m in VARIANTS if m in costs and "dysco" in costs}
     return {"rows": rows, "family": "every row of this table", "incomplete": incomplete, "speed": speed}
+
+
+def incomplete_section(result: Mapping, heading: str, what: str) -> list[str]:
+    """The lines listing a table's methods not yet run on every instance of their cell (none:
+    no lines)."""
+    missing = result.get("incomplete") or []
+    if not missing:
+        return []
+    return ["", f"{heading} (no row, outside the q family)", "",
+            table_markdown(["model", "mode", "task", "length", what, "instances run"],
+                           [[r["model"], MODES[r["mode"]], r["task"], f"{r['length'] // 1024}K", r["label"],
+                             f"{r['n']} of {r['expected']}"] for r in missing])]
 
 
 def render_variants(result: Mapping) -> str:
@@ -171,12 +184,7 @@ def render_variants(result: Mapping) -> str:
         f"{DELTA_LEGEND}", "",
         table_markdown(["model", "mode", "task", "length", "variant", "DySCO", "at", "metric", "n", "DySCO's value",
                         "Δ"], body)]
-    missing = result.get("incomplete") or []
-    if missing:
-        lines += ["", "## Not yet run on every instance (no row, outside the q family)", "",
-                  table_markdown(["model", "mode", "task", "length", "variant", "instances run"],
-                                 [[r["model"], MODES[r["mode"]], r["task"], f"{r['length'] // 1024}K", r["label"],
-                                   f"{r['n']} of {r['expected']}"] for r in missing])]
+    lines += incomplete_section(result, "## Not yet run on every instance", "variant")
     if speed:
         lines += ["", "## Decode step time (the harness's cost benchmark)", "",
                   table_markdown(["variant", "step / DySCO's", "step / vanilla's"],
@@ -193,12 +201,7 @@ def render(result: Mapping) -> str:
         f"Δ: the method minus vanilla on the task's primary metric, paired per instance; q: BH over "
         f"{result['family']}. {DELTA_LEGEND}", "",
         table_markdown(["model", "mode", "task", "length", "method", "metric", "n", "vanilla", "Δ"], body)]
-    missing = result.get("incomplete") or []
-    if missing:
-        lines += ["", "## Not yet run on every test instance (no row, outside the q family)", "",
-                  table_markdown(["model", "mode", "task", "length", "method", "instances run"],
-                                 [[r["model"], MODES[r["mode"]], r["task"], f"{r['length'] // 1024}K", r["label"],
-                                   f"{r['n']} of {r['expected']}"] for r in missing])]
+    lines += incomplete_section(result, "## Not yet run on every test instance", "method")
     return "\n".join(lines) + "\n"
 
 
@@ -270,11 +273,11 @@ def write_reports(out_dir: Path) -> list[str]:
     if not result["rows"]:
         return [f"no harness test stores under {folder / 'test'}: nothing written"]
     written = [write_json(folder / "leaderboard.json", result), write_text(folder / "leaderboard.md", render(result))]
-    against = variants(folder)
+    costs = step_costs(folder)
+    against = variants(folder, costs)
     if against["rows"]:
         written += [write_json(folder / "variants.json", against), write_text(folder / "variants.md",
                                                                                render_variants(against))]
-    costs = step_costs(folder)
     for model, mode in sorted({(r["model"], r["mode"]) for r in result["rows"]}):
         written += list(figure(result, model, mode, folder / f"where_{model}_{mode}"))
         written += list(effect_cost_figure(result, costs, model, mode, folder / f"effect_cost_{model}_{mode}") or ())
