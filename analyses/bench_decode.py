@@ -111,6 +111,7 @@ def main(argv=None) -> int:
         if twice:
             raise ConfigError(f"--also names the step {twice[0]} twice: give each setting a label, "
                               f"e.g. --also '{twice[0]}:mine={{...}}'")
+        bench.check_step_labels(labels)
         also = {label: preset("paper", method=name, params=params) for label, name, params in args.also}
     except ConfigError as e:
         p.error(str(e))

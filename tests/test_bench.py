@@ -92,6 +92,8 @@ def test_one_method_at_two_settings_is_timed_under_two_labels(model):
                                                           params={"sparse_layers": "all"})]
     with pytest.raises(ConfigError, match="dysco-sparse is timed twice under one name"):
         bench.extra_steps(DecodingConfig(), model, False, 0, methods=two)
+    with pytest.raises(ConfigError, match="one of the benchmark's own steps"):
+        bench.extra_steps(DecodingConfig(), model, False, 0, methods={"dysco": two[1]})
     extra = bench.extra_steps(DecodingConfig(), model, False, 0, methods=dict(zip(("dysco-sparse", "all"), two)))
     assert list(extra) == ["dysco-sparse", "all"] and extra["all"][0].params.sparse_layers == "all"
     [row] = bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "static", [48], 2, 0, None, extra=extra)
@@ -108,6 +110,12 @@ def test_the_driver_refuses_a_step_named_twice_before_any_model_loads(capsys):
         bench_decode.main(["--also", "dysco-sparse", "--also", 'dysco-sparse={"sparse_layers": "all"}',
                            "--model", "no-such-model"])
     assert caught.value.code == 2 and "names the step dysco-sparse twice" in capsys.readouterr().err
+    # a label that names one of the benchmark's own steps would replace its timings
+    for also in ("vanilla", 'dysco-lagged:dysco={"beta": 2.0}', "dysco-sparse:user", "dysco-lagged:dysco_read4"):
+        with pytest.raises(SystemExit) as caught:
+            bench_decode.main(["--also", also, "--model", "no-such-model"])
+        err = capsys.readouterr().err
+        assert caught.value.code == 2 and "one of the benchmark's own steps" in err and "Traceback" not in err
 
 
 def test_methods_that_find_spans_in_the_text_are_timed_on_a_task_s_instance(model):

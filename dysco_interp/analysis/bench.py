@@ -232,6 +232,15 @@ class UserDysco(SteeringMethod):
     description = "DySCO's math as a user-defined SteeringMethod (the benchmark's user path)"
 
 
+def check_step_labels(labels: Iterable[str]) -> None:
+    """A ConfigError for a label of a timed method that names one of the benchmark's own steps
+    (vanilla, DySCO, "user", "dysco_read<N>"), whose timings it would silently replace."""
+    for label in labels:
+        if label in (*METHODS, "user") or label.startswith("dysco_read"):
+            raise ConfigError(f"{label!r} is one of the benchmark's own steps: time the method under a label "
+                              f"of its own, e.g. {label}:mine")
+
+
 def extra_steps(config: DecodingConfig, model: LoadedModel, user_method: bool, read_heads: int,
                 seed: int = 0, methods: Sequence[DecodingConfig] | Mapping[str, DecodingConfig] = (),
                 ) -> dict[str, tuple[DecodingConfig, Read | None]]:
@@ -245,6 +254,7 @@ def extra_steps(config: DecodingConfig, model: LoadedModel, user_method: bool, r
         if twice:
             raise ConfigError(f"{twice[0]} is timed twice under one name: give each setting a label")
         methods = {c.method: c for c in methods}
+    check_step_labels(methods)
     extra: dict[str, tuple[DecodingConfig, Read | None]] = {label: (c, None) for label, c in methods.items()}
     if user_method:
         register_method(UserDysco)
