@@ -35,7 +35,9 @@ def test_no_figure_or_store_names_a_path_of_the_machine_that_ran_it(machine_path
 # compressed (.jsonl.xz), PNGs recompressed losslessly (analyses/optimise_pngs.py), and the HTML
 # pages share one plotly.min.js (figures/.plotlyjs-shared): plotly.js's cartesian partial bundle
 # (1.5 MB, not the full 4.8 MB), or the full one where a plotly release bundles another plotly.js.
-TREE_BUDGET_BYTES = 20_000_000
+# Raised from 20 MB to hold the steering harness's test stores and figures (about 1 MB of evidence
+# in `figures/harness/`, every row behind its leaderboard and variants table).
+TREE_BUDGET_BYTES = 21_500_000
 
 
 def test_the_tracked_tree_stays_within_its_budget():
