@@ -296,6 +296,27 @@ def test_dysco_s_variants_are_set_against_exact_dysco_in_a_family_of_their_own()
     assert harness_report.render_variants(result) == (folder / "variants.md").read_text()
 
 
+def test_a_table_s_rows_are_counted_up_down_and_the_same_per_method_model_and_mode():
+    from dysco_interp.studies import harness_report
+
+    def row(method, mode, mean, q, eq_q=None, label=None, at="own choice"):
+        return {"model": "m", "mode": mode, "method": method, "label": label or method, "reference": "dysco beta=2.0",
+                "at": at, "delta": {"mean": mean, "q": q, "margin": 0.03, "eq_q": eq_q, "eq_p": eq_q}}
+
+    rows = [row("a", "tf", +0.1, 0.01), row("a", "tf", -0.1, 0.049), row("a", "tf", -0.01, 0.5, eq_q=0.01),
+            row("a", "tf", +0.2, 0.06), row("a", "free", -0.002, 0.01, eq_q=0.001), row("b", "ff", 0.0, 1.0)]
+    counts = harness_report.counted(rows, lambda r: r["method"])
+    assert counts == {"a": {"m tf": {"up": 1, "down": 1, "same": 1, "of": 4},
+                            # significant and equivalent at once: counted by its sign
+                            "m free": {"up": 0, "down": 1, "same": 0, "of": 1}},
+                      "b": {"m ff": {"up": 0, "down": 0, "same": 0, "of": 1}}}
+    lines = harness_report.counts_section(counts, "method")
+    assert "| a | 1↑ 1↓ 1≡ / 4 | 0↑ 1↓ 0≡ / 1 |  |" in lines[-1]  # columns: tf before free before ff
+    assert harness_report.variant_name(row("dysco-sparse", "tf", 0, 1, label="dysco-sparse beta=2.0 sparse_layers=all",
+                                           at="DySCO's point")) == "dysco-sparse sparse_layers=all at DySCO's point"
+    assert harness_report.variant_name(row("dysco-lagged", "tf", 0, 1, label="dysco-lagged beta=2.0")) == "dysco-lagged"
+
+
 def test_the_variants_part_runs_dysco_s_approximations_at_dysco_s_choice(tmp_path):
     from dysco_interp.analysis.records import read_records
     from dysco_interp.heads import HeadSet

@@ -17,6 +17,10 @@ import numpy as np
 from dysco_interp.analysis.bootstrap import finite_values
 from dysco_interp.errors import ConfigError
 
+# a difference a sentence or a count may call an effect: it survives Benjamini-Hochberg at this false
+# discovery rate
+FDR = 0.05
+
 
 def bh_q_values(p_values: Sequence[float]) -> list[float]:
     """Each p-value's BH q-value, in the order given: min over j >= rank of p_(j) * m / j, at most 1.

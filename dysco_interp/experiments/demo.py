@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dysco_interp.analysis.multiplicity import FDR
 from dysco_interp.analysis.replay import AttentionReplay, replay_path_traversal
 from dysco_interp.analysis.report import fmt_delta, fmt_p
 from dysco_interp.analysis.step_mechanism import StepMechanism, step_mechanisms, step_totals
@@ -63,9 +64,6 @@ def _tested(est: Mapping) -> str:
     return (f"{est['mean']:+.3f} ({est['better']} better, {est['worse']} worse; p {fmt_p(est['p'])}{q})"
             if est.get("p") is not None else f"{est['mean']:+.3f}")
 
-
-# a difference a sentence may call an effect: it survives Benjamini-Hochberg at this false discovery rate
-FDR = 0.05
 
 
 def measured_effect(model: str) -> MeasuredEffect | None:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from dysco_interp.analysis.margins import margin_of
 from dysco_interp.analysis.method_key import MethodKey, method_key
+from dysco_interp.analysis.multiplicity import FDR
 from dysco_interp.analysis.paired import paired_comparison, with_q
 from dysco_interp.analysis.records import read_records
-from dysco_interp.analysis.report import DELTA_LEGEND, fmt_delta, write_json, write_text
+from dysco_interp.analysis.report import DELTA_LEGEND, equivalent, fmt_delta, write_json, write_text
 from dysco_interp.decoding.format_forced import FORMAT_FORCED
 from dysco_interp.stores.archives import glob_stores
 from dysco_interp.studies.budget_choice import primary_metrics
@@ -129,6 +130,49 @@ def one_family(rows: list[dict]) -> list[dict]:
     return rows
 
 
+def outcome(delta: Mapping) -> str:
+    """What a row counts as: "up" or "down" (its sign, where its q is below `FDR`), "same" (shown
+    equivalent to no change within its metric's margin, and not up or down), or "" (neither)."""
+    if delta["q"] < FDR:
+        return "up" if delta["mean"] > 0 else "down"
+    return "same" if equivalent(delta) else ""
+
+
+def counted(rows: Sequence[Mapping], name: Callable[[Mapping], str]) -> dict[str, dict[str, dict[str, int]]]:
+    """A table's rows counted per compared method (`name(row)`) and model-and-mode ("MODEL MODE"):
+    how many are up, down and the same by `outcome`, of how many."""
+    counts: dict[str, dict[str, dict[str, int]]] = defaultdict(dict)
+    for row in rows:
+        cell = counts[name(row)].setdefault(f"{row['model']} {row['mode']}", dict.fromkeys(("up", "down", "same",
+                                                                                             "of"), 0))
+        cell["of"] += 1
+        if outcome(row["delta"]):
+            cell[outcome(row["delta"])] += 1
+    return {k: counts[k] for k in sorted(counts)}
+
+
+def counts_section(counts: Mapping[str, Mapping[str, Mapping[str, int]]], what: str) -> list[str]:
+    """The lines of a table's counts: one row per compared method, one column per model and mode."""
+    columns = sorted({c for cells in counts.values() for c in cells},
+                     key=lambda c: (c.rsplit(" ", 1)[0], list(MODES).index(c.rsplit(" ", 1)[1])))
+    body = [[name, *(("{up}↑ {down}↓ {same}≡ / {of}".format(**cells[c]) if c in cells else "") for c in columns)]
+            for name, cells in counts.items()]
+    return ["", "## Counted", "",
+            f"Each cell: the task-and-length rows above and below zero with q < {FDR:g}, those shown equivalent to "
+            f"no change (≡, and neither), of how many; one column per model and mode ({', '.join(MODES)}: "
+            f"{', '.join(MODES.values())}).", "",
+            table_markdown([what, *columns], body).rstrip("\n")]
+
+
+def variant_name(row: Mapping) -> str:
+    """A variants row's name in the counts: the variant at its own choice, or, at DySCO's point, the
+    variant with the parameters it adds to DySCO's."""
+    if row["at"] == "own choice":
+        return row["method"]
+    added = [p for p in row["label"].split()[1:] if p not in row["reference"].split()[1:]]
+    return " ".join([row["method"], *added, "at DySCO's point"])
+
+
 def leaderboard(folder: Path) -> dict:
     """Every method's row against vanilla (`paired_rows`), q over every row; the methods not yet
     run on every instance of their cell listed under "incomplete", outside the q family."""
@@ -136,7 +180,8 @@ def leaderboard(folder: Path) -> dict:
     paired = one_family(paired)
     named = ("model", "mode", "task", "length", "method", "label", "metric", "n")
     rows = [{**{k: r[k] for k in named}, "vanilla": r["reference_value"], "delta": r["delta"]} for r in paired]
-    return {"rows": rows, "family": "every row of the leaderboard", "incomplete": incomplete}
+    return {"rows": rows, "family": "every row of the leaderboard", "incomplete": incomplete,
+            "counts": counted(rows, lambda r: r["method"])}
 
 
 def variants(folder: Path, costs: Mapping[str, float] | None = None) -> dict:
@@ -156,7 +201,8 @@ def variants(folder: Path, costs: Mapping[str, float] | None = None) -> dict:
     costs = step_costs(folder) if costs is None else costs
     speed = {m: {"step_over_dysco": round(costs[m] / costs["dysco"], 4), "step_over_vanilla": round(costs[m], 4)}
              for m in VARIANTS if m in costs and "dysco" in costs}
-    return {"rows": rows, "family": "every row of this table", "incomplete": incomplete, "speed": speed}
+    return {"rows": rows, "family": "every row of this table", "incomplete": incomplete, "speed": speed,
+            "counts": counted(rows, variant_name)}
 
 
 def incomplete_section(result: Mapping, heading: str, what: str) -> list[str]:
@@ -184,6 +230,7 @@ def render_variants(result: Mapping) -> str:
         f"{DELTA_LEGEND}", "",
         table_markdown(["model", "mode", "task", "length", "variant", "DySCO", "at", "metric", "n", "DySCO's value",
                         "Δ"], body)]
+    lines += counts_section(result["counts"], "variant")
     lines += incomplete_section(result, "## Not yet run on every instance", "variant")
     if speed:
         lines += ["", "## Decode step time (the harness's cost benchmark)", "",
@@ -201,6 +248,7 @@ def render(result: Mapping) -> str:
         f"Δ: the method minus vanilla on the task's primary metric, paired per instance; q: BH over "
         f"{result['family']}. {DELTA_LEGEND}", "",
         table_markdown(["model", "mode", "task", "length", "method", "metric", "n", "vanilla", "Δ"], body)]
+    lines += counts_section(result["counts"], "method")
     lines += incomplete_section(result, "## Not yet run on every test instance", "method")
     return "\n".join(lines) + "\n"
 
@@ -284,6 +332,6 @@ def write_reports(out_dir: Path) -> list[str]:
     return [str(p) for p in written]
 
 
-__all__ = ["METHOD_COLORS", "MODES", "VARIANTS", "cells_of", "effect_cost_figure", "expected_in", "figure",
-           "leaderboard", "method_color", "own_methods", "paired_rows", "render", "render_variants", "step_costs",
-           "variants", "write_reports"]
+__all__ = ["METHOD_COLORS", "MODES", "VARIANTS", "cells_of", "counted", "effect_cost_figure", "expected_in", "figure",
+           "leaderboard", "method_color", "outcome", "own_methods", "paired_rows", "render", "render_variants",
+           "step_costs", "variant_name", "variants", "write_reports"]
