@@ -49,7 +49,7 @@ from dysco_interp.cli import user_methods
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.harness import DEFAULT_PARTS, PARTS, HarnessSettings, check_data, check_settings
 from dysco_interp.studies.harness_protocol import GRIDS, LENGTHS, LONG_YARN, TASKS
-from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports
+from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports, run_study
 
 
 def grid_flag(text: str) -> tuple[str, list]:
@@ -92,20 +92,19 @@ def main(argv=None) -> int:
         check_data(settings)
     except ConfigError as e:
         p.error(str(e))
-    try:
+
+    def work() -> None:
         from dysco_interp.studies.harness import run_harness, write_choices
 
         if set(settings.parts) == {"choose"}:  # records in, a choice out: no model
             for method, choice in write_choices(settings).items():
                 print(f"{method}: {choice['label']} (mean rank {choice['mean_rank']:g})")
-            return 0
+            return
         # the long length is past the models' trained window: YaRN, as the protocol fixes
         model, heads = load_study_model(args, yarn_factor=LONG_YARN if "test-long" in settings.parts else None)
         run_harness(model, heads, settings, log=lambda line: print(line, flush=True))
-    except ConfigError as e:
-        print(f"harness: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run_study("harness", args, work)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from dysco_interp.analysis.report import command_line
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.paper_regime import PARTS, TASKS, RegimeSettings, check_parts
-from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports
+from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports, run_study
 
 
 def main(argv=None) -> int:
@@ -67,21 +67,20 @@ def main(argv=None) -> int:
                               Path(args.budget_dev) if args.budget_dev else None, args.backend,
                               args.tokens_per_batch, args.n,
                               command_line("analyses/paper_regime.py", sys.argv[1:] if argv is None else argv), tasks)
-    try:
+
+    def work() -> None:
         if parts == ["choose"]:
             from dysco_interp.studies.paper_regime import choose
 
             choice = choose(settings)
             print(f"chosen on the dev split: {choice['config']}, UniAttnS tau {choice['tau']} ({settings.choice_path})")
-            return 0
+            return
         from dysco_interp.studies.paper_regime import run_regime
 
         model, heads = load_study_model(args, args.yarn)
         run_regime(model, heads, settings, parts, log=lambda line: print(line, flush=True))
-    except ConfigError as e:
-        print(f"paper_regime: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run_study("paper_regime", args, work)
 
 
 if __name__ == "__main__":

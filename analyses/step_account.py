@@ -23,7 +23,7 @@ from dysco_interp.analysis.report import command_line
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies.step_account import PARTS, AccountSettings, check_parts
-from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports
+from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports, run_study
 
 
 def main(argv=None) -> int:
@@ -48,19 +48,18 @@ def main(argv=None) -> int:
     settings = AccountSettings(args.model, Path(args.data_dir or "."), Path(args.out_dir), args.split, lengths,
                                args.backend, args.tokens_per_batch, args.n,
                                command_line("analyses/step_account.py", sys.argv[1:] if argv is None else argv))
-    try:
+
+    def work() -> None:
         from dysco_interp.studies.step_account import run_account, write_gate
 
         if parts == ["gate"]:  # reads the dev stores only
             choice = write_gate(settings)
             print(f"gate for {args.model}: min_mass {choice['min_mass']} ({settings.gate_path})")
-            return 0
+            return
         model, heads = load_study_model(args)
         run_account(model, heads, settings, parts, log=lambda line: print(line, flush=True))
-    except ConfigError as e:
-        print(f"step_account: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run_study("step_account", args, work)
 
 
 if __name__ == "__main__":

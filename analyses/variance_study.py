@@ -19,7 +19,7 @@ from pathlib import Path
 from dysco_interp.analysis.report import command_line
 from dysco_interp.cli import args as cli_args
 from dysco_interp.errors import ConfigError
-from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports
+from dysco_interp.studies.study_arguments import add_split_study_arguments, load_study_model, print_reports, run_study
 from dysco_interp.studies.variance import LENGTHS, PARTS, VarianceSettings, check_parts
 
 
@@ -45,16 +45,15 @@ def main(argv=None) -> int:
     settings = VarianceSettings(args.model, Path(args.data_dir), Path(args.out_dir), parts, lengths, args.batch_size,
                                 args.n, command=command_line("analyses/variance_study.py",
                                                      sys.argv[1:] if argv is None else argv))
-    try:
+
+    def work() -> None:
         from dysco_interp.studies.variance import methods, run_variance
 
         methods(settings)  # the budget study's choice must be there before the model loads
         model, heads = load_study_model(args)
         run_variance(model, heads, settings, log=lambda line: print(line, flush=True))
-    except ConfigError as e:
-        print(f"variance_study: {e}", file=sys.stderr)
-        return 2
-    return 0
+
+    return run_study("variance_study", args, work, batch_flag="--batch-size")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import evaluate as evaluate_command
 from dysco_interp.cli import models as models_command
 from dysco_interp.cli.app import build_parser, main
@@ -214,6 +216,26 @@ def test_ctrl_c_during_evaluate_says_how_to_resume(monkeypatch, files, capsys, e
     assert main([a.replace("{d}", str(files)) for a in EVAL]) == 130
     assert error_line(capsys.readouterr().err) == (
         "dysco-interp: interrupted; finished items are kept in --out; the same command resumes")
+
+
+TORCH_OOM = ("CUDA out of memory. Tried to allocate 208.00 MiB. GPU 0 has a total capacity of 139.80 GiB of which "
+             "30.31 MiB is free. Including non-PyTorch memory, this process has 35.51 GiB memory in use. If reserved "
+             "but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+             "fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html)")
+
+
+def test_the_device_out_of_memory_is_one_line_saying_what_to_change_and_how_to_resume(monkeypatch, files, capsys,
+                                                                                       error_line):
+    def out_of_memory(args):
+        raise torch.OutOfMemoryError(TORCH_OOM)
+
+    monkeypatch.setattr(evaluate_command, "run_evaluate", out_of_memory)
+    assert main([a.replace("{d}", str(files)) for a in EVAL]) == 1
+    assert error_line(capsys.readouterr().err) == (
+        "dysco-interp: error: the device ran out of memory (CUDA out of memory. Tried to allocate 208.00 MiB. GPU 0 "
+        "has a total capacity of 139.80 GiB of which 30.31 MiB is free); a smaller --batch-size, a shorter context "
+        "or fewer processes on the device fit; finished items are kept in --out; the same command resumes")
+    assert cli_args.out_of_memory(RuntimeError(TORCH_OOM)) is None  # only the allocator's own error
 
 
 MANY_LINES = ("from dysco_interp.cli import models; "

@@ -232,6 +232,37 @@ class InstructionBoost(Method):
 '''
 
 
+def test_the_device_out_of_memory_mid_study_is_one_line_naming_the_batch_flag(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("harness_driver", REPO / "analyses" / "harness.py")
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    (tmp_path / "harness").mkdir()
+    (tmp_path / "harness" / "chosen_m.json").write_text(json.dumps({"model": "m", "choices": {}}))
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+                                     "79.19 GiB of which 1.06 GiB is free. Including non-PyTorch memory, ...")
+
+    monkeypatch.setattr(driver, "load_study_model", lambda *a, **k: (None, None))
+    monkeypatch.setattr(harness, "run_harness", out_of_memory)
+    monkeypatch.setattr(driver, "check_data", lambda s: None)
+    argv = ["--model", "m", "--data-dir", str(tmp_path), "--out-dir", str(tmp_path), "--methods", "logn",
+            "--parts", "test-tf", "--tokens-per-batch", "4096"]
+    assert driver.main(argv) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line == ("harness: the device ran out of memory (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has "
+                    "a total capacity of 79.19 GiB of which 1.06 GiB is free); the stores keep every finished record "
+                    "and the same command resumes: lower --tokens-per-batch (now 4,096) or run fewer processes on "
+                    "the device")
+    monkeypatch.setattr(harness, "run_harness", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):  # any other error keeps its traceback
+        driver.main(argv)
+
+
 def test_a_method_of_one_s_own_gets_its_grid_choice_and_leaderboard_rows_on_the_default_model(tmp_path, real_model):
     from dysco_interp.tasks import make_dataset, save_dataset
     from dysco_interp.tasks.needle_qa.instance import INSTRUCTION

@@ -61,8 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run one command; what goes wrong on purpose ends in one line on stderr, never a traceback.
 
     Exit codes: 0 done; 2 bad input (a DyscoError, an argparse usage error, a command that
-    exits with a message); 1 a file-system error, a closed output pipe, or an unexpected error
-    in a command that resumes (its traceback, then where its finished work is kept); 130 Ctrl-C.
+    exits with a message); 1 a file-system error, a closed output pipe, the device out of memory,
+    or an unexpected error in a command that resumes (its traceback, then where its finished work
+    is kept); 130 Ctrl-C.
     Returns the code in every case (`--help` included), so callers in Python never catch SystemExit.
     """
     args = None
@@ -105,7 +106,12 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {e.filename}" if getattr(e, "filename", None) else ""
         print(f"dysco-interp: error: {cli_args.one_line(e.strerror or e)}{where}", file=sys.stderr)
         return 1
-    except Exception:
+    except Exception as e:
+        memory = cli_args.out_of_memory(e)
+        if memory is not None:  # the machine's limit, not a bug: what to change, in one line
+            print(f"dysco-interp: error: {memory}; a smaller --batch-size, a shorter context or fewer processes "
+                  f"on the device fit{resume_hint(args)}", file=sys.stderr)
+            return 1
         if not resume_hint(args):
             raise
         # a bug, most often in a researcher's own method: its traceback is what they need, and

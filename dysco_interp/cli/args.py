@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -109,6 +110,18 @@ def output_folder(text: str) -> str:
 def one_line(message: object) -> str:
     """A message as one line of stderr: its non-blank lines joined by "; "."""
     return "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
+
+
+def out_of_memory(error: BaseException) -> str | None:
+    """A device's out-of-memory error as one line, what was asked and what was free (PyTorch's
+    allocator advice left out), or None for any other error. torch is not imported for this: an
+    error raised before it was is none of its."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(error, torch.OutOfMemoryError):
+        return None
+    text = one_line(error)
+    asked = re.match(r".*?is free\.", text)  # "...Tried to allocate X. GPU 0 has ... of which Y is free."
+    return f"the device ran out of memory ({(asked.group(0) if asked else text).rstrip('.')})"
 
 
 def show_warnings_as_lines(prog: str = "dysco-interp") -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import user_methods
-from dysco_interp.errors import DyscoError
+from dysco_interp.errors import ConfigError, DyscoError
 
 
 def add_head_study_arguments(p: argparse.ArgumentParser, full: Mapping, small: Mapping, *, small_help: str,
@@ -79,6 +79,27 @@ def print_reports(script: str, write: Callable[[], list[str]]) -> int:
     for line in lines:
         print(line)
     return 0
+
+
+def run_study(script: str, args: argparse.Namespace, work: Callable[[], int | None],
+              batch_flag: str = "--tokens-per-batch") -> int:
+    """A study driver's work past its flags, `work()` (its exit code, None for 0): a refusal (a
+    ConfigError) as one line naming the script (exit 2), and the device running out of memory as
+    one line naming `batch_flag`, the flag that sizes its batches (exit 1: the stores keep every
+    finished record, and the same command resumes)."""
+    try:
+        return work() or 0
+    except ConfigError as e:
+        print(f"{script}: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        line = cli_args.out_of_memory(e)
+        if line is None:
+            raise
+        now = getattr(args, batch_flag.lstrip("-").replace("-", "_"))
+        print(f"{script}: {line}; the stores keep every finished record and the same command resumes: lower "
+              f"{batch_flag} (now {now:,}) or run fewer processes on the device", file=sys.stderr)
+        return 1
 
 
 def apply_preset(p: argparse.ArgumentParser, args: argparse.Namespace, full: Mapping, small: Mapping) -> None:
