@@ -65,7 +65,6 @@ def _tested(est: Mapping) -> str:
             if est.get("p") is not None else f"{est['mean']:+.3f}")
 
 
-
 def measured_effect(model: str) -> MeasuredEffect | None:
     """What the studies measured for `model` over many instances, in words, from the numbers shipped
     with the package (`experiments.evidence`); None for a model no study covers."""

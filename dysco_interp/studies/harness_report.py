@@ -332,6 +332,6 @@ def write_reports(out_dir: Path) -> list[str]:
     return [str(p) for p in written]
 
 
-__all__ = ["METHOD_COLORS", "MODES", "VARIANTS", "cells_of", "counted", "effect_cost_figure", "expected_in", "figure",
-           "leaderboard", "method_color", "outcome", "own_methods", "paired_rows", "render", "render_variants",
-           "step_costs", "variant_name", "variants", "write_reports"]
+__all__ = ["METHOD_COLORS", "MODES", "VARIANTS", "cells_of", "counted", "counts_section", "effect_cost_figure",
+           "expected_in", "figure", "leaderboard", "method_color", "outcome", "own_methods", "paired_rows", "render",
+           "render_variants", "step_costs", "variant_name", "variants", "write_reports"]
