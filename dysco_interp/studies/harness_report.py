@@ -146,8 +146,9 @@ def counted(rows: Sequence[Mapping], name: Callable[[Mapping], str]) -> dict[str
         cell = counts[name(row)].setdefault(f"{row['model']} {row['mode']}", dict.fromkeys(("up", "down", "same",
                                                                                              "of"), 0))
         cell["of"] += 1
-        if outcome(row["delta"]):
-            cell[outcome(row["delta"])] += 1
+        counts_as = outcome(row["delta"])
+        if counts_as:
+            cell[counts_as] += 1
     return {k: counts[k] for k in sorted(counts)}
 
 
