@@ -95,6 +95,34 @@ def test_beyond_max_blocks_the_blocks_of_highest_relevance_are_kept_the_earlier_
     assert keep[0].nonzero().flatten().tolist() == [8, 9, 10, 11, 31]
 
 
+def test_filled_blocks_go_to_the_most_relevant_ones_outside_the_sinks_and_the_window():
+    selected = torch.zeros(2, 40, dtype=torch.bool)
+    selected[0, 21] = selected[1, 25] = True  # block 5 of 4 tokens, counted from each row's first real token
+    relevance = torch.zeros(2, 40)
+    relevance[0, [2, 9, 13, 21, 38]] = torch.tensor([0.5, 0.1, 0.2, 0.05, 0.9])  # 2: a sink, 38: the window
+    relevance[1, [6, 13, 17, 25]] = torch.tensor([0.5, 0.1, 0.2, 0.05])  # the same, 4 tokens later
+    args = dict(block=4, sinks=4, window=4, max_blocks=3)
+    bare = sparse_keys.kept_keys(selected, relevance, torch.tensor([0, 4]), **args)
+    assert bare[0].nonzero().flatten().tolist() == [0, 1, 2, 3, 20, 21, 22, 23, 36, 37, 38, 39]
+    filled = sparse_keys.kept_keys(selected, relevance, torch.tensor([0, 4]), **args, fill_blocks=True)
+    # the selected key's block first, then block 3 (0.2) and block 2 (0.1): the sink's and the window's
+    # relevance adds nothing, though the window's key is the most relevant one
+    assert filled[0].nonzero().flatten().tolist() == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 20, 21, 22, 23,
+                                                      36, 37, 38, 39]
+    assert filled[1, 4:].nonzero().flatten().tolist() == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15, 20, 21, 22,
+                                                          23, 32, 33, 34, 35] and not filled[1, :4].any()
+    # the holding blocks come first, whatever the relevance of the others; equal ones in order
+    relevance[0] = 0.0
+    relevance[0, 5] = 1.0
+    filled = sparse_keys.kept_keys(selected, relevance, torch.tensor([0, 4]), block=4, sinks=0, window=1,
+                                   max_blocks=2, fill_blocks=True)
+    assert filled[0].nonzero().flatten().tolist() == [4, 5, 6, 7, 20, 21, 22, 23, 39]
+    relevance[0, 5] = 0.0
+    filled = sparse_keys.kept_keys(selected, relevance, torch.tensor([0, 4]), block=4, sinks=0, window=1,
+                                   max_blocks=2, fill_blocks=True)
+    assert filled[0].nonzero().flatten().tolist() == [0, 1, 2, 3, 20, 21, 22, 23, 39]
+
+
 def test_a_last_partial_block_and_a_block_of_one_token():
     selected = torch.zeros(1, 10, dtype=torch.bool)
     selected[0, 9] = True
@@ -123,8 +151,9 @@ def test_the_capacity_holds_every_kept_key():
         block, sinks, window, cap = (int(torch.randint(1, 9, ())) for _ in range(4))
         selected = torch.rand(3, n) < 0.2
         first = torch.randint(0, n, (3,))
+        fill = bool(torch.randint(0, 2, ()))
         keep = sparse_keys.kept_keys(selected, torch.rand(3, n), first, block=block, sinks=sinks, window=window,
-                                     max_blocks=cap)
+                                     max_blocks=cap, fill_blocks=fill)
         assert int(keep.sum(-1).max()) <= sparse_keys.capacity(block, sinks, window, cap)
         positions, valid = sparse_keys.kept_positions(keep, sparse_keys.capacity(block, sinks, window, cap))
         assert torch.equal(keep_mask(positions, valid, n), keep)
@@ -141,6 +170,8 @@ def test_the_kept_set_and_its_checks_never_read_a_value_on_the_host(monkeypatch)
     for name in ("item", "tolist", "nonzero", "__bool__", "__int__", "__float__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, refuse)
     keep = sparse_keys.kept_keys(selected, relevance, first, block=8, sinks=4, window=16, max_blocks=3)
+    assert sparse_keys.kept_keys(selected, relevance, first, block=8, sinks=4, window=16, max_blocks=3,
+                                 fill_blocks=True).shape == keep.shape
     positions, valid = sparse_keys.kept_positions(keep, sparse_keys.capacity(8, 4, 16, 3))
     fault = keep_fault(positions, valid, 300)
     mask = keep_mask(positions, valid, 300)
@@ -328,7 +359,8 @@ def test_every_backend_gives_the_bridges_tokens_alone_and_in_a_padded_batch(styl
     model = tiny_model(style)
     heads = heads_for(model)
     configs = {"lagged": config("dysco-lagged", **STEERING), "sparse": config("dysco-sparse", **SPARSE),
-               "sparse-one-block": config("dysco-sparse", **SPARSE | {"max_blocks": 1, "sinks": 0})}
+               "sparse-one-block": config("dysco-sparse", **SPARSE | {"max_blocks": 1, "sinks": 0}),
+               "sparse-filled": config("dysco-sparse", **SPARSE | {"max_blocks": 4, "select_k": 1}, fill_blocks=True)}
     out = tokens_everywhere(model, configs, [PROMPT, OTHER], heads)
     assert out["bridge"]["sparse"] != out["bridge"]["lagged"]  # the keep hides keys that matter here
     for backend in ("sdpa", "static"):
@@ -345,7 +377,8 @@ def test_dysco_sparse_replays_as_cuda_graphs_with_the_eager_tokens(style):
     model = tiny_model(style, device="cuda")
     heads = heads_for(model)
     configs = {"sparse": config("dysco-sparse", **SPARSE), "lagged": config("dysco-lagged", **STEERING),
-               "all": config("dysco-sparse", **SPARSE, sparse_layers="all")}
+               "all": config("dysco-sparse", **SPARSE, sparse_layers="all"),
+               "filled": config("dysco-sparse", **SPARSE, sparse_layers="all", fill_blocks=True)}
     replayed = generate_batch(model, [PROMPT, OTHER], configs, heads, backend=BackendSpec("static", graphs=True))
     eager = generate_batch(model, [PROMPT, OTHER], configs, heads, backend=BackendSpec("static", graphs=False))
     for name in configs:
@@ -453,7 +486,7 @@ class HookSparse:
     pads: key j is the j-th token."""
 
     def __init__(self, model, heads, template, *, select_p, beta, block, sinks, window, max_blocks, select_k=8,
-                 decay=0.75, every_layer=False):
+                 decay=0.75, every_layer=False, fill_blocks=False):
         self.n_layers = model.spec.n_layers
         self.heads = sorted(tuple(h) for h in heads)
         self.deepest = self.heads[-1][0]
@@ -462,7 +495,7 @@ class HookSparse:
         self.block, self.sinks, self.window, self.max_blocks = block, sinks, window, max_blocks
         self.relevance, self.rows, self.edit, self.hidden = None, {}, None, None
         self.selected = []
-        self.every_layer = every_layer
+        self.every_layer, self.fill_blocks = every_layer, fill_blocks
 
     def hooks(self):
         read = [] if self.every_layer else [
@@ -498,10 +531,17 @@ class HookSparse:
         self.selected.append(chosen)
         self.edit = torch.zeros(n)
         self.edit[chosen + [n - 1]] = self.log_beta
-        blocks = sorted({i // self.block for i in chosen},
-                        key=lambda b: (-float(r[b * self.block:(b + 1) * self.block].sum()), b))[: self.max_blocks]
-        kept = {j for b in blocks for j in range(b * self.block, min((b + 1) * self.block, n))}
-        kept |= set(range(min(self.sinks, n))) | set(range(max(0, n - self.window), n))
+        always = set(range(min(self.sinks, n))) | set(range(max(0, n - self.window), n))
+
+        def keys(b):
+            return range(b * self.block, min((b + 1) * self.block, n))
+
+        holding = {i // self.block for i in chosen}
+        blocks = sorted(holding, key=lambda b: (-float(r[list(keys(b))].sum()), b))
+        if self.fill_blocks:  # then the others, by their relevance outside the sinks and the window
+            others = [b for b in range(-(-n // self.block)) if b not in holding]
+            blocks += sorted(others, key=lambda b: (-sum(float(r[j]) for j in keys(b) if j not in always), b))
+        kept = {j for b in blocks[: self.max_blocks] for j in keys(b)} | always
         self.hidden = torch.full((n,), -math.inf)
         self.hidden[sorted(kept)] = 0.0
 
@@ -554,6 +594,24 @@ def test_the_hook_implementation_gives_every_layer_sparse_s_tokens_and_selection
     assert result.tokens != after.tokens
 
 
+@pytest.mark.parametrize("every_layer", [False, True])
+def test_the_hook_implementation_gives_filled_dysco_sparse_s_tokens_and_selections(tiny_llama, every_layer):
+    heads = heads_for(tiny_llama)
+    template = prepare_prompt(tiny_llama, PROMPT).template("reference")
+    params = SPARSE | {"max_blocks": 4, "select_k": 1}  # one selected key claims one of the four blocks
+    ours = HookSparse(tiny_llama, heads, template, **params, every_layer=every_layer, fill_blocks=True)
+    with observe(tiny_llama, hooks=ours.hooks()):
+        reference = generate(tiny_llama, PROMPT, config("vanilla"), heads=heads).tokens
+    layers = "all" if every_layer else "after-reads"
+    with observe(tiny_llama, hooks=[(pattern_name(0), lambda pattern, hook: None)]):
+        result = generate(tiny_llama, PROMPT, config("dysco-sparse", **params, sparse_layers=layers, fill_blocks=True),
+                          heads=heads)
+        bare = generate(tiny_llama, PROMPT, config("dysco-sparse", **params, sparse_layers=layers), heads=heads)
+    assert result.tokens == reference
+    assert [s.selected for s in result.trace.steps if s.selected is not None] == ours.selected
+    assert result.tokens != bare.tokens  # the filled blocks show keys the bare keep hides
+
+
 @pytest.mark.real_model
 def test_the_hook_implementation_gives_dysco_sparse_s_tokens_on_the_real_model(real_model):
     heads = shipped_heads("smollm2-135m", spec=real_model.spec)
@@ -576,6 +634,14 @@ def test_the_hook_implementation_gives_dysco_sparse_s_tokens_on_the_real_model(r
         result = generate(real_model, PROMPT, config("dysco-sparse", 8, **params, sparse_layers="all"), heads=heads,
                           backend=backend)
         assert result.tokens == every, backend
+    filled = params | {"select_k": 2, "max_blocks": 4}
+    ours = HookSparse(real_model, heads, template, **filled, every_layer=True, fill_blocks=True)
+    with observe(real_model, hooks=ours.hooks()):
+        reference = generate(real_model, PROMPT, config("vanilla", 8), heads=heads).tokens
+    for backend in ("bridge", "static"):
+        result = generate(real_model, PROMPT, config("dysco-sparse", 8, **filled, sparse_layers="all",
+                                                     fill_blocks=True), heads=heads, backend=backend)
+        assert result.tokens == reference, backend
     lagged = {k: v for k, v in params.items() if k not in ("block", "sinks", "window", "max_blocks")}
     assert generate(real_model, PROMPT, config("dysco-lagged", 8, **lagged), heads=heads).tokens != reference
 
@@ -594,6 +660,7 @@ def test_the_hook_implementation_gives_dysco_sparse_s_tokens_on_the_real_model(r
     ({"beta": 0.0}, "beta"),
     ({"blocks": 4}, "no parameter 'blocks'"),
     ({"sparse_layers": "every"}, "sparse_layers"),
+    ({"fill_blocks": 1}, "fill_blocks"),
 ])
 def test_bad_parameters_are_one_config_error_line_before_any_model_loads(no_model, params, match):
     with pytest.raises(ConfigError, match=match) as caught:

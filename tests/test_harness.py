@@ -10,7 +10,7 @@ import pytest
 
 from dysco_interp.errors import ConfigError
 from dysco_interp.studies import harness
-from dysco_interp.studies.harness_protocol import GRIDS
+from dysco_interp.studies.harness_protocol import AT_DYSCO_POINT, GRIDS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -364,13 +364,26 @@ def test_the_variants_part_runs_dysco_s_approximations_at_dysco_s_choice(tmp_pat
     s.folder.mkdir(parents=True)
     s.choice_path.write_text(json.dumps({"model": "tiny-llama", "choices": {
         "dysco": {"point": {"select_k": 32}, "label": "dysco select_k=32", "gains": {}}}}))
-    harness.run_harness(model, HeadSet([(1, 0), (2, 1)]), s, log=lambda line: None)
+    heads = HeadSet([(1, 0), (2, 1)])
+    # the store of a run made before the protocol added points: a later run keeps it and adds theirs
+    earlier = {"dysco-sparse": AT_DYSCO_POINT["dysco-sparse"][:2]}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(harness, "AT_DYSCO_POINT", earlier)
+        harness.run_harness(model, heads, s, log=lambda line: None)
+    first = read_records(s.store("variants", "needle_qa", "1950", "tf"))
+    assert len(first) == 6
+    harness.run_harness(model, heads, s, log=lambda line: None)
     records = read_records(s.store("variants", "needle_qa", "1950", "tf"))
+    assert records[:6] == first
     assert sorted({r["method"] for r in records}) == [
-        "dysco select_k=32", "dysco-sparse select_k=32", "dysco-sparse select_k=32 sparse_layers=all"]
-    assert len(records) == 6 and all(r["params"]["select_k"] == 32 for r in records)
+        "dysco select_k=32", "dysco-sparse fill_blocks=True select_k=32",
+        "dysco-sparse fill_blocks=True select_k=32 sparse_layers=all", "dysco-sparse select_k=32",
+        "dysco-sparse select_k=32 sparse_layers=all"]
+    assert len(records) == 10 and all(r["params"]["select_k"] == 32 for r in records)
     result = harness_report.variants(s.folder)
     assert sorted((r["label"], r["at"], r["n"]) for r in result["rows"]) == [
+        ("dysco-sparse fill_blocks=True select_k=32", "DySCO's point", 2),
+        ("dysco-sparse fill_blocks=True select_k=32 sparse_layers=all", "DySCO's point", 2),
         ("dysco-sparse select_k=32", "DySCO's point", 2),
         ("dysco-sparse select_k=32 sparse_layers=all", "DySCO's point", 2)]
     assert "DySCO's point" in harness_report.render_variants(result)

@@ -85,8 +85,11 @@ LONG_RULE = ("per model: the N_LONG methods whose dev choices rank best against 
 # dev rule gave it DySCO's point on both models.
 AT_DYSCO_POINT: dict[str, tuple[Point, ...]] = {
     # block-sparse hard DySCO at its defaults (64-token blocks, at most 64 of them, 64 sinks, a
-    # 256-key window): the layers after the deepest QRHead sparse, then every layer
-    "dysco-sparse": ({}, {"sparse_layers": "all"}),
+    # 256-key window): the layers after the deepest QRHead sparse, then every layer; then both with
+    # the blocks DySCO's few selected keys leave empty filled by relevance (added after the first
+    # two had run: at DySCO's K of 8 they kept at most 8 of the 64 blocks that each step pays for)
+    "dysco-sparse": ({}, {"sparse_layers": "all"},
+                     {"fill_blocks": True}, {"sparse_layers": "all", "fill_blocks": True}),
 }
 AT_DYSCO_RULE = ("per model: each of AT_DYSCO_POINT's points over the committed dev choice of dysco (the point's "
                  "own parameters win), teacher forced on the test cells of the run's tasks and lengths, paired "

@@ -11,7 +11,7 @@ from typing import Literal, get_args
 
 import torch
 
-from dysco_interp.checks import check_choice, check_int
+from dysco_interp.checks import check_bool, check_choice, check_int
 from dysco_interp.decoding import relevance, sparse_keys
 from dysco_interp.decoding.baselines.dysco_variants import DyscoLagged
 from dysco_interp.decoding.methods import SelectionParams, register_method
@@ -35,7 +35,10 @@ class DyscoSparse(DyscoLagged):
     - each row's first `sinks` tokens (the attention sinks);
     - the last `window` keys: the recent context, the generated tokens and the token's own key;
     and the other keys get -inf (`plan.Keep`; `sparse_keys` computes the kept set). Blocks and
-    sinks count from each row's first real token. Layers 0..L* stay dense and exact, with the
+    sinks count from each row's first real token. With `fill_blocks`, the blocks no selected key
+    claims go to the blocks of highest relevance outside the sinks and the window: a selection
+    of K keys claims at most K blocks, so at a small K most of the `max_blocks` that every step
+    pays for would otherwise stay empty. Layers 0..L* stay dense and exact, with the
     bias: the QRHeads must read every key so that the relevance covers the whole context.
 
     What it trades away: it approximates exact DySCO twice, by the lag (dysco-lagged's: the keys
@@ -78,6 +81,7 @@ class DyscoSparse(DyscoLagged):
         window: int = 256  # the last keys, always kept (the token's own among them)
         max_blocks: int = 64  # the most blocks kept: with the others, the fixed capacity of a step
         sparse_layers: SparseLayers = "after-reads"  # the layers that read only the kept keys (see the class)
+        fill_blocks: bool = False  # the blocks no selected key claims go to the next most relevant ones
 
         def check(self):
             super().check()
@@ -86,6 +90,7 @@ class DyscoSparse(DyscoLagged):
             check_int("window", self.window, 1)  # the token's own key is always read
             check_int("max_blocks", self.max_blocks, 1)
             check_choice("sparse_layers", self.sparse_layers, SPARSE_LAYERS)
+            check_bool("fill_blocks", self.fill_blocks)
 
     def __init__(self, config, heads, spec):
         super().__init__(config, heads, spec)
@@ -93,6 +98,7 @@ class DyscoSparse(DyscoLagged):
         assert isinstance(params, DyscoSparse.Params)
         self.block, self.sinks, self.window, self.max_blocks = (params.block, params.sinks, params.window,
                                                                  params.max_blocks)
+        self.fill_blocks = params.fill_blocks
         self.capacity = sparse_keys.capacity(self.block, self.sinks, self.window, self.max_blocks)
         kept = range(spec.n_layers) if params.sparse_layers == "all" else range(self.read.max_layer + 1, spec.n_layers)
         if kept:
@@ -112,7 +118,8 @@ class DyscoSparse(DyscoLagged):
         run's width, or the capacity once a step has more keys than that bound foresaw."""
         assert self.first is not None and self.running.relevance is not None
         keep = sparse_keys.kept_keys(selection.mask, self.running.relevance, self.first, block=self.block,
-                                     sinks=self.sinks, window=self.window, max_blocks=self.max_blocks)
+                                     sinks=self.sinks, window=self.window, max_blocks=self.max_blocks,
+                                     fill_blocks=self.fill_blocks)
         return sparse_keys.kept_positions(keep, self.width if n_keys <= self.width else self.capacity)
 
     def steered(self, selection, n_keys):
