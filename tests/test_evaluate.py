@@ -167,6 +167,24 @@ def test_a_rerun_with_other_method_settings_is_refused_naming_the_field(tiny_lla
     assert out.read_bytes() == before
 
 
+def test_a_store_written_before_a_method_gained_a_parameter_resumes_at_its_default(tiny_llama, pt_data, tmp_path):
+    import dysco_interp.decoding.baselines  # noqa: F401  (registers dysco-sparse)
+
+    out = tmp_path / "r.jsonl"
+    sparse = {"sparse": DecodingConfig(method="dysco-sparse", max_new_tokens=4)}
+    run_one(tiny_llama, pt_data[:1], out, sparse)
+    # the same records as a release before `fill_blocks` existed wrote them
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    for line in lines[1:]:
+        del line["settings"]["method"]["options"]["fill_blocks"]
+    out.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    before = out.read_bytes()
+    assert run_one(tiny_llama, pt_data[:1], out, sparse).new == [] and out.read_bytes() == before
+    filled = {"sparse": DecodingConfig(method="dysco-sparse", max_new_tokens=4, params={"fill_blocks": True})}
+    with pytest.raises(StoreMismatchError, match=r"options\.fill_blocks false -> true"):
+        run_one(tiny_llama, pt_data[:1], out, filled)
+
+
 def test_other_heads_backend_or_weights_are_refused(tiny_llama, pt_data, tmp_path, monkeypatch):
     out = tmp_path / "r.jsonl"
     run_one(tiny_llama, pt_data[:1], out)

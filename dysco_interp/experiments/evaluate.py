@@ -27,6 +27,7 @@ from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.format_forced import BOTH_FORCED, FORMAT_FORCED
 from dysco_interp.decoding.loop import iter_methods
+from dysco_interp.decoding.methods import REGISTRY
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.distributed import Shard, current_world, gather, note_world, sharded_store
@@ -122,6 +123,17 @@ KEY = ("method", "instance")
 NEW_STORE_HINT = "write to another file, or let it start a new one (--if-settings-differ new)"
 
 
+def with_later_options(stored: Mapping) -> dict:
+    """A stored method setting with the options its method has gained since, at their defaults:
+    a parameter is added with the default that keeps the method's earlier behaviour, so results
+    stored before it existed are results at that default."""
+    method = REGISTRY.get(stored.get("method")) if isinstance(stored.get("method"), str) else None
+    options = stored.get("options")
+    if method is None or not isinstance(options, Mapping):
+        return dict(stored)
+    return {**stored, "options": {**{k: v for k, v in method.options.items() if k not in options}, **options}}
+
+
 def check_methods(path: str | Path, records: Iterable[dict], wanted: Mapping[str, dict], ignore=()) -> None:
     """StoreMismatchError when a method name is stored with other settings than it has now
     (the fields in `ignore` are not compared)."""
@@ -131,7 +143,8 @@ def check_methods(path: str | Path, records: Iterable[dict], wanted: Mapping[str
         if not isinstance(method, str) or method not in wanted or method in seen:
             continue
         seen.add(method)
-        stored = {k: v for k, v in ((record.get("settings") or {}).get("method") or {}).items() if k not in ignore}
+        stored = {k: v for k, v in with_later_options((record.get("settings") or {}).get("method") or {}).items()
+                  if k not in ignore}
         now = {k: v for k, v in wanted[method].items() if k not in ignore}
         if stored != now:
             raise StoreMismatchError(f"{path} holds {method!r} results computed with other settings "
