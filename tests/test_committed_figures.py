@@ -36,8 +36,10 @@ def test_no_figure_or_store_names_a_path_of_the_machine_that_ran_it(machine_path
 # pages share one plotly.min.js (figures/.plotlyjs-shared): plotly.js's cartesian partial bundle
 # (1.5 MB, not the full 4.8 MB), or the full one where a plotly release bundles another plotly.js.
 # Raised from 20 MB to hold the steering harness's test stores and figures (about 1 MB of evidence
-# in `figures/harness/`, every row behind its leaderboard and variants table).
-TREE_BUDGET_BYTES = 21_500_000
+# in `figures/harness/`, every row behind its leaderboard and variants table), then to 22 MB for its
+# completed 31K cells, its 127K cells and the filled sparse variants (every PNG is already at the
+# optimiser's level, and nothing left in the tree is neither evidence nor a figure people look at).
+TREE_BUDGET_BYTES = 22_000_000
 
 
 def test_the_tracked_tree_stays_within_its_budget():

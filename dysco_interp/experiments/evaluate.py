@@ -127,8 +127,8 @@ def with_later_options(stored: Mapping) -> dict:
     """A stored method setting with the options its method has gained since, at their defaults:
     a parameter is added with the default that keeps the method's earlier behaviour, so results
     stored before it existed are results at that default."""
-    method = REGISTRY.get(stored.get("method")) if isinstance(stored.get("method"), str) else None
-    options = stored.get("options")
+    name, options = stored.get("method"), stored.get("options")
+    method = REGISTRY.get(name) if isinstance(name, str) else None
     if method is None or not isinstance(options, Mapping):
         return dict(stored)
     return {**stored, "options": {**{k: v for k, v in method.options.items() if k not in options}, **options}}
