@@ -76,6 +76,25 @@ def test_the_same_method_with_another_head_set_is_refused(tmp_path):
         load_pooled([str(tmp_path / "*.jsonl")])
 
 
+def test_records_from_before_a_method_gained_a_parameter_pool_with_those_at_its_default(tmp_path):
+    import dysco_interp.decoding.baselines  # noqa: F401  (registers dysco-sparse)
+
+    s = settings()
+
+    def sparse(index, **options):
+        r = record("dysco-sparse", index, store=s)
+        r["settings"]["method"]["options"] = {"block": 64, "max_blocks": 64, "sinks": 64,
+                                              "sparse_layers": "after-reads", "window": 256, **options}
+        return r
+
+    write_store(tmp_path / "a.jsonl", s, [sparse(0)])  # written before `fill_blocks` existed
+    write_store(tmp_path / "b.jsonl", s, [sparse(1, fill_blocks=False)])
+    assert len(load_pooled([str(tmp_path / "*.jsonl")])[0].records) == 2
+    write_store(tmp_path / "b.jsonl", s, [sparse(1, fill_blocks=True)])  # the same key, another setting
+    with pytest.raises(ConfigError, match=r"fill_blocks false -> true"):
+        load_pooled([str(tmp_path / "*.jsonl")])
+
+
 def test_a_repeat_with_other_results_is_counted_once_and_said(tmp_path):
     # headerless stores name no dtype, and bf16 GPU decoding is not bitwise repeatable: a repeat
     # whose results differ cannot be refused, but the table must say it kept only one of them

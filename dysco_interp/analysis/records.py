@@ -33,6 +33,7 @@ from typing import Any
 from dysco_interp.analysis.method_key import method_key
 from dysco_interp.analysis.report import store_notes
 from dysco_interp.analysis.result_tables import cell_of, instance_of
+from dysco_interp.decoding.methods import with_later_options
 from dysco_interp.errors import ConfigError
 from dysco_interp.stores.archives import expand
 from dysco_interp.stores.format import canonical_json, differences, read_store
@@ -154,6 +155,14 @@ class Pooled:
         return notes
 
 
+def _method_settings(item: Sourced) -> Any:
+    """An item's method settings, with the options its method gained after it was stored at their
+    defaults (`methods.with_later_options`): records from before and after a parameter was added
+    pool when they ran the same."""
+    ran = item.settings.get("method")
+    return with_later_options(ran) if isinstance(ran, dict) else ran
+
+
 def check_comparable(items: Iterable[Sourced], apart: Sequence[str] = ()) -> Pooled:
     """ConfigError unless the records can share a table (see the module docstring), else the
     records with each item once. Settings named in `apart` put records in separate groups
@@ -176,9 +185,10 @@ def check_comparable(items: Iterable[Sourced], apart: Sequence[str] = ()) -> Poo
             _refuse(first, it, f"{_where(r)} results computed with other settings", differences(*shared))
         key = (cell, method_key(r))
         first = by_method.setdefault(key, it)
-        if first.settings.get("method") != it.settings.get("method"):
+        ran = [_method_settings(s) for s in (first, it)]
+        if ran[0] != ran[1]:
             _refuse(first, it, f"{_where(r)} {key[1].label} results computed with other method settings",
-                    differences({"method": first.settings.get("method")}, {"method": it.settings.get("method")}))
+                    differences({"method": ran[0]}, {"method": ran[1]}))
         first = by_item.setdefault((key, instance_of(r)), it)
         if first is it:
             out.records.append(r)

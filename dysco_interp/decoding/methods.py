@@ -126,6 +126,17 @@ def register_method(cls: type[Method]) -> type[Method]:
     return cls
 
 
+def with_later_options(stored: Mapping) -> dict:
+    """A stored method setting with the options its method has gained since, at their defaults:
+    a parameter is added with the default that keeps the method's earlier behaviour, so results
+    stored before it existed are results at that default."""
+    name, options = stored.get("method"), stored.get("options")
+    method = REGISTRY.get(name) if isinstance(name, str) else None
+    if method is None or not isinstance(options, Mapping):
+        return dict(stored)
+    return {**stored, "options": {**{k: v for k, v in method.options.items() if k not in options}, **options}}
+
+
 def _same_definition(a: type, b: type) -> bool:
     # a notebook cell or a script run twice defines the class anew: the same name in the same module
     return a.__module__ == b.__module__ and a.__qualname__ == b.__qualname__

@@ -27,7 +27,7 @@ from dysco_interp.decoding.backends import BackendSpec
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.format_forced import BOTH_FORCED, FORMAT_FORCED
 from dysco_interp.decoding.loop import iter_methods
-from dysco_interp.decoding.methods import REGISTRY
+from dysco_interp.decoding.methods import with_later_options
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.decoding.results import GenerationResult
 from dysco_interp.distributed import Shard, current_world, gather, note_world, sharded_store
@@ -121,17 +121,6 @@ def check_task(task: str, instances: Sequence) -> None:
 
 KEY = ("method", "instance")
 NEW_STORE_HINT = "write to another file, or let it start a new one (--if-settings-differ new)"
-
-
-def with_later_options(stored: Mapping) -> dict:
-    """A stored method setting with the options its method has gained since, at their defaults:
-    a parameter is added with the default that keeps the method's earlier behaviour, so results
-    stored before it existed are results at that default."""
-    name, options = stored.get("method"), stored.get("options")
-    method = REGISTRY.get(name) if isinstance(name, str) else None
-    if method is None or not isinstance(options, Mapping):
-        return dict(stored)
-    return {**stored, "options": {**{k: v for k, v in method.options.items() if k not in options}, **options}}
 
 
 def check_methods(path: str | Path, records: Iterable[dict], wanted: Mapping[str, dict], ignore=()) -> None:
