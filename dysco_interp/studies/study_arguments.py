@@ -81,14 +81,15 @@ def print_reports(script: str, write: Callable[[], list[str]]) -> int:
     return 0
 
 
-def run_study(script: str, args: argparse.Namespace, work: Callable[[], int | None],
+def run_study(script: str, args: argparse.Namespace, work: Callable[[], None],
               batch_flag: str = "--tokens-per-batch") -> int:
-    """A study driver's work past its flags, `work()` (its exit code, None for 0): a refusal (a
+    """A study driver's work past its flags, `work()`, and its exit code: 0 done, a refusal (a
     ConfigError) as one line naming the script (exit 2), and the device running out of memory as
     one line naming `batch_flag`, the flag that sizes its batches (exit 1: the stores keep every
     finished record, and the same command resumes)."""
     try:
-        return work() or 0
+        work()
+        return 0
     except ConfigError as e:
         print(f"{script}: {e}", file=sys.stderr)
         return 2
