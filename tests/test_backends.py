@@ -295,8 +295,9 @@ def test_the_llama_family_prefills_in_chunks_through_the_written_out_layers(styl
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("method", ["dysco", "dysco-reuse"])
+@pytest.mark.parametrize("method", ["dysco", "dysco-reuse", "dysco-lagged", "dysco-sparse"])
 def test_a_dysco_step_on_the_static_backend_never_waits_for_the_device(method):
+    import dysco_interp.decoding.baselines  # noqa: F401  (registers dysco-lagged and dysco-sparse)
     from dysco_interp.decoding.loop import Stepper
     from dysco_interp.decoding.prompts import PromptBatch
 

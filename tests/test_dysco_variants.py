@@ -310,3 +310,45 @@ def test_bad_parameters_are_one_config_error_line_before_any_model_loads(no_mode
     with pytest.raises(ConfigError, match=match) as caught:
         DecodingConfig(method=method, params=params)
     assert "\n" not in str(caught.value) and method in str(caught.value)
+
+
+def test_lagged_makes_each_selection_once_at_the_end_of_the_step_before(tiny_llama, monkeypatch):
+    from dysco_interp.decoding.baselines.dysco_variants import DyscoLagged
+
+    heads = heads_for(tiny_llama)
+    made = []
+    prepared = DyscoLagged.prepared
+
+    def counted(self, n_keys):
+        made.append(n_keys)
+        return prepared(self, n_keys)
+
+    monkeypatch.setattr(DyscoLagged, "prepared", counted)
+    ahead = generate(tiny_llama, PROMPT, config("dysco-lagged", **STEERING), heads=heads)
+    steps = [s for s in ahead.trace.steps if s.selected is not None]
+    # the first full step makes its own; every step makes the next one's, the last one's unused
+    assert len(made) == len(steps) + 1 and made == list(range(made[0], made[0] + len(made)))
+    monkeypatch.setattr(DyscoLagged, "planned", lambda self, n_keys: counted(self, n_keys))
+    at_start = generate(tiny_llama, PROMPT, config("dysco-lagged", **STEERING), heads=heads)
+    assert at_start.tokens == ahead.tokens and chosen(at_start) == chosen(ahead)
+
+
+@pytest.mark.parametrize("method", ["dysco-lagged", "dysco-sparse"])
+def test_a_relevance_set_between_steps_is_the_one_the_next_step_selects_from(tiny_llama, method):
+    import dysco_interp.decoding.baselines  # noqa: F401  (registers dysco-sparse)
+    from dysco_interp.decoding.backends import make_backend
+    from dysco_interp.decoding.prompts import PromptBatch
+    from dysco_interp.decoding.stepper import Stepper
+
+    ids = torch.randint(20, 500, (1, 40), generator=torch.Generator().manual_seed(3))
+    backend = make_backend(tiny_llama, "sdpa")
+    state = backend.prefill(ids[:, :36], None, reserve=8)
+    stepper = Stepper(backend, DecodingConfig(method=method, params=STEERING, record_positions=True),
+                      PromptBatch.from_ids(ids[:, :36]), heads=heads_for(tiny_llama))
+    stepper.relevance = torch.full((1, 36), 1 / 36)
+    stepper.step(state, ids[:, 36])
+    one_key = torch.zeros(1, state.n_keys)
+    one_key[0, 5] = 1.0
+    stepper.relevance = one_key  # the selection made at the end of the last step is now stale
+    _, records = stepper.step(state, ids[:, 37])
+    assert records[0].selected == [5]

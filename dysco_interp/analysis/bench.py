@@ -1,12 +1,13 @@
 """Decode speed and memory: DySCO against vanilla on the same backend, in one process.
 
-For each context length: prefill once, then time single decode steps of both methods
-alternately from copies of that cache (drift hits both alike), after warm-up steps; report
-medians, tokens per second, their ratio, and on a GPU the peak memory of each method's
-steps. The layer floor of DySCO over vanilla is 1 + (L* + 1) / L (the partial pass runs
-layers 0..L*); on a GPU the bandwidth floor of one step is (weight bytes + KV bytes) /
-measured copy bandwidth, and DySCO's is that times its layer floor. With a batch of B random
-sequences, tokens per second count the tokens of all rows.
+For each context length: prefill once, then time single decode steps of each method from
+copies of that cache, one method's steps back to back after its warm-up steps (a block takes
+about a second at most, so the clock drifts little between blocks); report medians, tokens
+per second, their ratio, and on a GPU the peak memory of each method's steps. The layer
+floor of DySCO over vanilla is 1 + (L* + 1) / L (the partial pass runs layers 0..L*); on a
+GPU the bandwidth floor of one step is (weight bytes + KV bytes) / measured copy bandwidth,
+and DySCO's is that times its layer floor. With a batch of B random sequences, tokens per
+second count the tokens of all rows.
 
 Decoding is driven in one place only, `BenchDecoder`: everything else here times, counts
 bytes and writes rows.
@@ -393,9 +394,12 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
     times: dict[str, list[float]] = {m: [] for m in steps}
     peaks = {m: dict.fromkeys(devices, 0) for m in steps}
     kept = {m: dict.fromkeys(devices, 0) for m in steps}
-    for i in range(n_warmup + n_steps):
-        tok = ids[:, n_context + i].to(device)
-        for method, fn in steps.items():
+    # each method's steps back to back, as decoding runs them: a method that prepares a step's
+    # selection in the step before (dysco-lagged) finds it prepared for the keys it has, which
+    # the other methods' steps on the shared context would otherwise have moved
+    for method, fn in steps.items():
+        for i in range(n_warmup + n_steps):
+            tok = ids[:, n_context + i].to(device)
             if cuda and i == 0:  # one more untimed step, measuring what it keeps
                 kept[method] = memory_kept_by(fn, tok, devices)
             if cuda:
@@ -411,9 +415,8 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
                 if cuda:
                     for d in devices:
                         peaks[method][d] = max(peaks[method][d], torch.cuda.max_memory_allocated(d) - base[d])
-    if profile_dir:
-        step = n_warmup + n_steps
-        for method, fn in steps.items():
+        if profile_dir:
+            step = n_warmup + n_steps
             profile_step(fn, ids[:, n_context + step].to(device), f"{profile_dir}/{n_context}_{method}.txt")
     v, d = statistics.median(times["vanilla"]), statistics.median(times["dysco"])
     row = {

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -192,6 +193,8 @@ class Backend(ABC):
         # what was wrong with the biases since the last `check_faults` (`plan.bias_fault`'s bits),
         # on the device: checking each step's bias on the host would wait for the device at every step
         self._fault: torch.Tensor | None = None
+        # the fault checks of the biases and keeps given since the last `watch_given`, not yet queued
+        self._unwatched: list[Callable[[], torch.Tensor]] = []
 
     def checked(self, plan: PassPlan) -> PassPlan:
         """`plan` if it fits the model (checked once per structure), else a ConfigError."""
@@ -214,13 +217,24 @@ class Backend(ABC):
         return self.checked(PassPlan(scale=scale)).scale
 
     def _watched(self, values: torch.Tensor) -> torch.Tensor:
-        fault = bias_fault(values)
-        self._fault = fault if self._fault is None else self._fault | fault.to(self._fault.device)
+        self._unwatched.append(functools.partial(bias_fault, values))
         return values
+
+    def watch_given(self) -> None:
+        """Queue the fault checks of the biases and keeps given since the last call (device work
+        only, no wait). A backend that captures its passes calls it once it has queued the pass
+        they feed, so that the device does not sit idle before the pass while the host launches
+        these small kernels one by one; otherwise the next given bias or keep, or
+        `check_faults`, queues them."""
+        for fault_of in self._unwatched:
+            fault = fault_of()
+            self._fault = fault if self._fault is None else self._fault | fault.to(self._fault.device)
+        self._unwatched = []
 
     def given_bias(self, plan: PassPlan, batch: int, n_keys: int) -> torch.Tensor | None:
         """The checked tensor a plan adds to the scores: its given bias and its mask's -inf
         (`plan.additive_values`; None: neither, or a bias its rule builds during the pass)."""
+        self.watch_given()  # at most one pass's checks wait
         values = additive_values(plan, batch, n_keys, self.model.spec.n_heads)
         return None if values is None else self._watched(values)
 
@@ -232,8 +246,7 @@ class Backend(ABC):
             return None
         positions, valid = check_keep_values(plan.keep, batch, n_keys)
         positions, valid = positions.to(self.model.device), valid.to(self.model.device)
-        fault = keep_fault(positions, valid, n_keys)
-        self._fault = fault if self._fault is None else self._fault | fault.to(self._fault.device)
+        self._unwatched.append(functools.partial(keep_fault, positions, valid, n_keys))
         inside = (positions >= 0) & (positions < n_keys)
         return torch.where(inside, positions, 0), valid & inside
 
@@ -248,6 +261,7 @@ class Backend(ABC):
     def check_faults(self) -> None:
         """A ConfigError if a bias since the last call was broken (`plan.bias_fault`); this waits for
         the device: call it where the caller waits anyway, as the decode loop does when it reads the tokens."""
+        self.watch_given()
         fault, self._fault = self._fault, None
         if fault is not None and int(fault):
             raise ConfigError(bias_fault_message(int(fault)))

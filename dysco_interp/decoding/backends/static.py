@@ -575,6 +575,7 @@ class StaticBackend(Backend):
             rows = {**rows, **later}
         else:
             out, rows = self._pass(state, plan, 0, stop)
+        self.watch_given()  # behind the pass: the device runs them after it, not waits for them before
         if plan.write_cache:
             state.advance()
         reads = read_outs(plan, rows, n_keys, self.model.device, left=True) if plan.reads else ()

@@ -31,6 +31,18 @@ from dysco_interp.decoding.template import extend_mask
 from dysco_interp.errors import ConfigError
 
 
+@dataclasses.dataclass
+class Ahead:
+    """A step's selection and plan, made before the step for `n_keys` keys from the relevance
+    `source`, and that relevance `padded` to them."""
+
+    n_keys: int
+    source: torch.Tensor | None
+    padded: torch.Tensor | None
+    selection: relevance.Selection
+    plan: PassPlan
+
+
 @register_method
 class DyscoLagged(Dysco):
     """DySCO in one forward pass per token, its selection one step behind.
@@ -63,6 +75,7 @@ class DyscoLagged(Dysco):
     def __init__(self, config, heads, spec):
         super().__init__(config, heads, spec)
         self.steering = PassPlan(reads=(self.read,), bias=Bias(range(spec.n_layers)))
+        self.ahead: Ahead | None = None  # the next step's selection and plan, made at the end of this one
 
     def step(self, run, n_keys):
         selector = self.running
@@ -70,14 +83,37 @@ class DyscoLagged(Dysco):
             attention = run(self.partial).attention
             assert attention is not None
             selector.update(attention)
+        selection, plan = self.planned(n_keys)
+        out = run(plan)
+        assert out.attention is not None and out.logits is not None
+        selector.update(out.attention)  # what the next step selects from
+        # The next step's selection is made now, not when it starts: its kernels are queued behind
+        # this step's pass, which the device is still running, instead of being launched one by
+        # one while the device waits for them at the next step's start.
+        source = selector.relevance
+        selection_ahead, plan_ahead = self.prepared(n_keys + 1)
+        self.ahead = Ahead(n_keys + 1, source, selector.relevance, selection_ahead, plan_ahead)
+        selector.relevance = source  # between steps it covers the keys the reads saw, as DySCO's
+        return out.logits, selection
+
+    def planned(self, n_keys: int) -> tuple[relevance.Selection, PassPlan]:
+        """The step's selection and plan: those the last step made ahead, if they were made for
+        this many keys from the relevance as it stands (nothing has replaced it since), else made now."""
+        ahead, self.ahead = self.ahead, None
+        if ahead is not None and ahead.n_keys == n_keys and ahead.source is self.running.relevance:
+            self.running.relevance = ahead.padded
+            return ahead.selection, ahead.plan
+        return self.prepared(n_keys)
+
+    def prepared(self, n_keys: int) -> tuple[relevance.Selection, PassPlan]:
+        """The selection and plan of a step over `n_keys` keys, from the running relevance
+        (padded to them in place: 0 for the keys no read has seen)."""
+        selector = self.running
         assert selector.relevance is not None
         # the keys the last read saw, and 0 for this token's own: the padding `update` gives it too
         selector.relevance = torch.nn.functional.pad(selector.relevance, (0, n_keys - selector.relevance.shape[-1]))
         selection = selector.select(n_keys)
-        out = run(self.steered(selection, n_keys))
-        assert out.attention is not None and out.logits is not None
-        selector.update(out.attention)  # what the next step selects from
-        return out.logits, selection
+        return selection, self.steered(selection, n_keys)
 
     def steered(self, selection: relevance.Selection, n_keys: int) -> PassPlan:
         """The step's one pass, given its selection: the bias on the selected keys."""
