@@ -257,6 +257,12 @@ def test_every_backend_has_one_interface_and_refuses_the_same_things(tiny_llama)
         with pytest.raises(ConfigError, match="NaN"):
             b.check_faults()
         b.check_faults()  # reported once
+        # checked behind the pass, a broken bias is still found after later passes with good ones
+        b.run(state, ids[:, -1], biased(tiny_llama, torch.full((1, 1, 1, state.n_keys + 1), float("inf"))))
+        for _ in range(2):
+            b.run(state, ids[:, -1], biased(tiny_llama, torch.zeros(1, 1, 1, state.n_keys + 1)))
+        with pytest.raises(ConfigError, match="NaN or \\+inf"):
+            b.check_faults()
     with pytest.raises(ConfigError, match="empty"):
         Bias(())
     for name in ("bridge", "sdpa"):

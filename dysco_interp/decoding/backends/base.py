@@ -198,6 +198,7 @@ class Backend(ABC):
 
     def checked(self, plan: PassPlan) -> PassPlan:
         """`plan` if it fits the model (checked once per structure), else a ConfigError."""
+        self.watch_given()  # every pass starts here: the last pass's checks are queued by now at the latest
         if not isinstance(plan, PassPlan):
             raise ConfigError(f"a backend runs a PassPlan, got {type(plan).__name__}")
         if plan.scale is None and self.default_scale is not None:
@@ -224,8 +225,8 @@ class Backend(ABC):
         """Queue the fault checks of the biases and keeps given since the last call (device work
         only, no wait). A backend that captures its passes calls it once it has queued the pass
         they feed, so that the device does not sit idle before the pass while the host launches
-        these small kernels one by one; otherwise the next given bias or keep, or
-        `check_faults`, queues them."""
+        these small kernels one by one; otherwise the next pass (`checked`) or `check_faults`
+        queues them."""
         for fault_of in self._unwatched:
             fault = fault_of()
             self._fault = fault if self._fault is None else self._fault | fault.to(self._fault.device)
@@ -234,7 +235,6 @@ class Backend(ABC):
     def given_bias(self, plan: PassPlan, batch: int, n_keys: int) -> torch.Tensor | None:
         """The checked tensor a plan adds to the scores: its given bias and its mask's -inf
         (`plan.additive_values`; None: neither, or a bias its rule builds during the pass)."""
-        self.watch_given()  # at most one pass's checks wait
         values = additive_values(plan, batch, n_keys, self.model.spec.n_heads)
         return None if values is None else self._watched(values)
 
