@@ -55,6 +55,24 @@ def decode_probabilities(query, key, mask, scale: float, groups: int, window: in
     return scores.softmax(dim=-1)
 
 
+LONG_ROW = 16384  # keys from which a CUDA softmax row is split over many blocks
+
+
+def reduced_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension from a max and a sum reduction."""
+    shifted = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
+    return shifted.div_(shifted.sum(dim=-1, keepdim=True))
+
+
+def row_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last dimension. PyTorch's CUDA softmax gives each row one thread block, so
+    a few rows of 100K keys (the QRHeads' at one query) keep a handful of the card's
+    multiprocessors busy; its reductions split a long row over many blocks instead."""
+    if scores.is_cuda and scores.shape[-1] >= LONG_ROW:
+        return reduced_softmax(scores)
+    return scores.softmax(dim=-1)
+
+
 def key_chunk(capacity: int) -> int:
     for chunk in (2048, 1024, 512, GRANULE):
         if capacity % chunk == 0:
@@ -100,7 +118,7 @@ def head_probabilities(query, key, mask, scale: float, groups: int, heads: Seque
             if group_mask.shape[1] > 1:  # a bias on some heads only: each head its own mask row
                 group_mask = group_mask[:, kv * groups:(kv + 1) * groups]
             scores = bmm_float32(q, key[:, kv].transpose(1, 2)) * scale + group_mask
-            by_group[kv] = scores.softmax(dim=-1)
+            by_group[kv] = row_softmax(scores)
         rows.append(by_group[kv][:, head - kv * groups])
     return torch.stack(rows, dim=1)
 

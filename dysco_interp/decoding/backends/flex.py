@@ -41,6 +41,7 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import relevance
 from dysco_interp.decoding.backends.base import Backend, BackendOptions, DecodeState
+from dysco_interp.decoding.backends.decode_attention import row_softmax
 from dysco_interp.decoding.backends.sdpa import AttentionControl, SdpaBackend, dysco_attention, twin
 from dysco_interp.decoding.logit_scale import query_scaling
 from dysco_interp.decoding.plan import PassPlan, keep_mask
@@ -197,7 +198,7 @@ def head_rows(query, key, heads: torch.Tensor, groups: int, factor: torch.Tensor
     scores = torch.einsum("bhd,bhnd->bhn", q, k) * factor[:, heads, None]
     if add is not None:
         scores = scores + (add if add.shape[1] == 1 else add[:, heads])
-    return scores.softmax(dim=-1)
+    return row_softmax(scores)
 
 
 def flex_attention_step(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,

@@ -9,8 +9,8 @@ residual add folded into the next norm), and the mask is cast to the model dtype
 The matrix products stay cuBLAS calls on the unchanged weight tensors, so nothing is copied.
 
 Prefill goes chunk by chunk through the same layers; a chunk attends to the keys before it and
-causally within itself through SDPA's lower-right causal bias, which runs the flash kernel on a
-GPU without materialising a mask.
+causally within itself (`prefill_attention`: on a GPU, cuDNN's fused attention over the earlier
+keys merged with the chunk's own causal block, no mask materialised).
 
 The math is the transformers code's, operation for operation (the parity tests compare tokens
 and selections with the TransformerLens bridge); compiled kernels may round bf16 intermediates
@@ -24,11 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
-from torch.nn.attention.bias import causal_lower_right
-from torch.nn.functional import linear, scaled_dot_product_attention, silu
+from torch.nn.functional import linear, silu
 
 from dysco_interp.decoding.backends.base import head_masks
 from dysco_interp.decoding.backends.decode_attention import attend_one_query, every_key_rows, gather_kept
+from dysco_interp.decoding.backends.prefill_attention import chunk_attention
 from dysco_interp.decoding.logit_scale import logn_of, scaled
 from dysco_interp.decoding.plan import Scale
 from dysco_interp.models.placement import Placement
@@ -272,11 +272,9 @@ class FusedDecoder:
             def attend(index: int, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                        logn: torch.Tensor | None = logn) -> torch.Tensor:
                 keys, values = append(key, value, index)
-                causal = causal_lower_right(q.shape[2], keys.shape[2])  # earlier keys all visible
                 q, softmax_scale = scaled(q, self.layers[index].self_attn.scaling, scale, index, chosen.get(index),
                                           None if logn is None else logn.to(q.device))
-                out = scaled_dot_product_attention(q, keys, values, attn_mask=causal, scale=softmax_scale,
-                                                   enable_gqa=self.groups > 1)
+                out = chunk_attention(q, keys, values, softmax_scale, self.groups)
                 return out.transpose(1, 2).reshape(*q.shape[:1], q.shape[2], -1)
 
             # the final norm and logits are not needed: decoding starts from the next token

@@ -73,7 +73,7 @@ from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
 ATTN_IMPLEMENTATION = "dysco_static"
-CUDA_PREFILL_CHUNK = 8192  # large products and few launches; the flash kernel needs no mask
+CUDA_PREFILL_CHUNK = 8192  # large products and few launches; the fused attention kernels need no mask
 
 
 def capacity_for(n_tokens: int) -> int:
