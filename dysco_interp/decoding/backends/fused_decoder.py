@@ -8,9 +8,10 @@ those groups is one function, compiled by `torch.compile` on CUDA into one kerne
 residual add folded into the next norm), and the mask is cast to the model dtype once per pass.
 The matrix products stay cuBLAS calls on the unchanged weight tensors, so nothing is copied.
 
-Prefill goes chunk by chunk through the same layers; a chunk attends to the keys before it and
-causally within itself (`prefill_attention`: on a GPU, cuDNN's fused attention over the earlier
-keys merged with the chunk's own causal block, no mask materialised).
+Prefill goes chunk by chunk through the same layers and fused pieces (compiled for the chunk
+length only: a shorter last chunk, or a prompt shorter than a chunk, runs them eagerly). A chunk
+attends to the keys before it and causally within itself (`prefill_attention`: on a GPU, cuDNN's
+fused attention over the earlier keys merged with the chunk's own causal block, no mask made).
 
 The math is the transformers code's, operation for operation (the parity tests compare tokens
 and selections with the TransformerLens bridge); compiled kernels may round bf16 intermediates
@@ -279,6 +280,8 @@ class FusedDecoder:
 
             # the final norm and logits are not needed: decoding starts from the next token
             x = self.embed(chunk)
+            # a shorter last chunk runs eagerly: a compile for its shape costs more than it saves
+            kernels = self.kernels if chunk.shape[1] == chunk_size else EAGER
             for part, first, stop in self.placement.segments():
                 device = self.placement.devices[part]
-                x, _ = self.layers_between(x.to(device), positions.to(device), first, stop, attend, EAGER)
+                x, _ = self.layers_between(x.to(device), positions.to(device), first, stop, attend, kernels)
