@@ -276,11 +276,13 @@ def test_every_backend_has_one_interface_and_refuses_the_same_things(tiny_llama)
 CUDA = pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"))
 
 
-@pytest.mark.parametrize("device", ["cpu", CUDA])  # on CUDA, in bf16: compiled pieces, the fused split attention
+# on CUDA: the compiled pieces and the fused split attention, which run in half precision (fp16:
+# bf16's few mantissa bits make chunked and whole prefill differ by several of its steps on a CPU too)
+@pytest.mark.parametrize("device", ["cpu", CUDA])
 @pytest.mark.parametrize("style", STYLES)
 def test_the_llama_family_prefills_in_chunks_through_the_written_out_layers(style, device):
-    model = tiny_model(style, device=device, dtype=torch.float32 if device == "cpu" else torch.bfloat16)
-    tol = {"atol": 2e-5, "rtol": 1e-4} if device == "cpu" else {"atol": 3e-2, "rtol": 3e-2}
+    model = tiny_model(style, device=device, dtype=torch.float32 if device == "cpu" else torch.float16)
+    tol = {"atol": 2e-5, "rtol": 1e-4} if device == "cpu" else {"atol": 3e-2, "rtol": 2e-2}
     ids = torch.randint(20, 500, (2, 50), generator=torch.Generator().manual_seed(3)).to(device)
     layers = range(model.spec.n_layers)
     # none; a temperature (UniAttnS); one on some heads of some layers with log-n growth past 20 keys
