@@ -330,8 +330,10 @@ class StaticOptions(BackendOptions):
     Args:
         decode_attention: "sdpa" (fused, the default) or "float32" (the reference), see the module
             docstring.
-        compile_kernels: compile the fused decoder's small operations (None: on CUDA devices;
-            False: they run as written; True elsewhere is a ConfigError when the backend is made).
+        compile_kernels: compile the fused decoder's small operations, for decoding steps and
+            for prefill's full chunks (None: on CUDA devices; False: they run as written; True
+            elsewhere is a ConfigError when the backend is made). The first use of each shape in
+            a process compiles it: seconds, once per process and batch size.
     """
 
     decode_attention: str = DEFAULT_DECODE_ATTENTION
