@@ -1,15 +1,16 @@
 """A prompt chunk's attention: every earlier key, and causally the chunk's own keys. Pure tensor math.
 
 One SDPA call with a lower-right causal bias computes it, but PyTorch runs that bias only on
-its FlashAttention-2 or memory-efficient kernel, at about a third of a Hopper card's matrix
-rate. On a GPU the chunk's attention is split instead, by keys:
+its FlashAttention-2 or memory-efficient kernel, well below cuDNN's rate on a Hopper card (a
+prefill of 102,400 tokens of the Qwen3-8B shape on an H200: 12.1 s that way, 8.5 s split, the
+other pieces alike). On a GPU the chunk's attention is split instead, by keys:
 - the earlier keys need no mask. Each KV head's query heads are folded into its query rows, so
   the call is plain multi-head attention that cuDNN's fused kernel runs;
 - the chunk's own keys form a square causal block, which every kernel takes (`is_causal`);
 - the two partial softmaxes are merged exactly by their log-sum-exps.
 
-The split reads and writes no more than the single call did, so prefill's peak memory stays
-where it was. Where no fused kernel with log-sum-exp runs (the CPU), the single call is used.
+Its temporaries (two partial outputs, one float32 merge) stay below the MLP's, so prefill's peak
+memory did not rise. Where no fused kernel with log-sum-exp runs (the CPU), the single call is used.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ def with_lse(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: f
              causal: bool) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Attention and its log-sum-exp `[B, heads, s]` through a fused kernel that returns both
     (cuDNN's, else FlashAttention's); None where neither runs. Grouped keys are passed as they are."""
+    if not q.is_cuda:
+        return None
     gqa = keys.shape[1] != q.shape[1]
     params = SDPAParams(q, keys, values, None, 0.0, causal, gqa)
     if can_use_cudnn_attention(params):
@@ -65,8 +68,6 @@ def chunk_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, s
     `kernel` gives an attention and its log-sum-exp (`with_lse`, the default, on a GPU only)."""
     batch, n_heads, s, dim = q.shape
     earlier = keys.shape[2] - s
-    if kernel is with_lse and not q.is_cuda:
-        return single_call(q, keys, values, scale, groups)
     own = kernel(q, keys[:, :, earlier:], values[:, :, earlier:], scale, True)
     if own is None:
         return single_call(q, keys, values, scale, groups)
