@@ -13,6 +13,7 @@ import torch
 
 from dysco_interp.errors import ContextLengthError
 from dysco_interp.models.identity import WeightsId, in_memory_weights_id, model_fingerprint
+from dysco_interp.models.packing import pack_projections
 from dysco_interp.models.placement import Placement, parse_devices, place, place_like
 from dysco_interp.models.spec import ModelSpec
 
@@ -176,7 +177,10 @@ def from_hf(
 
     Args:
         hf_model: the model, loaded with SDPA attention; it becomes `prefill_model`, and the
-            bridge wraps an eager twin of it that shares every weight tensor.
+            bridge wraps an eager twin of it that shares every weight tensor. Each decoder
+            layer's query, key and value projections, and its gate and up projections, are
+            packed into one tensor first, the modules' parameters becoming views of it
+            (`models.packing`): the values are unchanged and nothing is copied.
         tokenizer: its tokenizer.
         name: the name recorded in the spec.
         source: where it came from (a folder or hub id), for `LoadedModel.source`.
@@ -195,6 +199,7 @@ def from_hf(
     if not hf_model.config.architectures:
         hf_model.config.architectures = [type(hf_model).__name__]
     hf_model.eval()
+    pack_projections(getattr(getattr(hf_model, "model", None), "layers", ()))  # before any twin shares them
     prefill_model = hf_model
     eager = share_weights_twin(hf_model, "eager")
     param = next(hf_model.parameters())

@@ -6,7 +6,9 @@ the transformers forward spends a third of an 8B model's step on some 1,500 smal
 RMSNorm's five, rotary's eight per tensor, the residual adds, the mask casts. Here each of
 those groups is one function, compiled by `torch.compile` on CUDA into one kernel (the
 residual add folded into the next norm), and the mask is cast to the model dtype once per pass.
-The matrix products stay cuBLAS calls on the unchanged weight tensors, so nothing is copied.
+The matrix products stay cuBLAS calls on the model's weight tensors, so nothing is copied; a
+layer whose query, key and value projections (and gate and up projections) the loader packed
+into one tensor (`models.packing`) runs each group as one product.
 
 Prefill goes chunk by chunk through the same layers and fused pieces (compiled for the chunk
 length only: a shorter last chunk, or a prompt shorter than a chunk, runs them eagerly). A chunk
@@ -32,6 +34,7 @@ from dysco_interp.decoding.backends.decode_attention import attend_one_query, ev
 from dysco_interp.decoding.backends.prefill_attention import chunk_attention
 from dysco_interp.decoding.logit_scale import logn_of, scaled
 from dysco_interp.decoding.plan import Scale
+from dysco_interp.models.packing import Packed, projections
 from dysco_interp.models.placement import Placement
 
 FAMILIES = ("llama", "qwen2", "qwen3")
@@ -149,6 +152,15 @@ class DecodePass:
         return mask, mask.to(dtype)
 
 
+def products(h: torch.Tensor, packs: Packed, modules: Sequence[torch.nn.Linear]) -> Sequence[torch.Tensor]:
+    """Each module's output on `h`: one product over the packed weight, split, when `packs` finds
+    one (the same modules), else one product each."""
+    found = packs.found() if packs.modules else None
+    if found is None:
+        return [linear(h, m.weight, m.bias) for m in modules]
+    return linear(h, *found).split(packs.sizes, dim=-1)
+
+
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 
@@ -169,6 +181,9 @@ class FusedDecoder:
         attn = self.layers[0].self_attn
         self.head_dim, self.groups = attn.head_dim, attn.num_key_value_groups
         self.n_layers = len(self.layers)
+        # per layer: its attention's and its MLP's projections, each group one product when packed
+        self.packs = [(Packed(projections(layer, "attention") or ()), Packed(projections(layer, "mlp") or ()))
+                      for layer in self.layers]
         self.placement = placement or Placement.single(hf.model.embed_tokens.weight.device, self.n_layers)
         self.lm_device = hf.lm_head.weight.device
         # the rotary frequencies on every device of a split (cos and sin are made where they are used)
@@ -205,17 +220,16 @@ class FusedDecoder:
             layer = self.layers[index]
             attn, mlp = layer.self_attn, layer.mlp
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
+            attn_packs, mlp_packs = self.packs[index]
             q, key, value = k.attention_inputs(
-                linear(h, attn.q_proj.weight, attn.q_proj.bias), linear(h, attn.k_proj.weight, attn.k_proj.bias),
-                linear(h, attn.v_proj.weight, attn.v_proj.bias), cos, sin, self.head_dim,
+                *products(h, attn_packs, (attn.q_proj, attn.k_proj, attn.v_proj)), cos, sin, self.head_dim,
                 None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,
                 0.0 if q_norm is None else q_norm.variance_epsilon)
             out = attend(index, q, key, value)  # [B, s, heads * d]
             post = layer.post_attention_layernorm
             x, h = k.add_rms_norm(x, linear(out, attn.o_proj.weight, attn.o_proj.bias), post.weight,
                                   post.variance_epsilon)
-            gate = linear(h, mlp.gate_proj.weight, mlp.gate_proj.bias)
-            down = linear(k.silu_mul(gate, linear(h, mlp.up_proj.weight, mlp.up_proj.bias)), mlp.down_proj.weight,
+            down = linear(k.silu_mul(*products(h, mlp_packs, (mlp.gate_proj, mlp.up_proj))), mlp.down_proj.weight,
                           mlp.down_proj.bias)
             if index + 1 < stop or stop == self.n_layers:
                 norm = self._norm_after(index)
