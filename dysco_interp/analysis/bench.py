@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import platform
 import statistics
 import time
@@ -26,9 +27,10 @@ from typing import Any
 
 import torch
 import transformers
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 from transformers import AutoModelForCausalLM
 
+from dysco_interp.analysis.step_timeline import STEP_LABEL, profiled_timeline
 from dysco_interp.decoding.backends import BackendSpec, DecodeState
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import Stepper
@@ -212,14 +214,21 @@ def memory_fields(weights: int, kv: int, prefill_peak: int, allocated: int, kept
 
 
 def profile_step(fn: Step, token: torch.Tensor, path: str) -> None:
-    """Where one more step's time goes: torch.profiler's operator table, by device time."""
+    """Where one more step's time goes: torch.profiler's operator table, by device time, at
+    `path`, and on a GPU the step's timeline (`step_timeline`) as JSON beside it."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if token.is_cuda else [])
+    sync(token.device)
     with profile(activities=activities) as prof:
-        fn(token)
-        sync(token.device)
+        with record_function(STEP_LABEL):
+            fn(token)
+            sync(token.device)
     key = "self_cuda_time_total" if token.is_cuda else "self_cpu_time_total"
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(prof.key_averages().table(sort_by=key, row_limit=40))
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(prof.key_averages().table(sort_by=key, row_limit=40))
+    timeline = profiled_timeline(prof.events()) if token.is_cuda else None
+    if timeline is not None:
+        out.with_suffix(".json").write_text(json.dumps(timeline, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------------------- driving the decoder
