@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -93,6 +93,16 @@ class SlotCache(DynamicCache):
         self.capacity = capacity
         self.buffers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
         self.slot: torch.Tensor | None = None
+
+    def allocate(self, batch: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device_of: Callable[[int], torch.device]) -> None:
+        """Every layer's buffers now, before any prefill temporaries: made between them, layer by
+        layer, they would be cut out of the temporaries' freed blocks and leave the rest of those
+        blocks stranded for as long as the cache lives."""
+        for layer in range(len(self.buffers)):
+            if self.buffers[layer] is None:
+                self.buffers[layer] = tuple(torch.zeros(batch, kv_heads, self.capacity, head_dim, dtype=dtype,
+                                                        device=device_of(layer)) for _ in range(2))
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         if self.buffers[layer_idx] is None:
@@ -407,6 +417,9 @@ class StaticBackend(Backend):
             chunk_size = CUDA_PREFILL_CHUNK if self.model.device.type == "cuda" else runtime.DEFAULT_CHUNK
         runtime.check_chunk_size(chunk_size)
         self.model.check_fits(ids.shape[1])
+        spec = self.model.spec
+        empty.cache.allocate(ids.shape[0], spec.n_kv_heads, self.decoder.head_dim, self.model.dtype,
+                             self.model.layout.layer_device)
         self.decoder.prefill(ids.to(self.model.device), empty.cache.update, chunk_size, scale)
         empty.n_keys = ids.shape[1]
         return StaticState.of(empty)
