@@ -104,3 +104,16 @@ def test_the_decoder_gives_the_same_cache_and_logits_packed_or_not(style):
     torch.testing.assert_close(logits_a, logits_b, rtol=1e-5, atol=1e-5)
     for a, b in zip(keys_a, keys_b):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_values_do_not_keep_the_packed_output_alive():
+    """A prefill chunk's values, a view of the packed q/k/v output, would hold all of it through
+    the layer's attention: the values come back as their own tensor."""
+    from dysco_interp.decoding.backends.fused_decoder import attention_inputs
+
+    qkv = torch.randn(2, 5, 4 * 8 + 2 * 8 + 2 * 8)
+    q, k, v = qkv.split([32, 16, 16], dim=-1)
+    cos, sin = torch.ones(2, 5, 8), torch.zeros(2, 5, 8)
+    _, _, value = attention_inputs(q, k, v, cos, sin, 8, None, None, 0.0)
+    assert value.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr()
+    torch.testing.assert_close(value, v.view(2, 5, 2, 8).transpose(1, 2))

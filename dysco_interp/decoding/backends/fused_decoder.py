@@ -84,7 +84,9 @@ def attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: tor
     if q_norm is not None and k_norm is not None:
         q, k = rms_norm(q, q_norm, eps), rms_norm(k, k_norm, eps)
     cos, sin = cos[:, :, None], sin[:, :, None]
-    return rotate(q, cos, sin).transpose(1, 2), rotate(k, cos, sin).transpose(1, 2), v.transpose(1, 2)
+    # the values are copied out: a view would keep a packed projection's whole output alive
+    # through the layer's attention (a prefill chunk's query, key and value rows together)
+    return rotate(q, cos, sin).transpose(1, 2), rotate(k, cos, sin).transpose(1, 2), v.transpose(1, 2).contiguous()
 
 
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
