@@ -117,3 +117,38 @@ def test_the_values_do_not_keep_the_packed_output_alive():
     _, _, value = attention_inputs(q, k, v, cos, sin, 8, None, None, 0.0)
     assert value.untyped_storage().data_ptr() != qkv.untyped_storage().data_ptr()
     torch.testing.assert_close(value, v.view(2, 5, 2, 8).transpose(1, 2))
+
+
+def test_prefill_compiles_its_pieces_only_from_the_second_prefill_of_a_shape(monkeypatch):
+    """A process that prefills once never pays the pieces' compilation; the second prefill of a
+    (batch, chunk) shape and every later one run the given kernels for their full chunks."""
+    import dataclasses
+
+    from dysco_interp.decoding.backends import fused_decoder
+    from dysco_interp.decoding.backends.fused_decoder import EAGER, Kernels
+
+    monkeypatch.setattr(fused_decoder, "PREFILLED", set())
+    calls = []
+
+    def spy(fn):
+        def run(*args, **kwargs):
+            calls.append(args[0].shape[:2])
+            return fn(*args, **kwargs)
+        return run
+
+    kernels = Kernels(*(spy(getattr(EAGER, f.name)) for f in dataclasses.fields(Kernels)))
+    hf, _ = tiny_hf_model("llama")
+    decoder = FusedDecoder(hf, kernels)
+
+    def prefill(batch: int, n: int) -> list:
+        calls.clear()
+        ids = torch.randint(3, 100, (batch, n), generator=torch.Generator().manual_seed(0))
+        cache = SlotCache(len(decoder.layers), capacity_for(n))
+        with torch.inference_mode():
+            decoder.prefill(ids, cache.update, chunk_size=4)
+        return list(calls)
+
+    assert prefill(1, 10) == []  # the first prefill of (1, 4): eager
+    assert prefill(1, 10) and all(shape == (1, 4) for shape in prefill(1, 10))  # full chunks only
+    assert prefill(2, 8) == []  # a new batch size starts eager again
+    assert prefill(1, 3) == []  # no full chunk

@@ -343,7 +343,9 @@ class StaticOptions(BackendOptions):
         compile_kernels: compile the fused decoder's small operations, for decoding steps and
             for prefill's full chunks (None: on CUDA devices; False: they run as written; True
             elsewhere is a ConfigError when the backend is made). The first use of each shape in
-            a process compiles it: seconds, once per process and batch size.
+            a process compiles it: seconds, once per process and batch size. Prefill compiles
+            only from a process's second prefill of a batch size on (`fused_decoder.PREFILLED`),
+            so a process that prefills once never waits for it.
     """
 
     decode_attention: str = DEFAULT_DECODE_ATTENTION
