@@ -66,6 +66,7 @@ def test_packing_refuses_what_it_cannot_pack():
     assert pack_group([a, d])
     assert packed([a.weight, d.weight]) is not None
     assert packed([d.weight, a.weight]) is None  # not in the packed order
+    assert Packed([]).found() is None  # a layer without the group
 
 
 def test_a_replaced_weight_is_noticed_and_read_as_it_now_is():

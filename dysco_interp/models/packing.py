@@ -87,6 +87,8 @@ class Packed:
         self._found: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
     def found(self) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        if not self.modules:  # a layer without this group
+            return None
         weights = [m.weight for m in self.modules]
         biases = [m.bias for m in self.modules if m.bias is not None]
         key = tuple(t.data_ptr() for t in (*weights, *biases))

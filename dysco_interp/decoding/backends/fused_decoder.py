@@ -164,7 +164,7 @@ class DecodePass:
 def products(h: torch.Tensor, packs: Packed, modules: Sequence[torch.nn.Linear]) -> Sequence[torch.Tensor]:
     """Each module's output on `h`: one product over the packed weight, split, when `packs` finds
     one (the same modules), else one product each."""
-    found = packs.found() if packs.modules else None
+    found = packs.found()
     if found is None:
         return [linear(h, m.weight, m.bias) for m in modules]
     return linear(h, *found).split(packs.sizes, dim=-1)

@@ -100,16 +100,17 @@ class SlotCache(DynamicCache):
         layer, they would be cut out of the temporaries' freed blocks and leave the rest of those
         blocks stranded for as long as the cache lives."""
         for layer in range(len(self.buffers)):
-            if self.buffers[layer] is None:
-                self.buffers[layer] = tuple(torch.zeros(batch, kv_heads, self.capacity, head_dim, dtype=dtype,
-                                                        device=device_of(layer)) for _ in range(2))
+            self._make(layer, (batch, kv_heads, head_dim), dtype, device_of(layer))
+
+    def _make(self, layer: int, shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device) -> None:
+        """The layer's key and value buffers `[B, kv_heads, capacity, head_dim]`, unless it has them."""
+        if self.buffers[layer] is None:
+            size = (*shape[:2], self.capacity, shape[2])
+            self.buffers[layer] = tuple(torch.zeros(size, dtype=dtype, device=device) for _ in range(2))
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        if self.buffers[layer_idx] is None:
-            b, h, _, d = key_states.shape
-            self.buffers[layer_idx] = tuple(
-                torch.zeros(b, h, self.capacity, d, dtype=t.dtype, device=t.device) for t in (key_states, value_states)
-            )
+        b, h, _, d = key_states.shape
+        self._make(layer_idx, (b, h, d), key_states.dtype, key_states.device)
         keys, values = self.buffers[layer_idx]
         if self.slot is not None:
             slot = self.slot.to(keys.device)  # a split model's layers are on several devices
