@@ -33,6 +33,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from transformers import AutoModelForCausalLM
 
 from dysco_interp.analysis.step_timeline import STEP_LABEL, profiled_timeline
+from dysco_interp.atomic import atomic_open
 from dysco_interp.decoding.backends import BackendSpec, DecodeState
 from dysco_interp.decoding.backends.static import CUDA_PREFILL_CHUNK
 from dysco_interp.decoding.config import DecodingConfig
@@ -226,12 +227,12 @@ def profile_step(fn: Step, token: torch.Tensor, path: str) -> None:
             fn(token)
             sync(token.device)
     key = "self_cuda_time_total" if token.is_cuda else "self_cpu_time_total"
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(prof.key_averages().table(sort_by=key, row_limit=40))
+    with atomic_open(path) as f:
+        f.write(prof.key_averages().table(sort_by=key, row_limit=40))
     timeline = profiled_timeline(prof.events()) if token.is_cuda else None
     if timeline is not None:
-        out.with_suffix(".json").write_text(json.dumps(timeline, indent=1) + "\n")
+        with atomic_open(Path(path).with_suffix(".json")) as f:
+            f.write(json.dumps(timeline, indent=1) + "\n")
 
 
 # ---------------------------------------------------------------------------- driving the decoder
