@@ -25,6 +25,20 @@ def test_the_wall_time_splits_into_host_busy_idle_and_after():
     assert t["device_spans"] == 4
 
 
+def test_the_idle_time_splits_into_short_and_long_gaps_named_by_their_kernels():
+    step = Span(STEP_LABEL, 0.0, 100.0)
+    kernels = [Span("a", 0.0, 10.0), Span("b", 12.0, 20.0), Span("c", 15.0, 30.0),  # b and c overlap
+               Span("d", 31.0, 40.0), Span("e", 60.0, 70.0), Span("f", 76.0, 80.0)]
+    t = step_timeline(step, kernels)
+    assert t["idle_in_short_gaps_ms"] == pytest.approx(0.003)  # 10-12, 30-31
+    assert t["idle_in_long_gaps_ms"] == pytest.approx(0.026)  # 40-60, 70-76
+    assert t["idle_in_short_gaps_ms"] + t["idle_in_long_gaps_ms"] == pytest.approx(t["device_idle_between_ms"])
+    assert t["long_gaps"] == 2
+    # longest first; the gap after the overlap is named by the span that ended last (c, not b)
+    assert [(g["us"], g["after"], g["before"]) for g in t["longest_gaps"]] == [
+        (20.0, "d", "e"), (6.0, "e", "f"), (2.0, "a", "b"), (1.0, "c", "d")]
+
+
 def test_kernel_kinds():
     assert kernel_kind("void cublasLt::splitKreduce_kernel<32, 16>") == "matmul"
     assert kernel_kind("void cudnn::fusion::lean_reduction_kernel") == "attention"

@@ -5,6 +5,11 @@ kind, the device idle between its kernels, and the wait after the last one.
 sat idle, which at batch 1 is a tenth of a step (the gaps between a CUDA graph's nodes, and the
 host's work before the graph is launched). This reads the same profile as intervals on one
 clock instead. The profiler slows the host's own work, so `host_before_ms` is an upper bound.
+
+The idle time is split by gap length: a short gap (under `LONG_GAP_US`) is the device moving
+from one queued kernel to the next (a CUDA graph's nodes, or kernels the host launched well
+ahead); a long one is the device waiting for the host to launch the next kernel. The longest
+gaps are listed with the kernels on either side, which names the host work they wait for.
 """
 
 from __future__ import annotations
@@ -20,6 +25,10 @@ KINDS = (
     (("sdpa", "flash", "fmha", "attention", "lean_reduction"), "attention"),
     (("memcpy", "memset"), "copy"),
 )
+
+
+LONG_GAP_US = 5.0  # a graph's node-to-node gap is 1-3 us on an H100/H200; a late launch is longer
+N_LONGEST = 8
 
 
 @dataclass(frozen=True)
@@ -44,6 +53,24 @@ def union_us(spans: Sequence[Span]) -> float:
     return total
 
 
+def gaps(spans: Sequence[Span]) -> list[tuple[float, Span, Span]]:
+    """The idle intervals between the spans' union: (length in us, the span that ended last
+    before it, the span that starts it), in time order."""
+    out, ordered = [], sorted(spans, key=lambda s: s.start_us)
+    last = ordered[0] if ordered else None
+    for s in ordered[1:]:
+        assert last is not None
+        if s.start_us > last.end_us:
+            out.append((s.start_us - last.end_us, last, s))
+        if s.end_us > last.end_us:
+            last = s
+    return out
+
+
+def short_name(name: str, width: int = 60) -> str:
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
 def step_timeline(step: Span, device: Iterable[Span]) -> dict:
     """The step's wall time split into: the host's work before the first device activity, the
     device's busy time (by kind, overlaps counted once in the total), the idle time between its
@@ -54,6 +81,7 @@ def step_timeline(step: Span, device: Iterable[Span]) -> dict:
         return {"wall_ms": round(wall / 1e3, 4), "device_spans": 0}
     first, last = min(s.start_us for s in spans), max(s.end_us for s in spans)
     busy = union_us(spans)
+    idle = gaps(spans)
     kinds: dict[str, list[Span]] = {}
     for s in spans:
         kinds.setdefault(kernel_kind(s.name), []).append(s)
@@ -62,6 +90,11 @@ def step_timeline(step: Span, device: Iterable[Span]) -> dict:
         "host_before_ms": round((first - step.start_us) / 1e3, 4),
         "device_busy_ms": round(busy / 1e3, 4),
         "device_idle_between_ms": round((last - first - busy) / 1e3, 4),
+        "idle_in_short_gaps_ms": round(sum(g for g, _, _ in idle if g < LONG_GAP_US) / 1e3, 4),
+        "idle_in_long_gaps_ms": round(sum(g for g, _, _ in idle if g >= LONG_GAP_US) / 1e3, 4),
+        "long_gaps": sum(g >= LONG_GAP_US for g, _, _ in idle),
+        "longest_gaps": [{"us": round(g, 2), "after": short_name(a.name), "before": short_name(b.name)}
+                         for g, a, b in sorted(idle, key=lambda t: -t[0])[:N_LONGEST]],
         "after_last_ms": round((step.end_us - last) / 1e3, 4),
         "device_spans": len(spans),
         "busy_by_kind_ms": {k: round(union_us(v) / 1e3, 4) for k, v in sorted(kinds.items())},

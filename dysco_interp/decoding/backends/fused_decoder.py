@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import torch
 from torch.nn.functional import linear, silu
@@ -90,6 +90,18 @@ def attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: tor
     return rotate(q, cos, sin).transpose(1, 2), rotate(k, cos, sin).transpose(1, 2), v.transpose(1, 2).contiguous()
 
 
+def attention_inputs_into(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                          head_dim: int, q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float,
+                          keys: torch.Tensor, values: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+    """`attention_inputs` for one decoded token, its key and value written to `slot` of the layer's
+    buffers `[B, kv_heads, capacity, d]`: compiled, the writes are part of the rotary kernel
+    rather than two more kernels a layer. Returns the rotated queries."""
+    q, k, v = attention_inputs(q, k, v, cos, sin, head_dim, q_norm, k_norm, eps)
+    keys.index_copy_(2, slot, k)
+    values.index_copy_(2, slot, v)
+    return q
+
+
 def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return silu(gate) * up
 
@@ -101,6 +113,7 @@ class Kernels:
     rms_norm: Callable = rms_norm
     add_rms_norm: Callable = add_rms_norm
     attention_inputs: Callable = attention_inputs
+    attention_inputs_into: Callable = attention_inputs_into
     silu_mul: Callable = silu_mul
 
     @classmethod
@@ -108,7 +121,7 @@ class Kernels:
     def compiled(cls) -> "Kernels":
         def compile_(fn: Callable) -> Callable:
             return torch.compile(fn, fullgraph=True)
-        return cls(compile_(rms_norm), compile_(add_rms_norm), compile_(attention_inputs), compile_(silu_mul))
+        return cls(*(compile_(getattr(EAGER, f.name)) for f in fields(cls)))
 
 
 EAGER = Kernels()
@@ -214,9 +227,14 @@ class FusedDecoder:
         return self.layers[index + 1].input_layernorm if index + 1 < self.n_layers else self.hf.model.norm
 
     def layers_between(self, x: torch.Tensor, positions: torch.Tensor, start: int, stop: int, attend: Attend,
-                       kernels: Kernels) -> tuple[torch.Tensor, torch.Tensor | None]:
+                       kernels: Kernels, cache: tuple[Sequence, torch.Tensor] | None = None,
+                       ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Layers start..stop-1 on the residual stream `x` `[B, s, D]`; returns the stream and, when
-        `stop` is the last layer, its final norm (which the logits read)."""
+        `stop` is the last layer, its final norm (which the logits read).
+
+        `attend(layer, q, keys, values)` gets the chunk's own keys and values, or, when decoding
+        into `cache` (each layer's (keys, values) buffers, and the slot of the token), the whole
+        buffers with the token's key and value already written."""
         k = kernels
         if start == stop:  # the layers after a QRHead in the last layer: only the final norm is left
             final = self.hf.model.norm
@@ -230,10 +248,14 @@ class FusedDecoder:
             attn, mlp = layer.self_attn, layer.mlp
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
             attn_packs, mlp_packs = self.packs[index]
-            q, key, value = k.attention_inputs(
-                *products(h, attn_packs, (attn.q_proj, attn.k_proj, attn.v_proj)), cos, sin, self.head_dim,
-                None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,
-                0.0 if q_norm is None else q_norm.variance_epsilon)
+            inputs = (*products(h, attn_packs, (attn.q_proj, attn.k_proj, attn.v_proj)), cos, sin, self.head_dim,
+                      None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,
+                      0.0 if q_norm is None else q_norm.variance_epsilon)
+            if cache is None:
+                q, key, value = k.attention_inputs(*inputs)
+            else:
+                key, value = cache[0][index]
+                q = k.attention_inputs_into(*inputs, key, value, cache[1])
             out = attend(index, q, key, value)  # [B, s, heads * d]
             post = layer.post_attention_layernorm
             x, h = k.add_rms_norm(x, linear(out, attn.o_proj.weight, attn.o_proj.bias), post.weight,
@@ -258,10 +280,7 @@ class FusedDecoder:
         stop = self.n_layers if stop is None else stop
         cast = {"mask": step.mask.to(x.dtype)}  # once per pass, not per layer
 
-        def attend(index: int, q: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-            keys, values = cache_buffers[index]
-            keys.index_copy_(2, step.slot, key)
-            values.index_copy_(2, step.slot, value)
+        def attend(index: int, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
             q, scale = scaled(q, self.layers[index].self_attn.scaling, step.scale, index, step.scale_heads.get(index),
                               step.logn)
             mask, model_mask = step.masks(index, x.dtype, cast)
@@ -278,7 +297,7 @@ class FusedDecoder:
                 step.rows[index] = rows
             return out.reshape(*out.shape[:2], -1)
 
-        return self.layers_between(x, positions, start, stop, attend, self.kernels)
+        return self.layers_between(x, positions, start, stop, attend, self.kernels, (cache_buffers, step.slot))
 
     def prefill(self, ids: torch.Tensor, append: Callable[[torch.Tensor, torch.Tensor, int], tuple],
                 chunk_size: int, scale: Scale | None = None) -> None:
