@@ -143,7 +143,7 @@ def test_the_sdpa_backend_leaves_the_loaded_model_as_it_was(tiny_llama):
 
 
 def test_static_buffers_grow_when_decoding_outlives_them(tiny_of):
-    from dysco_interp.decoding.backends.static import GRANULE
+    from dysco_interp.decoding.backends.decode_attention import GRANULE
 
     tiny_qwen3 = tiny_of("qwen3")
     heads = heads_for(tiny_qwen3)
@@ -160,6 +160,35 @@ def test_static_buffers_grow_when_decoding_outlives_them(tiny_of):
         out[name] = (torch.stack(logits), state)
     torch.testing.assert_close(out["static"][0], out["sdpa"][0], atol=2e-5, rtol=1e-4)
     assert out["static"][1].cache.capacity > GRANULE and out["static"][1].n_keys == GRANULE + 6
+
+
+def test_a_static_step_sets_the_next_steps_slot_position_and_mask_behind_its_pass(tiny_of):
+    """The slot, mask column and position ids of step n+1 are set right after step n's pass; a
+    pass that writes no cache (a read before the biased one) opens nothing; grown buffers
+    open the slot again."""
+    from dysco_interp.decoding.backends.decode_attention import GRANULE
+
+    model = tiny_of("llama")
+    b = backends.make_backend(model, "static")
+    ids = torch.randint(20, 500, (1, GRANULE + 2), generator=torch.Generator().manual_seed(4))
+    n = GRANULE - 2
+    state = b.prefill(ids[:, :n], None)
+    assert state.opened is None
+    b.run(state, ids[:, n], partial(heads_for(model)))
+    assert state.opened == n and state.n_keys == n  # the read opened the step's own slot only
+    b.run(state, ids[:, n], PassPlan())
+    assert state.opened == n + 1 and int(state.slot) == n + 1
+    assert state.position.tolist() == [[n + 1]] == state.next_position[:, None].tolist()
+    assert (state.mask[0, 0, 0, : n + 2] == 0).all() and (state.mask[0, 0, 0, n + 2:] == -torch.inf).all()
+    b.run(state, ids[:, n + 1], PassPlan())  # the last slot: nothing left to open
+    assert state.n_keys == GRANULE == state.cache.capacity and state.opened == n + 1
+    logits = b.run(state, ids[:, n + 2], PassPlan()).logits  # grows the buffers, opens the slot itself
+    assert state.cache.capacity > GRANULE and state.opened == GRANULE + 1
+    reference = backends.make_backend(model, "sdpa")
+    ref_state = reference.prefill(ids[:, :n], None)
+    for col in range(n, n + 3):
+        ref_logits = reference.run(ref_state, ids[:, col], PassPlan()).logits
+    torch.testing.assert_close(logits, ref_logits, atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from dysco_interp.decoding.backends.fused_decoder import DecodePass, FusedDecoder
-from dysco_interp.decoding.backends.static import SlotCache, capacity_for
+from dysco_interp.decoding.backends.slot_cache import SlotCache, capacity_for
 from dysco_interp.models.loaded import from_hf
 from dysco_interp.models.packing import GROUPS, Packed, pack_group, pack_projections, packed, projections
 from dysco_interp.models.tiny import STYLES, tiny_hf_model

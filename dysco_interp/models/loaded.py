@@ -89,7 +89,8 @@ class LoadedModel:
     @property
     def device(self) -> torch.device:
         """Where inputs go and outputs come back: the embedding's device (the first of a split)."""
-        return next(self.prefill_model.parameters()).device
+        # read at every decoding step: the embedding directly, not a walk over the modules
+        return self.prefill_model.get_input_embeddings().weight.device
 
     @property
     def dtype(self) -> torch.dtype:

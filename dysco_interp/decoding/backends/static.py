@@ -31,12 +31,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
 from transformers import AttentionInterface
-from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from dysco_interp.decoding import runtime
@@ -50,7 +49,6 @@ from dysco_interp.decoding.backends.base import (
     stop_after,
 )
 from dysco_interp.decoding.backends.decode_attention import (
-    GRANULE,
     attend_one_query,
     check_decode_attention,
     every_key_rows,
@@ -64,6 +62,7 @@ from dysco_interp.decoding.backends.sdpa import (
     prefill_into,
     twin,
 )
+from dysco_interp.decoding.backends.slot_cache import SlotCache, capacity_for
 from dysco_interp.decoding.choices import DEFAULT_DECODE_ATTENTION
 from dysco_interp.decoding.logit_scale import scaled
 from dysco_interp.decoding.plan import PassPlan, Scale, logn_factor
@@ -74,80 +73,6 @@ from dysco_interp.models import LoadedModel
 
 ATTN_IMPLEMENTATION = "dysco_static"
 CUDA_PREFILL_CHUNK = 8192  # large products and few launches; the fused attention kernels need no mask
-
-
-def capacity_for(n_tokens: int) -> int:
-    return -(-max(n_tokens, 1) // GRANULE) * GRANULE
-
-
-class SlotCache(DynamicCache):
-    """Key/value buffers `[B, kv_heads, capacity, head_dim]` per layer, written in place.
-
-    Prefill appends chunks at each layer's length (the layers hold views of the buffers,
-    so HF's mask sizes stay right); once `slot` is set, every update writes the slot that
-    long tensor names and returns the whole buffers.
-    """
-
-    def __init__(self, n_layers: int, capacity: int):
-        Cache.__init__(self, layers=[DynamicLayer() for _ in range(n_layers)])
-        self.capacity = capacity
-        self.buffers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
-        self.slot: torch.Tensor | None = None
-
-    def allocate(self, batch: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 device_of: Callable[[int], torch.device]) -> None:
-        """Every layer's buffers now, before any prefill temporaries: made between them, layer by
-        layer, they would be cut out of the temporaries' freed blocks and leave the rest of those
-        blocks stranded for as long as the cache lives."""
-        for layer in range(len(self.buffers)):
-            self._make(layer, (batch, kv_heads, head_dim), dtype, device_of(layer))
-
-    def _make(self, layer: int, shape: tuple[int, int, int], dtype: torch.dtype, device: torch.device) -> None:
-        """The layer's key and value buffers `[B, kv_heads, capacity, head_dim]`, unless it has them."""
-        if self.buffers[layer] is None:
-            size = (*shape[:2], self.capacity, shape[2])
-            self.buffers[layer] = tuple(torch.zeros(size, dtype=dtype, device=device) for _ in range(2))
-
-    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        b, h, _, d = key_states.shape
-        self._make(layer_idx, (b, h, d), key_states.dtype, key_states.device)
-        keys, values = self.buffers[layer_idx]
-        if self.slot is not None:
-            slot = self.slot.to(keys.device)  # a split model's layers are on several devices
-            keys.index_copy_(2, slot, key_states)
-            values.index_copy_(2, slot, value_states)
-            return keys, values
-        layer = self.layers[layer_idx]
-        start = layer.get_seq_length()
-        end = start + key_states.shape[-2]
-        if end > self.capacity:
-            raise RuntimeError(f"the static cache holds {self.capacity} tokens, {end} were written")
-        keys[:, :, start:end].copy_(key_states)
-        values[:, :, start:end].copy_(value_states)
-        layer.keys, layer.values = keys[:, :, :end], values[:, :, :end]
-        layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
-        return layer.keys, layer.values
-
-    def resized(self, capacity: int, n_tokens: int) -> "SlotCache":
-        """A copy of the first n_tokens in buffers of the given capacity."""
-        out = SlotCache(len(self.layers), capacity)
-        for i, pair in enumerate(self.buffers):
-            if pair is None:
-                continue
-            keys, values = (t.new_zeros(*t.shape[:2], capacity, t.shape[-1]) for t in pair)
-            keys[:, :, :n_tokens].copy_(pair[0][:, :, :n_tokens])
-            values[:, :, :n_tokens].copy_(pair[1][:, :, :n_tokens])
-            out.buffers[i] = (keys, values)
-            layer = out.layers[i]
-            layer.keys, layer.values = keys[:, :, :n_tokens], values[:, :, :n_tokens]
-            layer.dtype, layer.device, layer.is_initialized = keys.dtype, keys.device, True
-        return out
-
-    def keys(self, layer: int) -> torch.Tensor:
-        pair = self.buffers[layer]
-        if pair is None:
-            raise RuntimeError(f"layer {layer} of the static cache holds nothing yet")
-        return pair[0]
 
 
 @dataclass
@@ -197,6 +122,7 @@ class StaticState(DecodeState):
     logn: torch.Tensor  # float32 [B, 1, 1, 1]: each row's log-n factor this step
     kept: torch.Tensor | None = None  # long [B, C]: the step's kept key positions (a plan's keep)
     hidden: torch.Tensor | None = None  # float32 [B, 1, 1, C]: -inf at the kept slots that name no key
+    opened: int | None = None  # the step whose slot, mask column and positions are set (`open`)
     graphs: dict = field(default_factory=dict)
     # a split model's later devices: part -> copies of mask, biased, position and slot there
     copies: dict[int, Fixed] = field(default_factory=dict)
@@ -256,6 +182,16 @@ class StaticState(DecodeState):
         self.n_keys += n
         self.next_position = self.next_position + n
 
+    def open(self, n: int) -> None:
+        """The fixed inputs of the step that writes slot `n`, but its tokens: the slot, its key
+        visible in `mask`, the rows' position ids. A step opens the next one's right after its
+        own pass is queued: at batch 1 the device then sets them behind the pass, instead of
+        waiting after it while the host launches them one by one (about 30 us each)."""
+        self.mask[..., n] = 0.0
+        self.slot.fill_(n)
+        self.position.copy_(self.next_position[:, None])
+        self.opened = n
+
     def reserve(self, n_keys: int) -> None:
         """Room for n_keys keys; growing the buffers drops the captured passes (they point at the old ones)."""
         cache = self.cache
@@ -267,6 +203,7 @@ class StaticState(DecodeState):
         mask[..., : self.n_keys] = self.mask[..., : self.n_keys]
         self.mask, self.biased = mask, mask.new_empty(*self.biased.shape[:3], capacity)
         self.cache.slot = self.slot
+        self.opened = None  # the copy covers the keys written, not an opened slot
         self.graphs, self.copies, self.inputs = {}, {}, {}
 
     def clone(self) -> "StaticState":
@@ -505,7 +442,7 @@ class StaticBackend(Backend):
         each later device starts from a fixed copy of the residual stream the one before left."""
         decoder = self.decoder
         assert decoder is not None
-        placement, n_layers = self.model.layout, decoder.n_layers
+        placement, n_layers = decoder.placement, decoder.n_layers
         # biasing only the last layers can leave a segment with just the final norm, on the last device
         segments = placement.segments(start, stop) or [(placement.parts[-1], stop, stop)]
         biased = plan.bias is not None
@@ -558,10 +495,9 @@ class StaticBackend(Backend):
         n = state.n_keys
         self.model.check_fits(n + 1)
         state.reserve(n + 1)
-        state.mask[..., n] = 0.0
-        state.slot.fill_(n)
+        if state.opened != n:
+            state.open(n)
         state.ids.copy_(tokens.to(state.ids.device).view(-1, 1))
-        state.position.copy_(state.next_position[:, None])
 
     @staticmethod
     def _set_bias(state: StaticState, bias: torch.Tensor) -> None:
@@ -596,5 +532,7 @@ class StaticBackend(Backend):
         self.watch_given()  # behind the pass: the device runs them after it, not waits for them before
         if plan.write_cache:
             state.advance()
+            if state.n_keys < state.cache.capacity:
+                state.open(state.n_keys)
         reads = read_outs(plan, rows, n_keys, self.model.device, left=True) if plan.reads else ()
         return StepOutput(out if stop == n_layers else None, reads)
