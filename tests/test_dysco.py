@@ -295,3 +295,19 @@ def test_dysco_generate_and_loose_backend_options_still_work_for_one_release_wit
     with pytest.warns(DeprecationWarning, match="BackendSpec"):
         loose = generate(tiny_llama, PROMPT, cfg(), heads=heads, backend="static", graphs=False)
     assert loose.tokens == old.tokens
+
+
+def test_a_steps_record_reads_its_values_from_the_device_in_one_transfer():
+    """Tokens, counts and float32 masses come back exactly as their own `tolist` gives them; None
+    stays None; CPU tensors are read where they are."""
+    from dysco_interp.decoding.stepper import read_at_once
+
+    tokens = torch.tensor([151_935, 3])
+    counts = torch.tensor([4096, 0])
+    masses = torch.tensor([0.1234567, 1.0], dtype=torch.float32)
+    fault = torch.tensor(5, dtype=torch.int32)
+    got = read_at_once(fault, tokens, None, counts, masses)
+    assert got == [[5.0], [151935.0, 3.0], None, [4096.0, 0.0], masses.tolist()]
+    if torch.cuda.is_available():
+        on_gpu = read_at_once(fault.cuda(), tokens, None, counts.cuda(), masses.cuda())
+        assert on_gpu == got

@@ -24,6 +24,7 @@ from dysco_interp.decoding.backends.base import (
     StepOutput,
     StopForward,
     no_hooks_message,
+    raise_fault,
     stop_after,
 )
 from dysco_interp.decoding.backends.bridge import BridgeBackend
@@ -165,5 +166,5 @@ __all__ = [
     "BridgeBackend", "FlexBackend",
     "DecodeState", "SdpaBackend", "StaticBackend", "StepOutput", "StopForward", "check_backend", "make_backend",
     "register_backend",
-    "no_hooks_message", "stop_after",
+    "no_hooks_message", "raise_fault", "stop_after",
 ]

@@ -46,6 +46,12 @@ from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
 
+def raise_fault(fault: int) -> None:
+    """A ConfigError for the bits a backend's `take_fault` gave, if any is set."""
+    if fault:
+        raise ConfigError(bias_fault_message(fault))
+
+
 @dataclass
 class DecodeState:
     """A cache plus what rows of different lengths need: which keys are real, and positions."""
@@ -261,10 +267,16 @@ class Backend(ABC):
     def check_faults(self) -> None:
         """A ConfigError if a bias since the last call was broken (`plan.bias_fault`); this waits for
         the device: call it where the caller waits anyway, as the decode loop does when it reads the tokens."""
+        fault = self.take_fault()
+        raise_fault(0 if fault is None else int(fault))
+
+    def take_fault(self) -> torch.Tensor | None:
+        """The fault bits (`plan.bias_fault`) of the biases and keeps given since the last call, as
+        a device tensor, without waiting (None: none was given). A caller that reads other values
+        from the device reads these in the same transfer, then passes them to `raise_fault`."""
         self.watch_given()
         fault, self._fault = self._fault, None
-        if fault is not None and int(fault):
-            raise ConfigError(bias_fault_message(int(fault)))
+        return fault
 
     @abstractmethod
     def prefill(self, ids: torch.Tensor, valid: torch.Tensor | None, *, chunk_size: int | None = None,
