@@ -213,26 +213,6 @@ def test_the_gathered_attention_is_the_masked_dense_attention(kind, per_head):
     torch.testing.assert_close(scattered, ref_rows, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("contiguous", [True, False])
-def test_the_kept_keys_are_gathered_as_whole_rows_exactly(contiguous):
-    """The buffers' rows at the kept positions, value for value, as an index per value gives them;
-    rows made once for a pass give what each layer's own would; a non-contiguous buffer (no
-    view of its rows) is gathered value by value."""
-    from dysco_interp.decoding.backends.decode_attention import kept_rows
-
-    g = torch.Generator().manual_seed(5)
-    batch, n_kv, capacity, dim, width = 3, 2, 64, 8, 20
-    key, value = (torch.randn(batch, n_kv, capacity, dim, generator=g) for _ in range(2))
-    if not contiguous:
-        key, value = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (key, value))
-    positions = torch.randint(0, capacity, (batch, width), generator=g)
-    mask, hidden = torch.zeros(batch, 1, 1, capacity), torch.zeros(batch, 1, 1, width)
-    index = positions[:, None, :, None].expand(batch, n_kv, width, dim)
-    for rows in (None, kept_rows(positions, n_kv, capacity)):
-        k, v, _ = gather_kept(key, value, mask, positions, hidden, rows)
-        assert torch.equal(k, key.gather(2, index)) and torch.equal(v, value.gather(2, index))
-
-
 @pytest.mark.parametrize("sliding", [False, True])
 def test_the_sdpa_backends_kept_attention_is_its_masked_biased_attention(sliding):
     g = torch.Generator().manual_seed(2)

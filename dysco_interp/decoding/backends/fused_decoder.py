@@ -31,12 +31,7 @@ import torch
 from torch.nn.functional import linear, silu
 
 from dysco_interp.decoding.backends.base import head_masks
-from dysco_interp.decoding.backends.decode_attention import (
-    attend_one_query,
-    every_key_rows,
-    gather_kept,
-    kept_rows,
-)
+from dysco_interp.decoding.backends.decode_attention import attend_one_query, every_key_rows, gather_kept
 from dysco_interp.decoding.backends.prefill_attention import chunk_attention
 from dysco_interp.decoding.logit_scale import logn_of, scaled
 from dysco_interp.decoding.plan import Scale
@@ -284,7 +279,6 @@ class FusedDecoder:
         model decodes one `Placement.segments` run at a time)."""
         stop = self.n_layers if stop is None else stop
         cast = {"mask": step.mask.to(x.dtype)}  # once per pass, not per layer
-        kept_at: list[torch.Tensor] = []  # the buffers' rows a keep gathers: the same in every layer
 
         def attend(index: int, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
             q, scale = scaled(q, self.layers[index].self_attn.scaling, step.scale, index, step.scale_heads.get(index),
@@ -295,9 +289,7 @@ class FusedDecoder:
                 assert step.kept is not None and step.hidden is not None
                 if heads is not None:  # except by a read, which covers every key
                     step.rows[index], heads = every_key_rows(q, keys, mask, scale, self.groups, heads), None
-                if not kept_at:
-                    kept_at.append(kept_rows(step.kept, keys.shape[1], keys.shape[2]))
-                keys, values, mask = gather_kept(keys, values, mask, step.kept, step.hidden, kept_at[0])
+                keys, values, mask = gather_kept(keys, values, mask, step.kept, step.hidden)
                 model_mask = mask.to(x.dtype)
             out, rows = attend_one_query(q, keys, values, mask, scale, self.groups, step.decode_attention,
                                          heads, model_mask=model_mask)
