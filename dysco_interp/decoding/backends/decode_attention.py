@@ -169,8 +169,8 @@ def gather_kept(key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor, posi
     the float sums."""
     batch, n_kv, _, dim = key.shape
     width = positions.shape[-1]
-    # an index per value: on an H200, gathering whole rows with index_select over the buffers'
-    # rows took 94 us a layer against this one's 36 (100K keys, 4,420 kept, batch 1)
+    # an index per value: whole rows with index_select over the buffers' rows were no faster in
+    # the 100K benchmark on an H200 (the static backend runs this compiled there)
     index = positions[:, None, :, None].expand(batch, n_kv, width, dim)
     kept_mask = mask.expand(batch, *mask.shape[1:]).gather(
         -1, positions[:, None, None, :].expand(batch, mask.shape[1], 1, width)) + hidden

@@ -115,9 +115,9 @@ class Kernels:
     attention_inputs: Callable = attention_inputs
     attention_inputs_into: Callable = attention_inputs_into
     silu_mul: Callable = silu_mul
-    # a keep's gather of the kept keys and values: eager, `torch.gather` reads an index per value
-    # at about half the copy bandwidth (17 us for each of a layer's 9 MB at 100K on an H200);
-    # compiled, block-sparse DySCO's step at 100K went from 8.5-8.9 ms to 7.3 there
+    # a keep's gather of the kept keys and values: eager, `torch.gather` takes 17 us for each of a
+    # layer's 9 MB at 100K on an H200 (a quarter of the copy bandwidth); compiled, block-sparse
+    # DySCO's step at 100K went from 8.5-9.0 ms to 7.3 there
     gather_kept: Callable = gather_kept
 
     @classmethod
