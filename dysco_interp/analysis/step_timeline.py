@@ -56,10 +56,11 @@ def union_us(spans: Sequence[Span]) -> float:
 def gaps(spans: Sequence[Span]) -> list[tuple[float, Span, Span]]:
     """The idle intervals between the spans' union: (length in us, the span that ended last
     before it, the span that starts it), in time order."""
-    out, ordered = [], sorted(spans, key=lambda s: s.start_us)
-    last = ordered[0] if ordered else None
+    ordered = sorted(spans, key=lambda s: s.start_us)
+    if not ordered:
+        return []
+    out, last = [], ordered[0]
     for s in ordered[1:]:
-        assert last is not None
         if s.start_us > last.end_us:
             out.append((s.start_us - last.end_us, last, s))
         if s.end_us > last.end_us:
