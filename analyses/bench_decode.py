@@ -164,7 +164,8 @@ def main(argv=None) -> int:
             f"(layer floor {floor:.3f})"
             + (f"  bandwidth floor {row['bandwidth_floor_ms']:.2f} ms" if bandwidth else "")
             + "".join(f"  {name} {row[name + '_step_ms']:.2f} ms (x{row[name + '_over_dysco']:.3f} dysco)"
-                      for name in timed),
+                      for name in timed)
+            + f"  run ahead: vanilla {row['vanilla_ahead_step_ms']:.2f} ms, dysco {row['dysco_ahead_step_ms']:.2f} ms",
             flush=True,
         )
     peer = None

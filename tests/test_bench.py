@@ -39,6 +39,8 @@ def test_rows_time_both_methods(model, method):
         assert r["batch_size"] == 2 and r["steps"] == 3
         assert r["vanilla_step_ms"] > 0 and r["dysco_step_ms"] > 0
         assert r["ratio"] == pytest.approx(r["dysco_step_ms"] / r["vanilla_step_ms"], rel=1e-2)
+        assert r["vanilla_ahead_step_ms"] > 0 and r["dysco_ahead_step_ms"] > 0
+        assert r["ahead_ratio"] == pytest.approx(r["dysco_ahead_step_ms"] / r["vanilla_ahead_step_ms"], rel=1e-2)
         floor = bench.layer_floor(model, heads, method)
         assert r["ratio_over_layer_floor"] == pytest.approx(r["ratio"] / floor, rel=1e-3)
     assert bench.layer_floor(model, heads, "dysco") == 1 + 3 / model.spec.n_layers
@@ -54,8 +56,8 @@ def test_each_method_steps_on_its_own_copy_of_the_prefix(model):
     decoder = bench.BenchDecoder(model, tiny_heads(model), DecodingConfig(), "sdpa")
     prefix = decoder.prefill(context, reserve=4)
     assert prefix.n_keys == 40
-    for fn in decoder.steps(context, prefix, 1).values():
-        fn(torch.tensor([5]))
+    for queue in decoder.steps(context, prefix, 1).values():
+        bench.waited(queue)(torch.tensor([5]))
     assert prefix.n_keys == 41  # DySCO steps on the prefix itself, vanilla on a clone
 
 
@@ -70,7 +72,7 @@ def test_methods_sharing_dysco_s_context_fit_all_of_its_growth(model):
                                                                    "dysco-sparse", "uniattns")]
     extra = bench.extra_steps(config, model, False, 0, methods=also)
     [row] = bench.bench_rows(model, tiny_heads(model), config, "sdpa", [48], 2, 0, None, extra=extra)
-    assert all(row[f"{name}_step_ms"] > 0 for name in extra)
+    assert all(row[f"{name}_step_ms"] > 0 and row[f"{name}_ahead_step_ms"] > 0 for name in extra)
 
 
 def test_any_registered_method_is_timed_beside_dysco_in_the_same_run(model):

@@ -11,7 +11,7 @@ from dysco_interp.decoding import runtime
 from dysco_interp.decoding.backends import DecodeState, make_backend
 from dysco_interp.decoding.backends.bridge_hooks import BiasWriter
 from dysco_interp.decoding.config import PRESETS, SHARED_FIELDS, DecodingConfig, preset
-from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate, generate
+from dysco_interp.decoding.loop import Stepper, compare_methods, dysco_generate, generate, generate_batch
 from dysco_interp.decoding.prompts import PromptBatch, prepare_prompt
 from dysco_interp.decoding.reference import reference_generate
 from dysco_interp.decoding.relevance import scaling_bias
@@ -299,15 +299,65 @@ def test_dysco_generate_and_loose_backend_options_still_work_for_one_release_wit
 
 def test_a_steps_record_reads_its_values_from_the_device_in_one_transfer():
     """Tokens, counts and float32 masses come back exactly as their own `tolist` gives them; None
-    stays None; CPU tensors are read where they are."""
-    from dysco_interp.decoding.stepper import read_at_once
+    stays None; CPU tensors are read where they are; later writes to the tensors do not reach a
+    read already made."""
+    from dysco_interp.decoding.stepper import HostRead
 
     tokens = torch.tensor([151_935, 3])
     counts = torch.tensor([4096, 0])
     masses = torch.tensor([0.1234567, 1.0], dtype=torch.float32)
     fault = torch.tensor(5, dtype=torch.int32)
-    got = read_at_once(fault, tokens, None, counts, masses)
-    assert got == [[5.0], [151935.0, 3.0], None, [4096.0, 0.0], masses.tolist()]
-    if torch.cuda.is_available():
-        on_gpu = read_at_once(fault.cuda(), tokens, None, counts.cuda(), masses.cuda())
-        assert on_gpu == got
+    expected = [[5.0], [151935.0, 3.0], None, [4096.0, 0.0], masses.tolist()]
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for device in devices:
+        on = [t.to(device, copy=True) for t in (fault, tokens, counts, masses)]
+        read = HostRead(on[0], on[1], None, on[2], on[3])
+        for t in on:
+            t.add_(1)
+        assert read.values() == expected, device
+
+
+def free_and_forced(model, heads, prompts):
+    """Vanilla and DySCO (positions and spans recorded) on a left-padded batch, free and forced."""
+    configs = {"vanilla": cfg("vanilla"), "dysco": cfg(beta=3.0, record_positions=True)}
+    spans = [{"a": (10, 20), "b": (30, 40)}, {"a": (5, 15)}]
+    free = generate_batch(model, prompts, configs, heads, spans=spans, backend="static")
+    forced = generate_batch(model, prompts, configs, heads, spans=spans, backend="static",
+                            forced=[free["vanilla"][0].tokens, free["dysco"][1].tokens[:5]])
+    return free, forced
+
+
+def test_a_loop_that_runs_ahead_gives_what_one_that_waits_gives(tiny_llama, monkeypatch):
+    """Queuing the next step before reading a token (a GPU's decode loop) changes no token, record or
+    score: free decoding with rows ending on EOS at different steps, and on the budget; teacher
+    forcing. Only the step after a token that ends every row on EOS is run and thrown away."""
+    from dysco_interp.decoding.backends.base import Backend
+
+    heads = heads_for(tiny_llama)
+    prompts = [PROMPT, "Rome is quiet. Please give a route from Rome to Paris by train."]
+    own = free_and_forced(tiny_llama, heads, prompts)[0]["vanilla"]
+    # tokens that end the rows at different steps (each row's first new token from its 3rd / 7th on)
+    eos = frozenset(next(t for j, t in enumerate(r.tokens) if j >= k and t not in r.tokens[:j])
+                    for r, k in zip(own, (3, 7)))
+    monkeypatch.setattr(type(tiny_llama), "eos_token_ids", property(lambda self: eos))
+    launched = Stepper.launch
+    cases = []
+    for ahead in (False, True):
+        monkeypatch.setattr(Backend, "runs_ahead", property(lambda self, a=ahead: a))
+        runs = []
+
+        def counted(self, *args, runs=runs, **kwargs):
+            runs.append(1)
+            return launched(self, *args, **kwargs)
+
+        monkeypatch.setattr(Stepper, "launch", counted)
+        cases.append((free_and_forced(tiny_llama, heads, prompts), len(runs)))
+    (waited, waited_runs), (ahead, ahead_runs) = cases
+    for name in ("vanilla", "dysco"):
+        for kind in (0, 1):
+            for a, b in zip(waited[kind][name], ahead[kind][name], strict=True):
+                assert a.tokens == b.tokens and a.finished == b.finished and a.forced == b.forced
+                assert [vars(s) for s in a.trace.steps] == [vars(s) for s in b.trace.steps]
+    ended = [all(r.finished for r in waited[0][name]) for name in ("vanilla", "dysco")]
+    assert ended[0] and len({len(r.tokens) for r in waited[0]["vanilla"]}) == 2  # by the choice of EOS
+    assert ahead_runs - waited_runs == sum(ended)

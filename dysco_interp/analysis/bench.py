@@ -42,6 +42,7 @@ from dysco_interp.decoding.methods import flat_name, register_method
 from dysco_interp.decoding.plan import PassPlan, Read
 from dysco_interp.decoding.prompts import PromptBatch, pad_id, prepare_prompt
 from dysco_interp.decoding.steering import SteeringMethod
+from dysco_interp.decoding.stepper import HostRead, PendingRecords
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet, paper_heads, resolve_heads
 from dysco_interp.models import LoadedModel, dtype_name, from_hf, with_yarn
@@ -64,6 +65,42 @@ GEOMETRIES: dict[str, dict[str, Any]] = {
 METHODS = ("vanilla", "dysco")
 
 Step = Callable[[torch.Tensor], object]  # feeds one token per row
+# queues one step of one token per row: its logits, and its records to read (None: it keeps none)
+Queue = Callable[[torch.Tensor], tuple[torch.Tensor, PendingRecords | None]]
+
+
+def waited(queue: Queue) -> Step:
+    """A step that waits for its own records, as a loop that does not run ahead takes it."""
+    def step(token: torch.Tensor) -> None:
+        records = queue(token)[1]
+        if records is not None:
+            records.records()
+
+    return step
+
+
+class StepsAhead:
+    """Steps as a decode loop that runs ahead takes them (`loop._free`): each step is queued and
+    its token chosen on the device before the host reads the last step's token and records, so
+    the device does not wait for the host between steps. `flush()` reads the last step's."""
+
+    def __init__(self, queue: Queue):
+        self.queue = queue
+        self.last: tuple[HostRead, PendingRecords | None] | None = None
+
+    def __call__(self, token: torch.Tensor) -> None:
+        logits, records = self.queue(token)
+        chosen = HostRead(logits.argmax(-1))
+        self.flush()
+        self.last = (chosen, records)
+
+    def flush(self) -> None:
+        if self.last is not None:
+            chosen, records = self.last
+            chosen.values()
+            if records is not None:
+                records.records()
+        self.last = None
 
 
 def random_model(geometry: str, device: torch.device, dtype: torch.dtype, yarn_factor: float | None = None,
@@ -321,7 +358,7 @@ class BenchDecoder:
             self.versus_prefix = self.versus.prefill(context, reserve)
         return self.plain.prefill(context.to(self.model.device), None, reserve=reserve)
 
-    def steps(self, context: torch.Tensor | PromptBatch, prefix: DecodeState, steps_each: int) -> dict[str, Step]:
+    def steps(self, context: torch.Tensor | PromptBatch, prefix: DecodeState, steps_each: int) -> dict[str, Queue]:
         """vanilla on a clone of `prefix`, DySCO on `prefix` itself, its relevance uniform over
         the context as if warmed up, each to take `steps_each` steps. `context`: token ids, or the
         prompts whose ids were prefilled (for methods that find spans in the prompts' text)."""
@@ -340,12 +377,18 @@ class BenchDecoder:
             return made
 
         plain = PassPlan()
-        steps: dict[str, Step] = {"vanilla": lambda tok: self.plain.run(vanilla, tok, plain),
-                                  "dysco": functools.partial(stepper(self.config).step, prefix)}
+
+        def vanilla_step(tok: torch.Tensor) -> tuple[torch.Tensor, None]:
+            logits = self.plain.run(vanilla, tok, plain).logits
+            assert logits is not None
+            return logits, None
+
+        steps: dict[str, Queue] = {"vanilla": vanilla_step,
+                                   "dysco": functools.partial(stepper(self.config).launch, prefix)}
         # the extra steps share DySCO's context (a copy each would not fit at 100K): each step of
         # each adds a key, a few dozen over a run, nothing at these lengths
         for name, (config, read) in self.extra.items():
-            steps[name] = functools.partial(stepper(config, read).step, prefix)
+            steps[name] = functools.partial(stepper(config, read).launch, prefix)
         if self.versus is not None:
             assert self.versus_prefix is not None
             other = self.versus.steps(context, self.versus_prefix, steps_each)
@@ -404,7 +447,8 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
             torch.cuda.reset_peak_memory_stats(d)
         before = {d: torch.cuda.memory_allocated(d) for d in devices}
     t0 = time.perf_counter()
-    steps_each = n_warmup + n_steps + 1  # the untimed first step measuring memory too
+    # the untimed first step measuring memory too, then the steps timed one by one and the run ahead
+    steps_each = n_warmup + 2 * n_steps + 1
     prefix = decoder.prefill(ids[:, :n_context], reserve=decoder.grows_by(steps_each))
     sync_all(devices)
     prefill_s = time.perf_counter() - t0
@@ -414,10 +458,14 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
         # made: at batch 4 and 100K the two caches fill an 8B model's card, and the copy's blocks
         # may not fit the prefill's cached ones
         torch.cuda.empty_cache()
-    steps = decoder.steps(ids[:, :n_context] if prompts is None else prompts, prefix, steps_each)
+    queues = decoder.steps(ids[:, :n_context] if prompts is None else prompts, prefix, steps_each)
+    steps = {m: waited(q) for m, q in queues.items()}
     times: dict[str, list[float]] = {m: [] for m in steps}
+    ahead_ms: dict[str, float] = {}
     peaks = {m: dict.fromkeys(devices, 0) for m in steps}
     kept = {m: dict.fromkeys(devices, 0) for m in steps}
+    # the run ahead's tokens on the device before it starts: a token copied from the host would wait for the device
+    fed = ids[:, n_context + n_warmup:n_context + n_warmup + n_steps].T.contiguous().to(device)
     # each method's steps back to back, as decoding runs them: a method that prepares a step's
     # selection in the step before (dysco-lagged) finds it prepared for the keys it has, which
     # the other methods' steps on the shared context would otherwise have moved
@@ -439,6 +487,15 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
                 if cuda:
                     for d in devices:
                         peaks[method][d] = max(peaks[method][d], torch.cuda.max_memory_allocated(d) - base[d])
+        # the same number of steps, each queued before the last one's token and records are read
+        ahead = StepsAhead(queues[method])
+        sync_all(devices)
+        t0 = time.perf_counter()
+        for tok in fed:
+            ahead(tok)
+        ahead.flush()
+        sync_all(devices)
+        ahead_ms[method] = (time.perf_counter() - t0) / n_steps * 1e3
         if profile_dir:
             step = n_warmup + n_steps
             profile_step(fn, ids[:, n_context + step].to(device), f"{profile_dir}/{n_context}_{method}.txt")
@@ -456,11 +513,16 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
         "ratio": round(d / v, 4),
         "vanilla_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["vanilla"], n=4)[::2]],
         "dysco_step_ms_iqr": [round(x * 1e3, 3) for x in statistics.quantiles(times["dysco"], n=4)[::2]],
+        # the mean step of `steps` steps run ahead (`StepsAhead`), as the decode loop runs them on a GPU
+        "vanilla_ahead_step_ms": round(ahead_ms["vanilla"], 3),
+        "dysco_ahead_step_ms": round(ahead_ms["dysco"], 3),
+        "ahead_ratio": round(ahead_ms["dysco"] / ahead_ms["vanilla"], 4),
     }
     for name in decoder.timed:
         e = statistics.median(times[name])
         row.update({f"{name}_step_ms": round(e * 1e3, 3), f"{name}_tok_per_s": round(batch / e, 3),
-                    f"{name}_over_dysco": round(e / d, 4)})
+                    f"{name}_over_dysco": round(e / d, 4), f"{name}_ahead_step_ms": round(ahead_ms[name], 3),
+                    f"{name}_ahead_over_vanilla": round(ahead_ms[name] / ahead_ms["vanilla"], 4)})
         if cuda:
             row[f"{name}_peak_step_gib"] = round(max(peaks[name].values()) / 2**30, 4)
             row["dysco_peak_step_gib"] = round(max(peaks["dysco"].values()) / 2**30, 4)
@@ -508,6 +570,8 @@ def bench_rows(model: LoadedModel, heads: HeadSet, config: DecodingConfig, backe
             row["dysco_bandwidth_floor_ms"] = round(row["bandwidth_floor_ms"] * floor, 3)
             row["vanilla_share_of_floor"] = round(row["bandwidth_floor_ms"] / row["vanilla_step_ms"], 4)
             row["dysco_share_of_floor"] = round(row["dysco_bandwidth_floor_ms"] / row["dysco_step_ms"], 4)
+            row["vanilla_ahead_share_of_floor"] = round(row["bandwidth_floor_ms"] / row["vanilla_ahead_step_ms"], 4)
+            row["dysco_ahead_share_of_floor"] = round(row["dysco_bandwidth_floor_ms"] / row["dysco_ahead_step_ms"], 4)
         yield row
 
 

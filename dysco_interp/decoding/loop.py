@@ -68,7 +68,7 @@ from dysco_interp.decoding.results import (
 )
 from dysco_interp.decoding.sampling import Sampler
 from dysco_interp.decoding.span_mass import SpanMass, Spans
-from dysco_interp.decoding.stepper import OnRead, Stepper
+from dysco_interp.decoding.stepper import HostRead, OnRead, PendingRecords, Stepper
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
 from dysco_interp.hooks import Hook
@@ -189,24 +189,41 @@ Keep = Callable[[list[StepRecord], list[bool]], None]
 
 def _free(model: LoadedModel, stepper: Stepper, state: DecodeState, logits: torch.Tensor, config: DecodingConfig,
           keep: Keep) -> tuple[list[list[int]], list[bool]]:
-    """Each row's own tokens until EOS or the budget: (tokens, finished on EOS)."""
+    """Each row's own tokens until EOS or the budget: (tokens, finished on EOS).
+
+    Where the stepper runs ahead, the step feeding a token is queued before the host reads that
+    token, and a step's records are read once the next one is queued: the host prepares a step while
+    the device runs the one before. A step queued for a token that ends every row on EOS is thrown
+    away."""
     n_rows = logits.shape[0]
     sampler = Sampler(config.sampling, logits.device)
     outs: list[list[int]] = [[] for _ in range(n_rows)]
     finished = [False] * n_rows
     active = [True] * n_rows
     eos = model.eos_token_ids
+    tokens = sampler(logits)
+    chosen = HostRead(tokens)
+    last: tuple[PendingRecords, list[bool]] | None = None  # the last step's records, and the rows that keep them
     while True:
-        tokens = sampler(logits)
-        for i, tok in enumerate(tokens.tolist()):
+        queued = None
+        # only EOS can end every row now: the budget is known here
+        if stepper.runs_ahead and any(on and len(out) + 1 < config.max_new_tokens for on, out in zip(active, outs)):
+            queued = stepper.launch(state, tokens, DECODE)
+        toks = chosen.values()[0]
+        assert toks is not None
+        for i, tok in enumerate(toks):
             if active[i]:
-                outs[i].append(tok)
-                finished[i] = tok in eos
+                outs[i].append(int(tok))
+                finished[i] = int(tok) in eos
                 active[i] = not finished[i] and len(outs[i]) < config.max_new_tokens
+        if last is not None:
+            keep(last[0].records(), last[1])
         if not any(active):
             return outs, finished
-        logits, records = stepper.step(state, tokens, DECODE)  # finished rows idle along
-        keep(records, active)
+        logits, pending = queued or stepper.launch(state, tokens, DECODE)  # finished rows idle along
+        last = (pending, list(active))
+        tokens = sampler(logits)
+        chosen = HostRead(tokens)
 
 
 def _format_forced(model: LoadedModel, stepper: Stepper, state: DecodeState, logits: torch.Tensor,
@@ -236,29 +253,38 @@ def _format_forced(model: LoadedModel, stepper: Stepper, state: DecodeState, log
 
 def _forced(stepper: Stepper, state: DecodeState, logits: torch.Tensor, golds: list[list[int]],
             keep: Keep) -> list[ForcedScores]:
-    """Feed each row its gold tokens; score the logits that predict each one."""
+    """Feed each row its gold tokens; score the logits that predict each one. The gold tokens are
+    known ahead, so each step is queued before the host reads the last one's scores and records."""
     argmax: list[list[int]] = [[] for _ in golds]
     logprob: list[list[float]] = [[] for _ in golds]
     margin: list[list[float]] = [[] for _ in golds]
+    # a row past its own answer is fed its last token again; its records are dropped. On the
+    # device at once: a tensor made from a list each step would wait for the device
+    targets = torch.tensor([[g[min(j, len(g) - 1)] for g in golds] for j in range(max(map(len, golds)))],
+                           device=logits.device)
+    last: tuple[PendingRecords, list[bool]] | None = None
     j = 0
     while True:
-        # a row past its own answer is fed its last token again; its records are dropped
-        target = torch.tensor([g[min(j, len(g) - 1)] for g in golds], device=logits.device)
+        target = targets[j]
         logp = torch.log_softmax(logits.float(), dim=-1)
         # argmax keeps the first of tied tokens, as before margins were kept; topk's order on ties is unspecified
-        best, gold = logp.argmax(-1).tolist(), logp.gather(-1, target[:, None])[:, 0].tolist()
         top = logp.topk(2, dim=-1).values
-        gap = (top[:, 0] - top[:, 1]).tolist()
+        scores = HostRead(logp.argmax(-1), logp.gather(-1, target[:, None])[:, 0], top[:, 0] - top[:, 1])
+        active = [j + 1 < len(g) for g in golds]
+        queued = stepper.launch(state, target, DECODE) if any(active) else None
+        best, gold, gap = scores.values()
+        assert best is not None and gold is not None and gap is not None
         for i, g in enumerate(golds):
             if j < len(g):
                 argmax[i].append(int(best[i]))
                 logprob[i].append(float(gold[i]))
                 margin[i].append(round(float(gap[i]), 6))
-        active = [j + 1 < len(g) for g in golds]
-        if not any(active):
+        if last is not None:
+            keep(last[0].records(), last[1])
+        if queued is None:
             return [ForcedScores(a, lp, m) for a, lp, m in zip(argmax, logprob, margin)]
-        logits, records = stepper.step(state, target, DECODE)
-        keep(records, active)
+        logits, pending = queued
+        last = (pending, active)
         j += 1
 
 

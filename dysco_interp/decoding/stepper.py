@@ -105,6 +105,13 @@ class Stepper:
             raise ConfigError(f"method {self.config.method!r} selects nothing")
         return self.selector.select(n_keys)
 
+    @property
+    def runs_ahead(self) -> bool:
+        """Whether a decode loop may queue the next step before it reads this one's token: the
+        backend runs ahead (`Backend.runs_ahead`) and no `on_read` would see a step that is
+        thrown away."""
+        return self.backend.runs_ahead and self.on_read is None
+
     def context_warmup(self, state: DecodeState, tokens: torch.Tensor) -> tuple[torch.Tensor, list[StepRecord]]:
         """One warm-up token per row: no bias; the QRHeads' read updates relevance."""
         n_cached = state.n_keys
@@ -114,11 +121,19 @@ class Stepper:
         with method_code(self.config.method):
             self.method.warmed(out.attention)
         assert out.logits is not None
-        return out.logits, self._records(CONTEXT_WARMUP, n_cached, tokens, None)
+        return out.logits, self._pending(CONTEXT_WARMUP, n_cached, tokens, None).records()
 
     def step(self, state: DecodeState, tokens: torch.Tensor,
              phase: Phase = DECODE) -> tuple[torch.Tensor, list[StepRecord]]:
         """One token per row with the method's full step."""
+        logits, pending = self.launch(state, tokens, phase)
+        return logits, pending.records()
+
+    def launch(self, state: DecodeState, tokens: torch.Tensor,
+               phase: Phase = DECODE) -> tuple[torch.Tensor, PendingRecords]:
+        """`step` without waiting for the device: the step is queued, and its records are read
+        when asked for (`PendingRecords.records`). A loop that queues the next step first keeps
+        the device busy while the host reads them and prepares that step."""
         n_cached = state.n_keys
         with scheduled(phase=phase, step=self.n_steps, keep_method=True), method_code(self.config.method):
             run = self._runner(state, tokens)
@@ -128,7 +143,7 @@ class Stepper:
                 logits, selection = self.method.step(run, n_cached + 1)
             own = self.method.step_values()
         self.n_steps += 1
-        return logits, self._records(phase, n_cached, tokens, selection, own)
+        return logits, self._pending(phase, n_cached, tokens, selection, own)
 
     def _runner(self, state: DecodeState, tokens: torch.Tensor) -> Callable[[PassPlan], StepOutput]:
         """One pass of this step's tokens; the pass that keeps the token also makes `read`."""
@@ -143,57 +158,118 @@ class Stepper:
 
         return run
 
-    def _records(self, phase: Phase, n_cached: int, tokens: torch.Tensor, selection: Selection | None,
-                 own: list[dict] | None = None) -> list[StepRecord]:
-        fault, tokens_, counts, masses = read_at_once(self.backend.take_fault(), tokens,
-                                                      None if selection is None else selection.count,
-                                                      None if selection is None else selection.mass)
+    def _pending(self, phase: Phase, n_cached: int, tokens: torch.Tensor, selection: Selection | None,
+                 own: list[dict] | None = None) -> PendingRecords:
+        """The step's records, their device values copied now: the buffers they come from are
+        the next step's by the time a loop that runs ahead reads them."""
+        n_rows = len(self.batch.pads)
+        if own is not None and (len(own) != n_rows or not all(isinstance(v, dict) for v in own)):
+            raise ConfigError(f"method {self.config.method!r}: step_values() must return one dict per row "
+                              f"({n_rows}), got {type(own).__name__}")
+        span_mass = None if self.last_read is None else self.last_read.span_mass
+        values = HostRead(self.backend.take_fault(), tokens, None if selection is None else selection.count,
+                          None if selection is None else selection.mass, span_mass)
+        positions = selection.mask.clone() if selection is not None and self.config.record_positions else None
+        relevance = None
+        if self.span_mass is not None and self.relevance is not None:
+            relevance = self.relevance.clone()
+        return PendingRecords(self, phase, n_cached, values, None if span_mass is None else span_mass.shape,
+                              selection is not None, positions, relevance, own)
+
+
+class PendingRecords:
+    """A queued step's records (`Stepper.launch`): `records()` reads them from the device, waiting
+    for that step only, and raises the fault its biases or keeps had (`Backend.take_fault`)."""
+
+    def __init__(self, stepper: Stepper, phase: Phase, n_cached: int, values: HostRead,
+                 span_shape: torch.Size | None, selected: bool, positions: torch.Tensor | None,
+                 relevance: torch.Tensor | None, own: list[dict] | None):
+        self.stepper, self.phase, self.n_cached, self.values = stepper, phase, n_cached, values
+        self.span_shape, self.selected, self.positions, self.relevance, self.own = (
+            span_shape, selected, positions, relevance, own)
+        self._records: list[StepRecord] | None = None
+
+    def records(self) -> list[StepRecord]:
+        """One `StepRecord` per row (read once; later calls give the same list)."""
+        if self._records is None:
+            self._records = self._read()
+        return self._records
+
+    def _read(self) -> list[StepRecord]:
+        fault, tokens, counts, masses, span_mass = self.values.values()
         raise_fault(0 if fault is None else int(fault[0]))
-        assert tokens_ is not None
-        pads = self.batch.pads
-        records = [StepRecord(phase, n_cached - pad, int(tok)) for pad, tok in zip(pads, tokens_)]
-        if own is not None:
-            if len(own) != len(records) or not all(isinstance(v, dict) for v in own):
-                raise ConfigError(f"method {self.config.method!r}: step_values() must return one dict per row "
-                                  f"({len(records)}), got {type(own).__name__}")
-            for rec, values in zip(records, own):
+        assert tokens is not None
+        stepper = self.stepper
+        pads = stepper.batch.pads
+        records = [StepRecord(self.phase, self.n_cached - pad, int(tok)) for pad, tok in zip(pads, tokens)]
+        if self.own is not None:
+            for rec, values in zip(records, self.own):
                 rec.own = values
-        if self.last_read is not None and self.last_read.span_mass is not None:
-            for rec, mass in zip(records, self.last_read.span_mass.tolist()):
-                rec.read_mass = [[round(m, 6) for m in head] for head in mass]
-        if selection is not None:
+        if span_mass is not None:
+            assert self.span_shape is not None
+            n_heads, n_spans = self.span_shape[1], self.span_shape[2]
+            per_row = n_heads * n_spans
+            for i, rec in enumerate(records):
+                row = span_mass[i * per_row:(i + 1) * per_row]
+                rec.read_mass = [[round(m, 6) for m in row[h * n_spans:(h + 1) * n_spans]] for h in range(n_heads)]
+        if self.selected:
             assert counts is not None and masses is not None
             for i, rec in enumerate(records):
                 rec.n_selected, rec.nucleus_mass = int(counts[i]), round(float(masses[i]), 6)
-                if self.config.record_positions:
-                    rec.selected = (selection.mask[i].nonzero().flatten() - pads[i]).tolist()
-        if self.span_mass is not None and self.relevance is not None:
+                if self.positions is not None:
+                    rec.selected = (self.positions[i].nonzero().flatten() - pads[i]).tolist()
+        if self.relevance is not None and stepper.span_mass is not None:
             r = self.relevance.cpu()
             for i, rec in enumerate(records):
-                span_mass = self.span_mass[i]
-                if span_mass is not None:
-                    rec.top_spans = span_mass.top_spans(r[i, pads[i]:])
+                span_mass_i = stepper.span_mass[i]
+                if span_mass_i is not None:
+                    rec.top_spans = span_mass_i.top_spans(r[i, pads[i]:])
         return records
 
 
-def read_at_once(*tensors: torch.Tensor | None) -> list[list[float] | None]:
-    """Each tensor's values as a flat list (None stays None), the device's in one transfer: a
-    step's record needs its fault bits, tokens and selection sizes, and each transfer of its own
-    would be another wait for the device (tens of microseconds at batch 1). Every value a
-    float64 holds exactly: token ids and counts are integers far below 2**53, masses float32."""
-    flat = [None if t is None else t.reshape(-1) for t in tensors]
-    on_device = [t for t in flat if t is not None and t.device.type != "cpu"]
-    if on_device:
+class HostRead:
+    """Device tensors' values on their way to the host, queued behind the work so far: `values()`
+    waits for this copy only, not for work queued after it, so a step queued meanwhile keeps the
+    device busy. The values are copied when the read is made; later writes to the tensors do not
+    reach it.
+
+    `values()` gives each tensor's values as a flat list (None stays None), the device's from
+    one transfer: a step's record needs its fault bits, tokens and selection sizes, and each
+    transfer of its own would be another wait (tens of microseconds at batch 1). Every value a
+    float64 holds exactly: token ids and counts are integers far below 2**53, masses float32.
+    """
+
+    def __init__(self, *tensors: torch.Tensor | None):
+        flat = [None if t is None else t.reshape(-1) for t in tensors]
+        self.sizes = [None if t is None else t.numel() for t in flat]
+        self.on_host = [t.tolist() if t is not None and t.device.type == "cpu" else None for t in flat]
+        on_device = [t for t in flat if t is not None and t.device.type != "cpu"]
+        self.event: torch.cuda.Event | None = None
+        self.joined: torch.Tensor | None = None
+        if not on_device:
+            return
         device = on_device[0].device
-        joined = torch.cat([t.to(device, torch.float64) for t in on_device]).tolist()
-    out: list[list[float] | None] = []
-    at = 0
-    for t in flat:
-        if t is None:
-            out.append(None)
-        elif t.device.type == "cpu":
-            out.append(t.tolist())
-        else:
-            out.append(joined[at:at + t.numel()])
-            at += t.numel()
-    return out
+        joined = torch.cat([t.to(device, torch.float64) for t in on_device])  # a copy, as of now
+        if device.type != "cuda":
+            self.joined = joined.cpu()
+            return
+        self.joined = torch.empty(joined.shape, dtype=joined.dtype, pin_memory=True)
+        self.joined.copy_(joined, non_blocking=True)
+        self.event = torch.cuda.Event()
+        self.event.record(torch.cuda.current_stream(device))
+
+    def values(self) -> list[list[float] | None]:
+        if self.event is not None:
+            self.event.synchronize()
+        joined = [] if self.joined is None else self.joined.tolist()
+        out: list[list[float] | None] = []
+        at = 0
+        for size, host in zip(self.sizes, self.on_host):
+            if size is None:
+                out.append(None)
+            elif host is not None:
+                out.append(host)
+            else:
+                out.append(joined[at:at + size])
+                at += size
+        return out

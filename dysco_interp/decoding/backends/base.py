@@ -202,6 +202,13 @@ class Backend(ABC):
         # the fault checks of the biases and keeps given since the last `watch_given`, not yet queued
         self._unwatched: list[Callable[[], torch.Tensor]] = []
 
+    @property
+    def runs_ahead(self) -> bool:
+        """Whether a decode loop queues a step before it reads the last one's token: on a GPU the
+        host then prepares the next pass while the device runs this one. When every row ends on
+        EOS, that step is run and thrown away; the user's hooks would see it, so not with them."""
+        return self.model.device.type == "cuda" and not self.user_hooks
+
     def checked(self, plan: PassPlan) -> PassPlan:
         """`plan` if it fits the model (checked once per structure), else a ConfigError."""
         self.watch_given()  # every pass starts here: the last pass's checks are queued by now at the latest
