@@ -75,6 +75,18 @@ def test_methods_sharing_dysco_s_context_fit_all_of_its_growth(model):
     assert all(row[f"{name}_step_ms"] > 0 and row[f"{name}_ahead_step_ms"] > 0 for name in extra)
 
 
+def test_a_profiled_run_fits_the_profiled_steps_too(model, tmp_path):
+    from dysco_interp.decoding.config import preset
+
+    config = DecodingConfig(max_new_tokens=4)
+    also = [preset("paper", method=m, max_new_tokens=4) for m in ("dysco-lagged", "dysco-sparse", "dysco-hard")]
+    extra = bench.extra_steps(config, model, False, 0, methods=also)
+    [row] = bench.bench_rows(model, tiny_heads(model), config, "sdpa", [48], 2, 0, None, extra=extra,
+                             profile_dir=str(tmp_path))
+    assert all(row[f"{name}_step_ms"] > 0 for name in extra)
+    assert {p.name for p in tmp_path.iterdir()} == {f"48_{m}.txt" for m in ("vanilla", "dysco", *extra)}
+
+
 def test_any_registered_method_is_timed_beside_dysco_in_the_same_run(model):
     from dysco_interp.decoding.config import preset
 

@@ -447,8 +447,9 @@ def bench_context(model: LoadedModel, heads: HeadSet, config: DecodingConfig, ba
             torch.cuda.reset_peak_memory_stats(d)
         before = {d: torch.cuda.memory_allocated(d) for d in devices}
     t0 = time.perf_counter()
-    # the untimed first step measuring memory too, then the steps timed one by one and the run ahead
-    steps_each = n_warmup + 2 * n_steps + 1
+    # the steps timed one by one and run ahead, and on a GPU the untimed first step measuring
+    # memory; the profiled step
+    steps_each = n_warmup + 2 * n_steps + int(cuda) + int(bool(profile_dir))
     prefix = decoder.prefill(ids[:, :n_context], reserve=decoder.grows_by(steps_each))
     sync_all(devices)
     prefill_s = time.perf_counter() - t0
