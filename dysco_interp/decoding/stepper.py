@@ -10,6 +10,7 @@ import contextlib
 import inspect
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -173,21 +174,27 @@ class Stepper:
         relevance = None
         if self.span_mass is not None and self.relevance is not None:
             relevance = self.relevance.clone()
-        return PendingRecords(self, phase, n_cached, values, None if span_mass is None else span_mass.shape,
-                              selection is not None, positions, relevance, own)
+        return PendingRecords(phase, n_cached, list(self.batch.pads), values,
+                              None if span_mass is None else tuple(span_mass.shape), selection is not None,
+                              positions, relevance, self.span_mass, own)
 
 
+@dataclass
 class PendingRecords:
     """A queued step's records (`Stepper.launch`): `records()` reads them from the device, waiting
     for that step only, and raises the fault its biases or keeps had (`Backend.take_fault`)."""
 
-    def __init__(self, stepper: Stepper, phase: Phase, n_cached: int, values: HostRead,
-                 span_shape: torch.Size | None, selected: bool, positions: torch.Tensor | None,
-                 relevance: torch.Tensor | None, own: list[dict] | None):
-        self.stepper, self.phase, self.n_cached, self.values = stepper, phase, n_cached, values
-        self.span_shape, self.selected, self.positions, self.relevance, self.own = (
-            span_shape, selected, positions, relevance, own)
-        self._records: list[StepRecord] | None = None
+    phase: Phase
+    n_cached: int
+    pads: list[int]
+    values: HostRead  # fault bits, tokens, selection counts and masses, span mass
+    span_shape: tuple[int, ...] | None  # the span-mass read's [B, heads, spans]
+    selected: bool
+    positions: torch.Tensor | None  # the selection's mask, when positions are recorded
+    relevance: torch.Tensor | None  # the relevance, when named spans are reported
+    span_masses: Sequence[SpanMass | None] | None
+    own: list[dict] | None  # the method's own values per row
+    _records: list[StepRecord] | None = field(default=None, init=False, repr=False)
 
     def records(self) -> list[StepRecord]:
         """One `StepRecord` per row (read once; later calls give the same list)."""
@@ -199,8 +206,7 @@ class PendingRecords:
         fault, tokens, counts, masses, span_mass = self.values.values()
         raise_fault(0 if fault is None else int(fault[0]))
         assert tokens is not None
-        stepper = self.stepper
-        pads = stepper.batch.pads
+        pads = self.pads
         records = [StepRecord(self.phase, self.n_cached - pad, int(tok)) for pad, tok in zip(pads, tokens)]
         if self.own is not None:
             for rec, values in zip(records, self.own):
@@ -218,12 +224,12 @@ class PendingRecords:
                 rec.n_selected, rec.nucleus_mass = int(counts[i]), round(float(masses[i]), 6)
                 if self.positions is not None:
                     rec.selected = (self.positions[i].nonzero().flatten() - pads[i]).tolist()
-        if self.relevance is not None and stepper.span_mass is not None:
+        if self.relevance is not None and self.span_masses is not None:
             r = self.relevance.cpu()
             for i, rec in enumerate(records):
-                span_mass_i = stepper.span_mass[i]
-                if span_mass_i is not None:
-                    rec.top_spans = span_mass_i.top_spans(r[i, pads[i]:])
+                spans = self.span_masses[i]
+                if spans is not None:
+                    rec.top_spans = spans.top_spans(r[i, pads[i]:])
         return records
 
 
