@@ -31,11 +31,13 @@ never need.
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
+from torch.nn.attention.flex_attention import BlockMask
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
@@ -50,6 +52,11 @@ from dysco_interp.hooks import Hook
 from dysco_interp.models import LoadedModel
 
 ATTN_IMPLEMENTATION = "dysco_flex"
+
+# FlexDecoding splits a query's keys over the device by the blocks of the block mask. Without one,
+# the default mask is a single block, and one program per KV head reads every key: 3.3 ms a layer
+# at 100K on an H200, against 0.15 ms with blocks of this size (and 0.11 for SDPA's cuDNN kernel)
+KV_BLOCK = 128
 
 # kernels one process may compile (torch's default, 8, is two models' worth here: three structures
 # of the score_mod, each for one row and for several, since a dynamic size is never 1)
@@ -81,9 +88,11 @@ class FlexKernel:
             cls._compiled = torch.compile(flex_attention)
         return cls._compiled
 
-    def __call__(self, query, key, value, factor: torch.Tensor, add: torch.Tensor | None, gqa: bool) -> torch.Tensor:
+    def __call__(self, query, key, value, factor: torch.Tensor, add: torch.Tensor | None, gqa: bool,
+                 blocks: Callable[[], BlockMask]) -> torch.Tensor:
         """Attention of `query` `[B, heads, 1, d]` over `key`, `value` `[B, kv_heads, n, d]` with
-        the scores `(q.k) * factor[b, h] + add[b, h, k]` (`score_mod_for`)."""
+        the scores `(q.k) * factor[b, h] + add[b, h, k]` (`score_mod_for`); `blocks()` gives every
+        key in blocks (`every_key`), for the compiled kernel only."""
         score_mod = score_mod_for(factor, add)
         structure = (score_mod.__name__, query.shape[0], query.device.type)
         if self.compiled and structure not in self.failed:
@@ -96,9 +105,12 @@ class FlexKernel:
             for t in (key, value, add):
                 if t is not None:
                     torch._dynamo.maybe_mark_dynamic(t, 2)
+            mask = blocks()
+            torch._dynamo.maybe_mark_dynamic(mask.kv_indices, 3)
             try:
                 with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-                    return self.compiled_flex()(query, key, value, score_mod=score_mod, scale=1.0, enable_gqa=gqa)
+                    return self.compiled_flex()(query, key, value, score_mod=score_mod, scale=1.0, enable_gqa=gqa,
+                                                block_mask=mask)
             except Exception as e:  # noqa: BLE001 (any failure of the compiler: the eager kernel is exact)
                 reason = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
                 self.failed[structure] = reason
@@ -112,6 +124,16 @@ class FlexKernel:
         with warnings.catch_warnings():  # torch's advice to compile: the eager kernel is chosen here
             warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
             return flex_attention(query, key, value, score_mod=score_mod, scale=1.0, enable_gqa=gqa)
+
+
+def every_key(n_keys: int, device: torch.device) -> BlockMask:
+    """A block mask that hides nothing, over `n_keys` keys in blocks of `KV_BLOCK` (the last one
+    partial: the kernel bounds it by the key count)."""
+    n_blocks = -(-n_keys // KV_BLOCK)
+    counts = torch.full((1, 1, 1), n_blocks, dtype=torch.int32, device=device)
+    indices = torch.arange(n_blocks, dtype=torch.int32, device=device).view(1, 1, 1, n_blocks)
+    return BlockMask.from_kv_blocks(counts, indices, BLOCK_SIZE=(KV_BLOCK, KV_BLOCK), seq_lengths=(1, n_keys),
+                                    compute_q_blocks=False)
 
 
 def score_mod_for(factor: torch.Tensor, add: torch.Tensor | None) -> ScoreMod:
@@ -140,6 +162,13 @@ class FlexControl(AttentionControl):
     factors: dict[tuple, torch.Tensor] = field(default_factory=dict)  # a layer's scaling -> its factor [B, heads]
     # (keys seen, biased heads) -> (the model's mask it was made with, the additive tensor)
     additive: dict[tuple, tuple] = field(default_factory=dict)
+    blocks: dict[int, BlockMask] = field(default_factory=dict)  # keys seen -> `every_key` (made once a pass)
+
+    def every_key(self, n_keys: int, device: torch.device) -> BlockMask:
+        made = self.blocks.get(n_keys)
+        if made is None:
+            made = self.blocks[n_keys] = every_key(n_keys, device)
+        return made
 
 
 def pad_part(mask, batch: int) -> torch.Tensor | None:
@@ -236,7 +265,8 @@ def flex_attention_step(module, query, key, value, attention_mask, dropout: floa
     if layer in ctl.keep_layers and ctl.keep is not None:  # a keep as what it means: -inf outside it
         hidden = kept_part(ctl, key.shape[-2], query.device)
         add = hidden.contiguous() if add is None else (add + hidden).contiguous()
-    out = ctl.kernel(query, key, value, factor, add, groups > 1)
+    out = ctl.kernel(query, key, value, factor, add, groups > 1,
+                     functools.partial(ctl.every_key, key.shape[-2], query.device))
     return out.transpose(1, 2).contiguous(), None
 
 
