@@ -361,3 +361,24 @@ def test_a_loop_that_runs_ahead_gives_what_one_that_waits_gives(tiny_llama, monk
     ended = [all(r.finished for r in waited[0][name]) for name in ("vanilla", "dysco")]
     assert ended[0] and len({len(r.tokens) for r in waited[0]["vanilla"]}) == 2  # by the choice of EOS
     assert ahead_runs - waited_runs == sum(ended)
+
+
+def test_only_a_gpu_loop_that_no_hook_or_on_read_watches_runs_ahead(tiny_llama, monkeypatch):
+    """A step thrown away at EOS must not reach the user: hooks and `on_read` would see it."""
+    from dysco_interp.decoding.backends.base import Backend
+
+    heads = heads_for(tiny_llama)
+    batch = PromptBatch.of([prepare_prompt(tiny_llama, PROMPT)], 0)
+    hook = ("blocks.0.attn.hook_pattern", lambda t, hook: None)
+
+    def ahead(device: str, hooks=(), on_read=None) -> tuple[bool, bool]:
+        backend: Backend = make_backend(tiny_llama, "bridge", hooks=hooks)
+        stepper = Stepper(backend, cfg(), batch, heads=heads, on_read=on_read)
+        with monkeypatch.context() as m:  # the model as if on a GPU, once the stepper is made
+            m.setattr(type(tiny_llama), "device", property(lambda self: torch.device(device)))
+            return backend.runs_ahead, stepper.runs_ahead
+
+    assert ahead("cpu") == (False, False)
+    assert ahead("cuda") == (True, True)
+    assert ahead("cuda", hooks=[hook]) == (False, False)
+    assert ahead("cuda", on_read=lambda step, read: None) == (True, False)
