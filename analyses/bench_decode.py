@@ -30,7 +30,7 @@ import sys
 
 import torch
 
-from dysco_interp.analysis import bench, bench_peer
+from dysco_interp.analysis import bench, bench_decoder, bench_peer
 from dysco_interp.analysis.report import write_json
 from dysco_interp.cli import args as cli_args
 from dysco_interp.cli import user_methods
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
         if twice:
             raise ConfigError(f"--also names the step {twice[0]} twice: give each setting a label, "
                               f"e.g. --also '{twice[0]}:mine={{...}}'")
-        bench.check_step_labels(labels)
+        bench_decoder.check_step_labels(labels)
         also = {label: preset("paper", method=name, params=params) for label, name, params in args.also}
     except ConfigError as e:
         p.error(str(e))
@@ -152,8 +152,8 @@ def main(argv=None) -> int:
     bandwidth, source = bench.floor_bandwidth(bench.model_devices(model), probed)
     rows = []
     contexts = args.contexts
-    extra = bench.extra_steps(config, model, args.user_method, args.read_heads, methods=also)
-    timed = bench.timed_steps(extra, args.versus)
+    extra = bench_decoder.extra_steps(config, model, args.user_method, args.read_heads, methods=also)
+    timed = bench_decoder.timed_steps(extra, args.versus)
     for row in bench.bench_rows(model, heads, config, backend, contexts, args.steps, args.warmup, bandwidth,
                                 args.profile, args.batch_size, extra, versus, args.task_context):
         rows.append(row)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dysco_interp.analysis import bench
+from dysco_interp.analysis import bench, bench_decoder
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.errors import ConfigError
 from dysco_interp.heads import HeadSet
@@ -53,11 +53,11 @@ def test_each_method_steps_on_its_own_copy_of_the_prefix(model):
     import torch
 
     context = torch.randint(10, 100, (1, 40))
-    decoder = bench.BenchDecoder(model, tiny_heads(model), DecodingConfig(), "sdpa")
+    decoder = bench_decoder.BenchDecoder(model, tiny_heads(model), DecodingConfig(), "sdpa")
     prefix = decoder.prefill(context, reserve=4)
     assert prefix.n_keys == 40
     for queue in decoder.steps(context, prefix, 1).values():
-        bench.waited(queue)(torch.tensor([5]))
+        bench_decoder.waited(queue)(torch.tensor([5]))
     assert prefix.n_keys == 41  # DySCO steps on the prefix itself, vanilla on a clone
 
 
@@ -70,7 +70,7 @@ def test_methods_sharing_dysco_s_context_fit_all_of_its_growth(model):
     config = DecodingConfig(max_new_tokens=4)
     also = [preset("paper", method=m, max_new_tokens=4) for m in ("dysco-hard", "dysco-lagged", "dysco-middle",
                                                                    "dysco-sparse", "uniattns")]
-    extra = bench.extra_steps(config, model, False, 0, methods=also)
+    extra = bench_decoder.extra_steps(config, model, False, 0, methods=also)
     [row] = bench.bench_rows(model, tiny_heads(model), config, "sdpa", [48], 2, 0, None, extra=extra)
     assert all(row[f"{name}_step_ms"] > 0 and row[f"{name}_ahead_step_ms"] > 0 for name in extra)
 
@@ -80,7 +80,7 @@ def test_a_profiled_run_fits_the_profiled_steps_too(model, tmp_path):
 
     config = DecodingConfig(max_new_tokens=4)
     also = [preset("paper", method=m, max_new_tokens=4) for m in ("dysco-lagged", "dysco-sparse", "dysco-hard")]
-    extra = bench.extra_steps(config, model, False, 0, methods=also)
+    extra = bench_decoder.extra_steps(config, model, False, 0, methods=also)
     [row] = bench.bench_rows(model, tiny_heads(model), config, "sdpa", [48], 2, 0, None, extra=extra,
                              profile_dir=str(tmp_path))
     assert all(row[f"{name}_step_ms"] > 0 for name in extra)
@@ -92,7 +92,7 @@ def test_any_registered_method_is_timed_beside_dysco_in_the_same_run(model):
 
     also = [preset("paper", method="uniattns", params={"tau": 0.9}), preset("paper", method="dysco-lagged"),
             preset("paper", method="logn", params={"train_length": 16})]
-    extra = bench.extra_steps(DecodingConfig(), model, False, 0, methods=also)
+    extra = bench_decoder.extra_steps(DecodingConfig(), model, False, 0, methods=also)
     assert list(extra) == ["uniattns", "dysco-lagged", "logn"]
     [row] = bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "sdpa", [48], 2, 1, None, extra=extra)
     for name in extra:  # methods with and without relevance step on DySCO's context
@@ -105,10 +105,11 @@ def test_one_method_at_two_settings_is_timed_under_two_labels(model):
     two = [preset("paper", method="dysco-sparse"), preset("paper", method="dysco-sparse",
                                                           params={"sparse_layers": "all"})]
     with pytest.raises(ConfigError, match="dysco-sparse is timed twice under one name"):
-        bench.extra_steps(DecodingConfig(), model, False, 0, methods=two)
+        bench_decoder.extra_steps(DecodingConfig(), model, False, 0, methods=two)
     with pytest.raises(ConfigError, match="one of the benchmark's own steps"):
-        bench.extra_steps(DecodingConfig(), model, False, 0, methods={"dysco": two[1]})
-    extra = bench.extra_steps(DecodingConfig(), model, False, 0, methods=dict(zip(("dysco-sparse", "all"), two)))
+        bench_decoder.extra_steps(DecodingConfig(), model, False, 0, methods={"dysco": two[1]})
+    extra = bench_decoder.extra_steps(DecodingConfig(), model, False, 0,
+                                      methods=dict(zip(("dysco-sparse", "all"), two)))
     assert list(extra) == ["dysco-sparse", "all"] and extra["all"][0].params.sparse_layers == "all"
     [row] = bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "static", [48], 2, 0, None, extra=extra)
     assert row["dysco-sparse_step_ms"] > 0 and row["all_step_ms"] > 0
@@ -138,15 +139,15 @@ def test_methods_that_find_spans_in_the_text_are_timed_on_a_task_s_instance(mode
 
     points = {"instaboost": {}, "pasta": {"heads": "L1H0 L2H1"}, "qr-pasta": {"heads": "L1H0"}, "pos-calibration": {}}
     also = [preset("paper", method=m, params=bind(m, p, "needle_qa").params) for m, p in points.items()]
-    extra = bench.extra_steps(DecodingConfig(), model, False, 0, methods=also)
+    extra = bench_decoder.extra_steps(DecodingConfig(), model, False, 0, methods=also)
     [row] = bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "sdpa", [800], 2, 1, None, extra=extra,
                              task="needle_qa")
     assert row["task_context"] == "needle_qa" and abs(row["context"] - 800) <= 80  # the instance's own length
     for name in extra:
         assert row[f"{name}_step_ms"] > 0
     with pytest.raises(Exception, match="token ids"):  # on random ids, a text method is refused, not run on nothing
-        bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "sdpa", [48], 2, 1, None,
-                         extra=bench.extra_steps(DecodingConfig(), model, False, 0, methods=also[:1])).__next__()
+        extra = bench_decoder.extra_steps(DecodingConfig(), model, False, 0, methods=also[:1])
+        bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "sdpa", [48], 2, 1, None, extra=extra).__next__()
 
 
 @pytest.mark.slow
@@ -216,7 +217,7 @@ def test_the_peer_decodes_the_benchmark_context_and_its_speed_divides_ours(model
 def test_another_backend_is_timed_step_by_step_in_the_same_run(model):
     from dysco_interp.decoding.config import preset
 
-    extra = bench.extra_steps(DecodingConfig(), model, False, 0, methods=[preset("paper", method="dysco-hard")])
+    extra = bench_decoder.extra_steps(DecodingConfig(), model, False, 0, methods=[preset("paper", method="dysco-hard")])
     [row] = bench.bench_rows(model, tiny_heads(model), DecodingConfig(), "sdpa", [48], 2, 1, None, extra=extra,
                              versus="flex")
     for name in ("dysco-hard", "flex_vanilla", "flex_dysco", "flex_dysco-hard"):
