@@ -18,8 +18,9 @@ inside the kernel rather than as a dense mask added before it:
   logsumexp, and a row needs the scores anyway).
 The `score_mod` only indexes tensors it captures, so one compiled kernel serves every step: the
 rows and the key count are marked dynamic, and a new step's tensors are new inputs, never a
-recompile. There are three kernels per model at most (no additive tensor, a shared one, one per
-head).
+recompile. The compiled kernel also gets a block mask of every key in `KV_BLOCK`-key blocks
+(`every_key`): FlexDecoding splits the keys over the device by those blocks. There are three
+kernels per model at most (no additive tensor, a shared one, one per head).
 
 `FlexOptions.compile_kernels`: None (the default) compiles `flex_attention` with `torch.compile`
 on CUDA devices and runs it eagerly elsewhere (unfused: the scores are materialized, exact and
