@@ -211,10 +211,10 @@ def _free(model: LoadedModel, stepper: Stepper, state: DecodeState, logits: torc
             queued = stepper.launch(state, tokens, DECODE)
         toks = chosen.values()[0]
         assert toks is not None
-        for i, tok in enumerate(toks):
+        for i, tok in enumerate(map(int, toks)):
             if active[i]:
-                outs[i].append(int(tok))
-                finished[i] = int(tok) in eos
+                outs[i].append(tok)
+                finished[i] = tok in eos
                 active[i] = not finished[i] and len(outs[i]) < config.max_new_tokens
         if last is not None:
             keep(last[0].records(), last[1])
