@@ -84,6 +84,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-compile", action="store_true",
                    help="the static backend's written-out decoder, or the flex backend's FlexAttention, without "
                         "compiled kernels (to time what they bring)")
+    p.add_argument("--no-matvec", action="store_true",
+                   help="the static backend's decoding steps with cuBLAS for every product, not the Triton "
+                        "matrix-vector kernel for one row (to time what it brings)")
     p.add_argument("--yarn", type=cli_args.yarn_factor, default=None, metavar="FACTOR",
                    help="YaRN rope scaling by FACTOR (the paper's Qwen3 setting past 32K tokens is 4)")
     p.add_argument("--device", default=None)
@@ -137,7 +140,8 @@ def main(argv=None) -> int:
         raise SystemExit(str(e)) from None
     config = preset("paper", method=args.method)  # the committed timings ran the paper's selection
     for flag, option, given in (("--decode-attention", "decode_attention", args.decode_attention),
-                                ("--no-compile", "compile_kernels", args.no_compile)):
+                                ("--no-compile", "compile_kernels", args.no_compile),
+                                ("--no-matvec", "matvec", args.no_matvec)):
         owners = backends_with(option)
         if given and args.backend not in owners:
             raise SystemExit(f"{flag} sets the decoding of the {' or '.join(owners)} backend: "
@@ -145,7 +149,8 @@ def main(argv=None) -> int:
     if args.versus == args.backend:
         raise SystemExit("--versus names another backend than --backend")
     backend = BackendSpec(args.backend, decode_attention=args.decode_attention,
-                          compile_kernels=False if args.no_compile else None)
+                          compile_kernels=False if args.no_compile else None,
+                          matvec=False if args.no_matvec else None)
     versus = None if args.versus is None else BackendSpec(args.versus)
     floor = bench.layer_floor(model, heads, args.method)
     probed = bench.copy_bandwidth(bench.model_devices(model))

@@ -34,9 +34,9 @@ BackendName = Literal["bridge", "sdpa", "static", "flex"]
 BACKENDS: tuple[BackendName, ...] = get_args(BackendName)
 # each built-in backend's own options (its `Options` fields), for command lines that check their
 # flags before torch is imported; a test holds this table to the classes
-BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {"bridge": (), "sdpa": (), "static": ("decode_attention",
-                                                                                  "compile_kernels"),
-                                     "flex": ("compile_kernels",)}
+BACKEND_OPTIONS: dict[str, tuple[str, ...]] = {"bridge": (), "sdpa": (),
+                                               "static": ("decode_attention", "compile_kernels", "matvec"),
+                                               "flex": ("compile_kernels",)}
 
 
 def backends_with(option: str) -> list[str]:

@@ -6,9 +6,10 @@ the transformers forward spends a third of an 8B model's step on some 1,500 smal
 RMSNorm's five, rotary's eight per tensor, the residual adds, the mask casts. Here each of
 those groups is one function, compiled by `torch.compile` on CUDA into one kernel (the
 residual add folded into the next norm), and the mask is cast to the model dtype once per pass.
-The matrix products stay cuBLAS calls on the model's weight tensors, so nothing is copied; a
-layer whose query, key and value projections (and gate and up projections) the loader packed
-into one tensor (`models.packing`) runs each group as one product.
+The matrix products read the model's weight tensors, so nothing is copied: a decoding step's
+one row goes through a Triton matrix-vector kernel (`matvec`) with the compiled pieces, every
+other product through cuBLAS. A layer whose query, key and value projections (and gate and up
+projections) the loader packed into one tensor (`models.packing`) runs each group as one product.
 
 Prefill goes chunk by chunk through the same layers and fused pieces (compiled for the chunk
 length only, from a process's second prefill of that shape on: a first prefill, a shorter last
@@ -32,6 +33,7 @@ from torch.nn.functional import linear, silu
 
 from dysco_interp.decoding.backends.base import head_masks
 from dysco_interp.decoding.backends.decode_attention import attend_one_query, every_key_rows, gather_kept
+from dysco_interp.decoding.backends.matvec import matvec
 from dysco_interp.decoding.backends.prefill_attention import chunk_attention
 from dysco_interp.decoding.logit_scale import logn_of, scaled
 from dysco_interp.decoding.plan import Scale
@@ -119,13 +121,17 @@ class Kernels:
     # layer's 9 MB at 100K on an H200 (a quarter of the copy bandwidth); compiled, block-sparse
     # DySCO's step at 100K went from 8.5-9.0 ms to 7.3 there
     gather_kept: Callable = gather_kept
+    # the matrix products (`linear`'s arguments); not compiled: `compiled()` takes `matvec`, a
+    # Triton kernel of its own, for one row, and cuBLAS for more
+    linear: Callable = linear
 
     @classmethod
     @functools.cache  # one set for every backend: each compiles once per shape
     def compiled(cls) -> "Kernels":
         def compile_(fn: Callable) -> Callable:
             return torch.compile(fn, fullgraph=True)
-        return cls(*(compile_(getattr(EAGER, f.name)) for f in fields(cls)))
+        return cls(**{f.name: compile_(getattr(EAGER, f.name)) for f in fields(cls) if f.name != "linear"},
+                   linear=matvec)
 
 
 EAGER = Kernels()
@@ -178,13 +184,14 @@ class DecodePass:
         return mask, mask.to(dtype)
 
 
-def products(h: torch.Tensor, packs: Packed, modules: Sequence[torch.nn.Linear]) -> Sequence[torch.Tensor]:
-    """Each module's output on `h`: one product over the packed weight, split, when `packs` finds
-    one (the same modules), else one product each."""
+def products(h: torch.Tensor, packs: Packed, modules: Sequence[torch.nn.Linear],
+             product: Callable) -> Sequence[torch.Tensor]:
+    """Each module's output on `h` by `product` (`linear`'s signature): one product over the
+    packed weight, split, when `packs` finds one (the same modules), else one product each."""
     found = packs.found()
     if found is None:
-        return [linear(h, m.weight, m.bias) for m in modules]
-    return linear(h, *found).split(packs.sizes, dim=-1)
+        return [product(h, m.weight, m.bias) for m in modules]
+    return product(h, *found).split(packs.sizes, dim=-1)
 
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -252,7 +259,8 @@ class FusedDecoder:
             attn, mlp = layer.self_attn, layer.mlp
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
             attn_packs, mlp_packs = self.packs[index]
-            inputs = (*products(h, attn_packs, (attn.q_proj, attn.k_proj, attn.v_proj)), cos, sin, self.head_dim,
+            inputs = (*products(h, attn_packs, (attn.q_proj, attn.k_proj, attn.v_proj), k.linear), cos, sin,
+                      self.head_dim,
                       None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,
                       0.0 if q_norm is None else q_norm.variance_epsilon)
             if cache is None:
@@ -262,10 +270,10 @@ class FusedDecoder:
                 q = k.attention_inputs_into(*inputs, key, value, cache[1])
             out = attend(index, q, key, value)  # [B, s, heads * d]
             post = layer.post_attention_layernorm
-            x, h = k.add_rms_norm(x, linear(out, attn.o_proj.weight, attn.o_proj.bias), post.weight,
+            x, h = k.add_rms_norm(x, k.linear(out, attn.o_proj.weight, attn.o_proj.bias), post.weight,
                                   post.variance_epsilon)
-            down = linear(k.silu_mul(*products(h, mlp_packs, (mlp.gate_proj, mlp.up_proj))), mlp.down_proj.weight,
-                          mlp.down_proj.bias)
+            down = k.linear(k.silu_mul(*products(h, mlp_packs, (mlp.gate_proj, mlp.up_proj), k.linear)),
+                            mlp.down_proj.weight, mlp.down_proj.bias)
             if index + 1 < stop or stop == self.n_layers:
                 norm = self._norm_after(index)
                 x, h = k.add_rms_norm(x, down, norm.weight, norm.variance_epsilon)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from transformers import AttentionInterface
@@ -55,6 +55,7 @@ from dysco_interp.decoding.backends.decode_attention import (
     gather_kept,
 )
 from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
+from dysco_interp.decoding.backends.matvec import has_triton, matvec
 from dysco_interp.decoding.backends.sdpa import (
     AttentionControl,
     decoder_layers,
@@ -284,15 +285,21 @@ class StaticOptions(BackendOptions):
             a process compiles it: seconds, once per process and batch size. Prefill compiles
             only from a process's second prefill of a batch size on (`fused_decoder.PREFILLED`),
             so a process that prefills once never waits for it.
+        matvec: a decoding step's products of one row through the Triton kernel of
+            `backends.matvec` (None: with the compiled kernels; False: cuBLAS, as every product
+            of more rows; True on a CPU is a ConfigError). Without Triton it falls back to cuBLAS.
     """
 
     decode_attention: str = DEFAULT_DECODE_ATTENTION
     compile_kernels: bool | None = None
+    matvec: bool | None = None
 
     def __post_init__(self) -> None:
         check_decode_attention(self.decode_attention)
-        if self.compile_kernels is not None and not isinstance(self.compile_kernels, bool):
-            raise ConfigError(f"compile_kernels is True, False or None, got {self.compile_kernels!r}")
+        for name in ("compile_kernels", "matvec"):
+            given = getattr(self, name)
+            if given is not None and not isinstance(given, bool):
+                raise ConfigError(f"{name} is True, False or None, got {given!r}")
 
     def store_settings(self) -> dict:
         # the default is left out, so stores made before the option existed stay resumable; compiled
@@ -303,7 +310,8 @@ class StaticOptions(BackendOptions):
         assert isinstance(backend, StaticBackend)
         decoder = backend.decoder
         return {"decode_attention": backend.decode_attention, "written_out_decoder": decoder is not None,
-                "compiled_kernels": decoder is not None and decoder.compiled}
+                "compiled_kernels": decoder is not None and decoder.compiled,
+                "triton_matvec": decoder is not None and decoder.kernels.linear is matvec and has_triton()}
 
 
 class StaticBackend(Backend):
@@ -329,10 +337,14 @@ class StaticBackend(Backend):
             raise ConfigError("CUDA graphs need a CUDA device")
         if compile_kernels and not on_cuda:
             raise ConfigError("compiled decoding kernels need a CUDA device")
+        if chosen.matvec and not on_cuda:
+            raise ConfigError("the Triton matrix-vector kernel needs a CUDA device")
         self.hf = twin(model, ATTN_IMPLEMENTATION)
         compile_kernels = on_cuda if compile_kernels is None else compile_kernels
-        self.decoder = None if unsupported(self.hf) else FusedDecoder(
-            self.hf, Kernels.compiled() if compile_kernels else EAGER, model.layout)
+        kernels = Kernels.compiled() if compile_kernels else EAGER
+        if chosen.matvec is not None:
+            kernels = replace(kernels, linear=matvec if chosen.matvec else EAGER.linear)
+        self.decoder = None if unsupported(self.hf) else FusedDecoder(self.hf, kernels, model.layout)
         # a graph is captured on one device: a split model's transformers forward crosses devices
         # inside one pass, while the written-out decoder's segments are captured one by one
         whole_pass_only = model.layout.split and self.decoder is None

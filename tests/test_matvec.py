@@ -1,0 +1,153 @@
+"""The Triton matrix-vector kernel: `linear`'s results for one row on a GPU, `linear` itself elsewhere."""
+
+import warnings
+
+import pytest
+import torch
+from torch.nn.functional import linear
+
+from dysco_interp.decoding import backends
+from dysco_interp.decoding.backends import matvec as matvec_module
+from dysco_interp.decoding.backends.matvec import matvec, tiling, why_not
+from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.loop import compare_methods
+from dysco_interp.errors import ConfigError
+from dysco_interp.heads import HeadSet
+from dysco_interp.models.tiny import STYLES, tiny_model
+
+on_gpu = pytest.mark.skipif(not (torch.cuda.is_available() and matvec_module.has_triton()),
+                            reason="needs a CUDA device and Triton")
+
+
+def operands(n: int, k: int, rows: int = 1, dtype=torch.float32, device="cpu", bias: bool = True, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, 1, k, generator=g).to(device, dtype)
+    w = (torch.randn(n, k, generator=g) / k**0.5).to(device, dtype)
+    b = torch.randn(n, generator=g).to(device, dtype) if bias else None
+    return x, w, b
+
+
+def test_off_a_gpu_it_is_linear_itself():
+    for rows, bias in ((1, True), (1, False), (3, True)):
+        x, w, b = operands(40, 24, rows, bias=bias)
+        assert why_not(x, w, b) == "not on a CUDA device"
+        assert torch.equal(matvec(x, w, b), linear(x, w, b))
+
+
+def test_a_kernel_that_does_not_build_leaves_the_products_to_cublas(monkeypatch):
+    """Where Triton cannot build the kernel for a GPU, the first call says so once and every call of
+    that shape gets `linear`'s result."""
+    launches = []
+
+    def unbuildable(*args):
+        launches.append(args)
+        raise RuntimeError("no kernel image for this device\nmore detail")
+
+    monkeypatch.setattr(matvec_module, "BUILT", {})
+    monkeypatch.setattr(matvec_module, "why_not", lambda *args: None)
+    monkeypatch.setattr(matvec_module, "launch", unbuildable)
+    x, w, b = operands(40, 24)
+    with pytest.warns(RuntimeWarning, match=r"a \(40, 24\) weight .*no kernel image for this device\)"):
+        assert torch.equal(matvec(x, w, b), linear(x, w, b))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert torch.equal(matvec(x, w, b), linear(x, w, b))
+    assert len(launches) == 1
+
+
+def test_the_tiling_reads_whole_rows_in_power_of_two_chunks():
+    assert tiling(4096, 12288) == (4, 2048, 4)  # the down projection: the fastest tiling of the sweep
+    assert tiling(6144, 4096) == (1, 1024, 8)
+    assert tiling(100, 576) == (1, 1024, 8)  # one masked chunk
+    assert tiling(10, 3) == (1, 4, 8)
+
+
+@on_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 12288), (37, 1536), (8963, 1536), (1536, 8960), (5, 3)])
+def test_on_a_gpu_one_row_gets_cublas_result_to_the_rounding(dtype, n, k):
+    x, w, b = operands(n, k, dtype=dtype, device="cuda", bias=n % 2 == 1)
+    assert why_not(x, w, b) is None
+    ours, ref = matvec(x, w, b), linear(x, w, b)
+    assert ours.shape == ref.shape and ours.dtype == ref.dtype
+    exact = linear(x.double(), w.double(), None if b is None else b.double())
+    # summed in float32 in another order: as close to the exact product as cuBLAS, to a rounding
+    ulp = torch.finfo(dtype).eps * exact.abs().max().item()
+    assert (ours.double() - exact).abs().max().item() <= 2 * (ref.double() - exact).abs().max().item() + ulp
+
+
+@on_gpu
+def test_on_a_gpu_what_the_kernel_does_not_take_goes_to_linear():
+    x, w, b = operands(64, 32, dtype=torch.bfloat16, device="cuda")
+    cases = {
+        "more than one row": (torch.cat([x, x]), w, b),
+        "dtypes": (x.double(), w.double(), b.double()),
+        "not contiguous": (x, w.t().contiguous().t(), b),
+        "not a product": (x, w[:, :16], b),
+    }
+    for reason, args in cases.items():
+        assert reason in why_not(*args)
+        if reason != "not a product":
+            torch.testing.assert_close(matvec(*args), linear(*args), rtol=0, atol=0)
+
+
+@on_gpu
+def test_on_a_gpu_it_replays_in_a_cuda_graph():
+    x, w, b = operands(300, 2048, dtype=torch.bfloat16, device="cuda")
+    expected = matvec(x, w, b)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = matvec(x, w, b)
+    x.copy_(2 * x)
+    graph.replay()
+    torch.testing.assert_close(out, matvec(x, w, b), rtol=0, atol=0)
+    assert not torch.equal(out, expected)
+
+
+def test_the_static_backend_option_is_checked_before_a_model_loads(tiny_llama):
+    with pytest.raises(ConfigError, match="matvec is True, False or None"):
+        backends.StaticOptions(matvec="yes")
+    with pytest.raises(ConfigError, match="matrix-vector kernel needs a CUDA device"):
+        backends.make_backend(tiny_llama, "static", matvec=True)
+    with pytest.raises(ConfigError, match="the sdpa backend has no option matvec"):
+        backends.BackendSpec("sdpa", matvec=False)
+    described = backends.BackendSpec("static").described(tiny_llama)
+    assert described["triton_matvec"] is False  # on a CPU every product is torch's
+
+
+@on_gpu
+@pytest.mark.parametrize("style", STYLES)
+def test_on_a_gpu_the_kernel_decodes_the_tokens_of_cublas(style, monkeypatch):
+    """Every decoding step's products of one row go through the kernel, and the tokens and DySCO's
+    selections are those of cuBLAS and of the sdpa backend (float32 weights)."""
+    model = tiny_model(style, device="cuda")
+    s = model.spec
+    heads = HeadSet([(1, 0), (2, 3), (1, 2)], model=s.name, n_layers=s.n_layers, n_heads=s.n_heads,
+                    n_kv_heads=s.n_kv_heads)
+    methods = {"vanilla": DecodingConfig(method="vanilla", max_new_tokens=10),
+               "dysco": DecodingConfig(params={"beta": 4.0, "select_p": 0.7}, max_new_tokens=10,
+                                       record_positions=True)}
+    prompts = ["You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Give a route.",
+               "Oslo has a harbour. Bergen is rainy. " * 3 + "Which city has a harbour?"]
+    ran = []
+
+    def counted(x, w, b=None):
+        ran.append(why_not(x, w, b) is None)
+        return matvec(x, w, b)
+
+    from dysco_interp.decoding.backends import static
+
+    monkeypatch.setattr(static, "matvec", counted)
+    specs = {"triton": backends.BackendSpec("static", matvec=True),
+             "cublas": backends.BackendSpec("static", matvec=False), "sdpa": backends.BackendSpec("sdpa")}
+    # one prompt at a time: a step of one row
+    out = {name: [compare_methods(model, p, methods, heads, backend=spec) for p in prompts]
+           for name, spec in specs.items()}
+    # each step's products of its one row (a first prefill of a shape runs eagerly, through cuBLAS)
+    assert ran and all(ran)
+    for name in methods:
+        for runs in zip(out["triton"], out["cublas"], out["sdpa"]):
+            ours, ref, other = (run[name] for run in runs)
+            assert ours.tokens == ref.tokens == other.tokens, name
+            steps = [[(t.position, t.selected) for t in r.trace.steps] for r in (ours, ref, other)]
+            assert steps[0] == steps[1] == steps[2], name
