@@ -74,7 +74,8 @@ class BackendSpec:
         name: "bridge", "sdpa", "static", "flex" or a registered backend's.
         graphs: CUDA graphs (None: where the backend captures them, on CUDA devices).
         options: the backend's own options (`REGISTRY[name].Options`, e.g. `StaticOptions`), or
-            their fields as keywords (`decode_attention=`, `compile_kernels=` for the static backend).
+            their fields as keywords (`decode_attention=`, `compile_kernels=`, `matvec=` for the
+            static backend).
     """
 
     name: str
@@ -151,7 +152,8 @@ def make_backend(model: LoadedModel, name: BackendName | str, *, graphs: bool | 
         hooks: your TransformerLens forward hooks for every pass (the bridge only; elsewhere a ConfigError).
         options: the backend's own options (`REGISTRY[name].Options`), or their fields as
             keywords: the static backend's `decode_attention` ("sdpa", fused, its default, or
-            "float32", the reference) and `compile_kernels` (None: on CUDA devices).
+            "float32", the reference), `compile_kernels` (None: on CUDA devices) and `matvec`
+            (None: the Triton kernel for a step's products of one row, with the compiled kernels).
         tau: deprecated: a temperature is a plan's `Scale` now (`Backend` says what it still does).
 
     Returns:
