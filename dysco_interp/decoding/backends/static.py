@@ -222,7 +222,9 @@ class StaticControl(AttentionControl):
     decode_attention: str = DEFAULT_DECODE_ATTENTION
     # layer -> the heads read there, as ints (a device tensor cannot be read during a capture)
     read_lists: dict[int, tuple[int, ...]] = field(default_factory=dict)
-    step: DecodePass | None = None  # the masks of the pass, chosen per layer as the fused decoder does
+    # device -> the masks of the pass there, chosen per layer as the fused decoder does (a model
+    # split over devices reads each device's own copies)
+    steps: dict[torch.device, DecodePass] = field(default_factory=dict)
 
 
 def static_attention(module, query, key, value, attention_mask, dropout: float = 0.0, scaling=None,
@@ -240,16 +242,17 @@ def static_attention(module, query, key, value, attention_mask, dropout: float =
     mask, kind = attention_mask, ctl.decode_attention
     window = getattr(module, "sliding_window", None)
     layer, heads = module.layer_idx, ctl.read_lists.get(module.layer_idx)
-    if ctl.step is not None:
-        mask, _ = ctl.step.masks(layer, query.dtype, {"mask": attention_mask})
-        if layer in ctl.step.keep_layers:  # only the kept keys and values are read
-            assert ctl.step.kept is not None and ctl.step.hidden is not None
+    step = ctl.steps[query.device] if ctl.steps else None
+    if step is not None:
+        mask, _ = step.masks(layer, query.dtype, {"mask": attention_mask})
+        if layer in step.keep_layers:  # only the kept keys and values are read
+            assert step.kept is not None and step.hidden is not None
             if heads is not None:  # except by a read, which covers every key
                 ctl.rows[layer], heads = every_key_rows(query, key, mask, scale, groups, heads, window, ctl.slot), None
-            key, value, mask = gather_kept(key, value, mask, ctl.step.kept, ctl.step.hidden)
+            key, value, mask = gather_kept(key, value, mask, step.kept, step.hidden)
             if window is not None:  # kept keys at or before slot - window are out of a sliding layer's reach
                 assert ctl.slot is not None
-                old = ctl.step.kept <= ctl.slot.to(key.device) - window
+                old = step.kept <= ctl.slot.to(key.device) - window
                 mask, window, kind = mask.masked_fill(old[:, None, None, :], -torch.inf), None, "float32"
     out, rows = attend_one_query(query, key, value, mask, scale, groups, kind, heads, window, ctl.slot)
     if rows is not None:
@@ -406,10 +409,17 @@ class StaticBackend(Backend):
         n_layers = self.model.spec.n_layers
 
         def run():
-            step = self._decode_pass(plan, state.fixed(0, self.model.device))
+            # each device of a split gets its own copies of the fixed tensors, as the fused passes do
+            steps: dict[torch.device, DecodePass] = {}
+            for part, device in enumerate(self.model.layout.devices):
+                fixed = state.fixed(part, device)
+                if part:
+                    fixed.refresh(state.fixed(0, device), plan.bias is not None)
+                steps.setdefault(fixed.mask.device, self._decode_pass(plan, fixed))
+            step = steps[state.mask.device]
             ctl = StaticControl(scale=plan.scale, scale_heads=dict(step.scale_heads), logn=step.logn,
                                 slot=state.slot, decode_attention=self.decode_attention,
-                                read_lists=plan.read_heads(), step=step)
+                                read_lists=plan.read_heads(), steps=steps)
             inputs = {"input_ids": state.ids} if start == 0 else {"inputs_embeds": hidden}
             with self._layers(start, stop):
                 try:
