@@ -1,6 +1,7 @@
 """The fast backends (SDPA, static) against the TransformerLens bridge, and batches against single prompts."""
 
 import dataclasses
+import warnings
 
 import pytest
 import torch
@@ -403,3 +404,33 @@ def test_a_backend_spec_carries_the_backend_and_its_options_as_one_value(tiny_ll
                          (lambda: backends.BackendSpec.of(spec, decode_attention="sdpa"), "inside the BackendSpec")]:
         with pytest.raises(ConfigError, match=message):
             bad()
+
+
+def test_a_piece_the_compiler_refuses_to_compile_again_runs_as_written(monkeypatch):
+    """Past torch's limit of compiled variants of a function, a fused piece runs uncompiled (said
+    once) instead of failing the step."""
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
+    from dysco_interp.decoding.backends import fused_decoder
+
+    monkeypatch.setattr(fused_decoder, "REFUSED", set())
+    calls = []
+
+    def refusing(*args):
+        calls.append("compiled")
+        raise FailOnRecompileLimitHit("recompile_limit reached with fullgraph=True\nmore")
+
+    def silu_mul(gate, up):
+        calls.append("eager")
+        return fused_decoder.silu_mul(gate, up)
+
+    piece = fused_decoder.past_recompiles(refusing, silu_mul)
+    gate, up = torch.randn(3, 5), torch.randn(3, 5)
+    with pytest.warns(RuntimeWarning, match=r"compiled silu_mul for as many .*recompile_limit"):
+        torch.testing.assert_close(piece(gate, up), fused_decoder.silu_mul(gate, up), rtol=0, atol=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        piece(gate, up)
+    assert calls == ["compiled", "eager", "compiled", "eager"]
+    ok = fused_decoder.past_recompiles(lambda *args: "compiled", silu_mul)
+    assert ok(gate, up) == "compiled"

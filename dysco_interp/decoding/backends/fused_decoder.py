@@ -25,10 +25,12 @@ differently, as any fused kernel does.
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 import torch
+from torch._dynamo.exc import FailOnRecompileLimitHit
 from torch.nn.functional import linear, silu
 
 from dysco_interp.decoding.backends.base import head_masks
@@ -128,10 +130,32 @@ class Kernels:
     @classmethod
     @functools.cache  # one set for every backend: each compiles once per shape
     def compiled(cls) -> "Kernels":
-        def compile_(fn: Callable) -> Callable:
-            return torch.compile(fn, fullgraph=True)
-        return cls(**{f.name: compile_(getattr(EAGER, f.name)) for f in fields(cls) if f.name != "linear"},
+        return cls(**{f.name: past_recompiles(torch.compile(getattr(EAGER, f.name), fullgraph=True),
+                                              getattr(EAGER, f.name)) for f in fields(cls) if f.name != "linear"},
                    linear=matvec)
+
+
+def past_recompiles(compiled: Callable, eager: Callable) -> Callable:
+    """`compiled`, or `eager` for a call torch's compiler refuses to compile once more.
+
+    Each piece is compiled anew for every device, dtype, model constant and batch shape it
+    meets, and the compiler stops at a limit of such variants a function (8 in torch 2.11): a
+    process that decodes several models, or one model split over two GPUs in two dtypes, met
+    it. It refuses before running anything, so the call runs as written, and that is said once."""
+    def run(*args, **kwargs):
+        try:
+            return compiled(*args, **kwargs)
+        except FailOnRecompileLimitHit:
+            if eager not in REFUSED:
+                REFUSED.add(eager)
+                warnings.warn(f"torch's compiler has compiled {eager.__name__} for as many devices, dtypes and "
+                              f"shapes as it allows in one process (torch._dynamo.config.recompile_limit); "
+                              f"a call that needs another runs uncompiled", RuntimeWarning, stacklevel=2)
+            return eager(*args, **kwargs)
+    return run
+
+
+REFUSED: set[Callable] = set()  # the pieces torch's compiler stopped compiling in this process
 
 
 EAGER = Kernels()
