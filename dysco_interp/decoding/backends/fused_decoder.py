@@ -130,8 +130,8 @@ class Kernels:
     @classmethod
     @functools.cache  # one set for every backend: each compiles once per shape
     def compiled(cls) -> "Kernels":
-        return cls(**{f.name: past_recompiles(torch.compile(getattr(EAGER, f.name), fullgraph=True),
-                                              getattr(EAGER, f.name)) for f in fields(cls) if f.name != "linear"},
+        pieces = {f.name: getattr(EAGER, f.name) for f in fields(cls) if f.name != "linear"}
+        return cls(**{name: past_recompiles(torch.compile(fn, fullgraph=True), fn) for name, fn in pieces.items()},
                    linear=matvec)
 
 
@@ -283,8 +283,8 @@ class FusedDecoder:
             attn, mlp = layer.self_attn, layer.mlp
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
             attn_packs, mlp_packs = self.packs[index]
-            inputs = (*products(h, attn_packs, (attn.q_proj, attn.k_proj, attn.v_proj), k.linear), cos, sin,
-                      self.head_dim,
+            inputs = (*products(h, attn_packs, (attn.q_proj, attn.k_proj, attn.v_proj), k.linear),
+                      cos, sin, self.head_dim,
                       None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,
                       0.0 if q_norm is None else q_norm.variance_epsilon)
             if cache is None:
