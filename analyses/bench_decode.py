@@ -17,6 +17,9 @@ sequences decode together and tokens per second count the tokens of all rows.
     python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
         --backend static --contexts 102400 --task-context path_traversal --also instaboost \
         --also 'pasta={"heads": "L10H0 L12H3"}' --also 'qr-pasta={"heads": "L10H0 L12H3"}' --also pos-calibration
+    # what the Triton matrix-vector kernel of a batch-1 step brings: the same run with cuBLAS for every product
+    python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
+        --backend static --contexts 102400 --also dysco-lagged --no-matvec
     # one method at two settings, each step under its own label
     python analyses/bench_decode.py --random-geometry qwen3-8b --heads paper --device cuda --dtype bfloat16 \
         --backend static --contexts 102400 --also dysco-lagged --also dysco-sparse \
