@@ -24,7 +24,8 @@ process. Under torchrun:
 - Each rank writes its records to its own shard beside the store (results.rank1.jsonl beside
   results.jsonl), a store with the same settings header, marked as a shard of that store, and
   its own lock; a file of that name that is no such shard stops the run untouched. Rank 0 holds the
-  store's lock for the whole run, so a second run on the same store is refused. When every rank
+  store's lock for the whole run, so a second run on the same store is refused (rank 0 alone
+  checks the lock before the model loads: the check takes it for a moment). When every rank
   is done, rank 0 folds the shards into the store in the order one process would have written
   them (instance by instance, methods in the order given), then deletes them.
 - A rank that dies ends the whole run (torchrun stops the others). Every record written so far is

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
+from filelock import FileLock
 
 from dysco_interp import distributed
 from dysco_interp.analysis.bench_data_parallel import comparable
@@ -192,6 +193,25 @@ def test_bad_input_stops_each_rank_in_one_line_before_the_model_loads(setup, tmp
     err = capsys.readouterr().err.strip()
     assert err.startswith("dysco-interp: error:") and says in err and "\n" not in err, err
     assert not dist.is_initialized() and not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_only_rank_0_probes_the_store_s_lock_before_the_model_loads(setup, tmp_path, capsys, rank_1_of_2,
+                                                                    monkeypatch, rank):
+    """The probe takes the lock for a moment: ranks probing at once refused each other. Rank 0
+    alone writes the store, so it alone refuses a store another writer holds."""
+    monkeypatch.setenv("RANK", rank)
+
+    def stop(*args, **kwargs):
+        raise ConfigError("reached the process group")
+
+    monkeypatch.setattr(distributed, "process_group", stop)
+    out = tmp_path / "r.jsonl"
+    with FileLock(str(out) + ".lock"):  # another writer's lock, as a store takes it
+        assert main(evaluate_args(setup, out)) == 2
+    err = capsys.readouterr().err
+    assert ("is being written by another writer" in err) == (rank == "0")
+    assert ("reached the process group" in err) == (rank == "1")
 
 
 def test_the_launch_is_read_from_torchruns_environment():

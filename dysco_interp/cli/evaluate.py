@@ -109,13 +109,16 @@ def run_evaluate(args) -> int:
     heads_line = check_head_file(args.heads, args.model, args.allow_other_model) if needs_heads else None
     check_data_fits(data, args)
     traces_for = [instance_id(inst) for inst in instances] if args.keep_trace else None
+    # the store's lock is probed by taking it: under torchrun only rank 0, which alone writes the
+    # store, probes it (ranks probing at the same moment refused each other)
+    busy = launch is None or launch.rank == 0
     if args.if_settings_differ == "error":
         device = args.devices[0] if args.devices else resolve_device(args.device)
         known = store_settings(args.model, task, backend, resolve_dtype(args.dtype, device), device,
                                teacher_forced=args.teacher_forced, format_forced=args.format_forced)
-        precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()}, traces_for)
+        precheck(args.out, known, {m: method_settings(c, None) for m, c in methods.items()}, traces_for, busy)
     else:
-        check_store_files(args.out, task, args.if_settings_differ)
+        check_store_files(args.out, task, args.if_settings_differ, busy)
     with distributed.process_group(launch, args.device) as world, distributed.quiet_unless_main(world):
         model = load_model_from_flags(args, heads_line)
         heads = heads_from_flags(model, args, heads_line is not None) if needs_heads else None

@@ -182,10 +182,10 @@ def task_metrics(task: str) -> tuple[str, ...]:
     return () if spec is None else (*spec.metrics.free, *spec.metrics.forced)
 
 
-def check_store_files(path: str | Path, task: str, if_differs: str = "error") -> None:
+def check_store_files(path: str | Path, task: str, if_differs: str = "error", busy: bool = True) -> None:
     """DataError for a malformed record in a file that opening the store at `path` reads (the
     store and its shards, and with if_differs="new" each sibling store it may move on to);
-    StoreBusyError for such a store another writer holds."""
+    with `busy`, StoreBusyError for such a store another writer holds."""
     candidates = [Path(path)]
     if if_differs == "new":
         candidates = []
@@ -194,7 +194,8 @@ def check_store_files(path: str | Path, task: str, if_differs: str = "error") ->
             if not sibling.exists():
                 break
     for store in candidates:
-        check_not_busy(store)
+        if busy:
+            check_not_busy(store)
         # a killed data-parallel run's shards join the store when it is opened: check them with it
         for file in (store, *shard_paths(store)):
             contents = read_resumable(file)
@@ -215,14 +216,15 @@ def check_traces(path: str | Path, records: Iterable[Mapping], methods: Iterable
 
 
 def precheck(path: str | Path, known: Mapping[str, object], methods: Mapping[str, dict],
-             traces_for: Iterable[str] | None = None) -> None:
-    """Before a model is loaded: refuse a store another writer holds, a path that is no store, a
-    malformed record, or a store whose settings differ in what is already known (`known`: the
-    store settings but the weights id, which needs the model; `methods`: method settings,
-    compared without their head sets, which need it too); with `traces_for` (the hashes of
-    instances whose traces are kept), a stored record of them without a trace."""
+             traces_for: Iterable[str] | None = None, busy: bool = True) -> None:
+    """Before a model is loaded: refuse a store another writer holds (with `busy`), a path that is
+    no store, a malformed record, or a store whose settings differ in what is already known
+    (`known`: the store settings but the weights id, which needs the model; `methods`: method
+    settings, compared without their head sets, which need it too); with `traces_for` (the hashes
+    of instances whose traces are kept), a stored record of them without a trace."""
     instances = None if traces_for is None else list(traces_for)
-    check_not_busy(path)
+    if busy:
+        check_not_busy(path)
     # a killed data-parallel run's shards join the store when it is opened: check them with it
     for file in (Path(path), *shard_paths(path)):
         contents = read_resumable(file)
