@@ -141,6 +141,13 @@ class StaticState(DecodeState):
             self.copies[part] = own.copied_to(device)
         return self.copies[part]
 
+    def fixed_for_pass(self, part: int, device: torch.device, biased: bool) -> Fixed:
+        """`fixed(part, device)` as a pass reads it: a later part's copies refreshed from the first's."""
+        fixed = self.fixed(part, device)
+        if part:
+            fixed.refresh(self.fixed(0, device), biased)
+        return fixed
+
     @classmethod
     def of(cls, state: DecodeState) -> "StaticState":
         """Decoding buffers for a state prefilled into a SlotCache (pads stay masked)."""
@@ -412,9 +419,7 @@ class StaticBackend(Backend):
             # each device of a split gets its own copies of the fixed tensors, as the fused passes do
             steps: dict[torch.device, DecodePass] = {}
             for part, device in enumerate(self.model.layout.devices):
-                fixed = state.fixed(part, device)
-                if part:
-                    fixed.refresh(state.fixed(0, device), plan.bias is not None)
+                fixed = state.fixed_for_pass(part, device, plan.bias is not None)
                 steps.setdefault(fixed.mask.device, self._decode_pass(plan, fixed))
             step = steps[state.mask.device]
             ctl = StaticControl(scale=plan.scale, scale_heads=dict(step.scale_heads), logn=step.logn,
@@ -472,9 +477,7 @@ class StaticBackend(Backend):
         x = hidden
         for index, (part, first, last) in enumerate(segments):
             device = placement.devices[part]
-            fixed = state.fixed(part, device)
-            if part:
-                fixed.refresh(state.fixed(0, device), biased)
+            fixed = state.fixed_for_pass(part, device, biased)
             inbox = None  # the first segment from the step's tokens embeds them itself
             if x is not None:
                 inbox = state.inputs.get((plan, start, part))
