@@ -8,7 +8,8 @@ from torch.nn.functional import linear
 
 from dysco_interp.decoding import backends
 from dysco_interp.decoding.backends import matvec as matvec_module
-from dysco_interp.decoding.backends.matvec import matvec, tiling, why_not
+from dysco_interp.decoding.backends.fused_decoder import EAGER, rms_norm, silu_mul
+from dysco_interp.decoding.backends.matvec import folded, launch, matvec, tiling, why_not
 from dysco_interp.decoding.config import DecodingConfig
 from dysco_interp.decoding.loop import compare_methods
 from dysco_interp.errors import ConfigError
@@ -32,6 +33,46 @@ def test_off_a_gpu_it_is_linear_itself():
         x, w, b = operands(40, 24, rows, bias=bias)
         assert why_not(x, w, b) == "not on a CUDA device"
         assert torch.equal(matvec(x, w, b), linear(x, w, b))
+        assert folded(x, w, b, residual=torch.zeros(rows, 1, 40)) is None
+
+
+FOLDS = {"plain": {}, "norm": {"norm": True}, "glu": {"glu": True}, "residual": {"residual": True},
+         "norm and glu": {"norm": True, "glu": True}, "norm and residual": {"norm": True, "residual": True}}
+
+
+def folds_for(x: torch.Tensor, n: int, norm: bool = False, glu: bool = False, residual: bool = False,
+              seed: int = 1) -> dict:
+    """The steps' tensors for a product of `x` with an `n`-row weight."""
+    g = torch.Generator().manual_seed(seed)
+    k, outputs = x.shape[-1], n // 2 if glu else n
+    made = {"norm": ((torch.rand(k, generator=g) + 0.5).to(x.device, x.dtype), 1e-6) if norm else None,
+            "glu": True if glu else None,
+            "residual": torch.randn(*x.shape[:-1], outputs, generator=g).to(x.device, x.dtype) if residual else None}
+    return {name: value for name, value in made.items() if value is not None}
+
+
+def composed(x, w, b, norm=None, glu=False, residual=None, exact=False):
+    """The steps one by one, as transformers takes them; `exact`: in float64, the norm's output unrounded."""
+    if exact:
+        x, w, b = x.double(), w.double(), None if b is None else b.double()
+        norm = None if norm is None else (norm[0].double(), norm[1])
+        residual = None if residual is None else residual.double()
+    if norm is not None:
+        x = rms_norm(x, *norm) if not exact else x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm[1]) * norm[0]
+    out = linear(x, w, b)
+    if glu:
+        out = silu_mul(*out.chunk(2, dim=-1))
+    return out if residual is None else residual + out
+
+
+@pytest.mark.parametrize("fold", FOLDS)
+def test_the_eager_product_takes_the_steps_one_by_one(fold):
+    """Off a GPU (and wherever the kernel does not run) `Kernels.product` is the transformers
+    order of the steps it is given."""
+    for rows in (1, 3):
+        x, w, b = operands(40, 24, rows)
+        extra = folds_for(x, 40, **FOLDS[fold])
+        assert torch.equal(EAGER.product(x, w, b, **extra), composed(x, w, b, **extra))
 
 
 def test_a_kernel_that_does_not_build_leaves_the_products_to_cublas(monkeypatch):
@@ -60,6 +101,10 @@ def test_the_tiling_reads_whole_rows_in_power_of_two_chunks():
     assert tiling(6144, 4096) == (1, 1024, 8)
     assert tiling(100, 576) == (1, 1024, 8)  # one masked chunk
     assert tiling(10, 3) == (1, 4, 8)
+    # a step folded in: more rows a program read the row and the norm's weight fewer times
+    assert tiling(6144, 4096, folded=True) == tiling(4096, 12288, folded=True) == (4, 2048, 4)
+    assert tiling(24576, 4096, folded=True, glu=True) == (2, 2048, 4)  # two gate rows and their two up rows
+    assert tiling(10, 3, folded=True) == (4, 4, 4)
 
 
 @on_gpu
@@ -77,6 +122,36 @@ def test_on_a_gpu_one_row_gets_cublas_result_to_the_rounding(dtype, n, k):
 
 
 @on_gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("n,k", [(6144, 4096), (4096, 12288), (38, 1536), (1536, 8960), (6, 3)])
+@pytest.mark.parametrize("fold", [f for f in FOLDS if f != "plain"])
+def test_on_a_gpu_a_folded_product_gets_the_steps_result_to_the_rounding(dtype, n, k, fold):
+    """The norm, the MLP's activation and the residual add folded into the product are as close
+    to the steps' float64 result as the steps one by one (transformers' roundings of each step's
+    output) are, to a rounding: the sums run in another order, and the normed row is never
+    rounded."""
+    x, w, b = operands(n, k, dtype=dtype, device="cuda", bias=n % 4 == 2)
+    x = 3 * x  # a norm that changes the row
+    extra = folds_for(x, n, **FOLDS[fold])
+    assert why_not(x, w, b, **extra) is None
+    ours, ref = folded(x, w, b, **extra), composed(x, w, b, **extra)
+    assert ours is not None and ours.shape == ref.shape and ours.dtype == ref.dtype
+    exact = composed(x, w, b, **extra, exact=True)
+    ulp = torch.finfo(dtype).eps * exact.abs().max().item()
+    assert (ours.double() - exact).abs().max().item() <= 2 * (ref.double() - exact).abs().max().item() + 2 * ulp
+
+
+@on_gpu
+def test_on_a_gpu_every_tiling_gives_the_same_product():
+    """The benchmark's sweep (`analyses/bench_matvec.py`) times other tilings of the same sums."""
+    x, w, b = operands(300, 2048, dtype=torch.float32, device="cuda")
+    extra = folds_for(x, 300, norm=True, residual=True)
+    ref = launch(x, w, b, **extra)
+    for tiles in ((1, 512, 4), (2, 1024, 8), (4, 2048, 4), (8, 256, 4)):
+        torch.testing.assert_close(launch(x, w, b, **extra, tiles=tiles), ref, rtol=1e-5, atol=1e-5)
+
+
+@on_gpu
 def test_on_a_gpu_what_the_kernel_does_not_take_goes_to_linear():
     x, w, b = operands(64, 32, dtype=torch.bfloat16, device="cuda")
     cases = {
@@ -85,6 +160,10 @@ def test_on_a_gpu_what_the_kernel_does_not_take_goes_to_linear():
         "not contiguous": (x, w.t().contiguous().t(), b),
         "not a product": (x, w[:, :16], b),
     }
+    for name, bad in {"residual": x[..., :63], "norm": (x[0, 0, :31], 1e-6)}.items():
+        assert f"a {'norm weight' if name == 'norm' else name} of shape" in why_not(x, w, b, **{name: bad})
+    assert why_not(x, w[:63], b[:63], glu=True) == "a gate and up projection of 63 rows"
+    assert why_not(x, w, b, glu=True, residual=x[..., :31]) == "a residual of shape (1, 1, 31)"
     for reason, args in cases.items():
         assert reason in why_not(*args)
         if reason != "not a product":
@@ -132,13 +211,14 @@ def test_on_a_gpu_the_kernel_decodes_the_tokens_of_cublas(style, monkeypatch):
                "Oslo has a harbour. Bergen is rainy. " * 3 + "Which city has a harbour?"]
     ran = []
 
-    def counted(x, w, b=None):
-        ran.append(why_not(x, w, b) is None)
-        return matvec(x, w, b)
+    def counted(x, w, b=None, **extra):
+        out = folded(x, w, b, **extra)
+        ran.append(out is not None)
+        return out
 
     from dysco_interp.decoding.backends import static
 
-    monkeypatch.setattr(static, "matvec", counted)
+    monkeypatch.setattr(static, "folded", counted)
     specs = {"triton": backends.BackendSpec("static", matvec=True),
              "cublas": backends.BackendSpec("static", matvec=False), "sdpa": backends.BackendSpec("sdpa")}
     # one prompt at a time: a step of one row

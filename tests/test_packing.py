@@ -137,7 +137,7 @@ def test_prefill_compiles_its_pieces_only_from_the_second_prefill_of_a_shape(mon
             return fn(*args, **kwargs)
         return run
 
-    kernels = Kernels(*(spy(getattr(EAGER, f.name)) for f in dataclasses.fields(Kernels)))
+    kernels = Kernels(*(spy(getattr(EAGER, f.name)) for f in dataclasses.fields(Kernels) if f.name != "matvec"))
     hf, _ = tiny_hf_model("llama")
     decoder = FusedDecoder(hf, kernels)
 

@@ -1,4 +1,5 @@
-"""A matrix-vector product in Triton: `linear` for one row, as a decoding step at batch 1 runs it.
+"""A matrix-vector product in Triton: `linear` for one row, as a decoding step at batch 1 runs it,
+with the small steps beside a product folded into it.
 
 A decoding step at batch 1 multiplies one row by every weight matrix, so it is bound by reading
 the weights. cuBLAS picks tiles made for matrices, and at Qwen3-8B's shapes on an H200 it read
@@ -9,6 +10,16 @@ rows and reads them in unrolled chunks, so every load is issued before the first
 0.88, 0.95 and 1.00 there, and 1.08 against 1.02 for the packed gate and up projections (36
 weights of each shape, one CUDA graph, 4,136 GB/s; 63 tilings swept, the two rules below the
 fastest).
+
+The small steps a decoder layer takes just before or after a product each cost a kernel of
+their own, about 2 us on an H200 with the gap after it, for a row of a few KB. `folded` takes
+them into the product:
+- `norm=(weight, eps)`: the row goes through an RMS norm first. Every program reads the whole
+  row anyway, so it sums the row's squares beside its products and scales its sums at the end
+  (no load waits for the norm; the normed row is never rounded, where transformers rounds it);
+- `glu=True`: the weight is a gate projection's rows followed by an up projection's (the packed
+  MLP), and the output is `silu(gate) * up`, each program taking a gate row and its up row;
+- `residual=r`: the output is `r + product`, the residual stream after the product.
 
 `matvec` is `torch.nn.functional.linear` wherever this kernel does not apply: on the CPU, without
 Triton, for more than one row (batch > 1, prefill chunks), or for tensors it does not take. It
@@ -34,12 +45,16 @@ def has_triton() -> bool:
     return importlib.util.find_spec("triton") is not None
 
 
-def tiling(n: int, k: int) -> tuple[int, int, int]:
-    """(rows a program, columns a chunk, warps) for an `n` × `k` weight: a long reduction (the
-    down projection) takes four rows of 2,048-column chunks in four warps, anything shorter one
-    row of 1,024-column chunks in eight warps (the fastest of the sweep at each shape)."""
-    if k >= 8192:
-        return 4, 2048, 4
+def tiling(n: int, k: int, folded: bool = False, glu: bool = False) -> tuple[int, int, int]:
+    """(output rows a program, columns a chunk, warps) for an `n` × `k` weight: a plain product of
+    a short reduction takes one row of 1,024-column chunks in eight warps; a long reduction (the
+    down projection), or a product with a step folded in, four rows of 2,048-column chunks in four
+    warps, and with `glu` two rows, each with its up row (the fastest of the sweeps at each
+    shape: more rows a program read the row vector and the norm's weight fewer times)."""
+    if glu:
+        return 2, min(2048, next_power_of_2(k)), 4
+    if folded or k >= 8192:
+        return 4, min(2048, next_power_of_2(k)), 4
     return 1, min(1024, next_power_of_2(k)), 8
 
 
@@ -47,8 +62,10 @@ def next_power_of_2(k: int) -> int:
     return 1 << max(k - 1, 0).bit_length()
 
 
-def why_not(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
-    """Why `matvec` falls back to `linear` for these tensors (None: the kernel runs)."""
+def why_not(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+            norm: tuple[torch.Tensor, float] | None = None, glu: bool = False,
+            residual: torch.Tensor | None = None) -> str | None:
+    """Why the kernel does not run for these tensors (None: it does)."""
     if x.device.type != "cuda":
         return "not on a CUDA device"
     if not has_triton():
@@ -57,52 +74,78 @@ def why_not(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) ->
         return "not a product of a row with a matrix"
     if x.numel() != x.shape[-1]:
         return "more than one row"
-    if x.dtype not in DTYPES or weight.dtype != x.dtype or (bias is not None and bias.dtype != x.dtype):
+    n, k = weight.shape
+    if glu and n % 2:
+        return f"a gate and up projection of {n} rows"
+    beside = {"bias": (bias, (n,)), "norm weight": (None if norm is None else norm[0], (k,)),
+              "residual": (residual, (*x.shape[:-1], n // 2 if glu else n))}
+    given = [t for t, _ in beside.values() if t is not None]
+    for name, (t, shape) in beside.items():
+        if t is not None and tuple(t.shape) != shape:
+            return f"a {name} of shape {tuple(t.shape)}"
+    if x.dtype not in DTYPES or any(t.dtype != x.dtype for t in (weight, *given)):
         return f"dtypes {x.dtype} and {weight.dtype}"
-    if not (x.is_contiguous() and weight.is_contiguous() and (bias is None or bias.is_contiguous())):
+    if not all(t.is_contiguous() for t in (x, weight, *given)):
         return "a tensor is not contiguous"
-    if weight.device != x.device or (bias is not None and bias.device != x.device):
+    if any(t.device != x.device for t in (weight, *given)):
         return "tensors on different devices"
-    _, chunk, _ = tiling(*weight.shape)
-    if -(-weight.shape[1] // chunk) > MAX_CHUNKS:
-        return f"a reduction over {weight.shape[1]} columns"
+    _, chunk, _ = tiling(n, k)
+    if -(-k // chunk) > MAX_CHUNKS:
+        return f"a reduction over {k} columns"
     return None
 
 
-# (weight shape, dtype, bias or not, device) -> whether the kernel built for it: True, or why not
+# (weight shape, dtype, which of bias, norm, glu and residual are given, device) -> whether the
+# kernel built for it: True, or why not
 BUILT: dict[tuple, bool | str] = {}
 
 
-def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`linear(x, weight, bias)`, by the Triton kernel for one row on a GPU."""
-    if why_not(x, weight, bias) is not None:
-        return linear(x, weight, bias)
-    key = (tuple(weight.shape), x.dtype, bias is not None, x.device)
+def folded(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
+           norm: tuple[torch.Tensor, float] | None = None, glu: bool = False,
+           residual: torch.Tensor | None = None) -> torch.Tensor | None:
+    """`linear(x, weight, bias)` by the Triton kernel for one row, with the steps named in the
+    module docstring folded in; None where the kernel does not run (`why_not`, or a kernel
+    Triton could not build on this GPU: that is said once, and the caller does the steps)."""
+    if why_not(x, weight, bias, norm, glu, residual) is not None:
+        return None
+    key = (tuple(weight.shape), x.dtype, bias is not None, norm is not None, glu, residual is not None, x.device)
     built = BUILT.get(key)
     if built is True:
-        return launch(x, weight, bias)
+        return launch(x, weight, bias, norm, glu, residual)
     if built is not None:
-        return linear(x, weight, bias)
-    # the first call of a shape builds the kernel: where Triton cannot build it for this GPU,
-    # cuBLAS does the products, as it would without Triton
+        return None
     try:
-        out = launch(x, weight, bias)
+        out = launch(x, weight, bias, norm, glu, residual)
     except Exception as e:  # noqa: BLE001 (Triton's compile and launch errors have no common base)
         BUILT[key] = f"{type(e).__name__}: {e}".splitlines()[0]
         warnings.warn(f"the Triton matrix-vector kernel does not run for a {tuple(weight.shape)} weight in "
                       f"{x.dtype} here ({BUILT[key]}); those products go to cuBLAS", RuntimeWarning, stacklevel=2)
-        return linear(x, weight, bias)
+        return None
     BUILT[key] = True
     return out
 
 
-def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """`linear(x, weight, bias)`, by the Triton kernel for one row on a GPU."""
+    out = folded(x, weight, bias)
+    return linear(x, weight, bias) if out is None else out
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+           norm: tuple[torch.Tensor, float] | None = None, glu: bool = False,
+           residual: torch.Tensor | None = None, tiles: tuple[int, int, int] | None = None) -> torch.Tensor:
+    """The kernel on tensors `why_not` accepts; `tiles`: (output rows a program, chunk, warps)
+    instead of `tiling`'s."""
     n, k = weight.shape
-    rows, chunk, warps = tiling(n, k)
+    n = n // 2 if glu else n
+    rows, chunk, warps = tiles or tiling(n, k, norm is not None or residual is not None, glu)
     out = torch.empty(*x.shape[:-1], n, dtype=x.dtype, device=x.device)
+    norm_weight, eps = (weight, 0.0) if norm is None else norm
     with torch.cuda.device(x.device):  # Triton launches on the current device
-        triton_kernel()[(-(-n // rows),)](weight, x, weight if bias is None else bias, out, n, k, rows, chunk,
-                                          bias is not None, n % rows == 0, k % chunk == 0, num_warps=warps)
+        triton_kernel()[(-(-n // rows),)](
+            weight, x, weight if bias is None else bias, norm_weight, out if residual is None else residual, out,
+            float(eps), n, k, rows, chunk, bias is not None, norm is not None, glu, residual is not None,
+            n % rows == 0, k % chunk == 0, num_warps=warps)
     return out
 
 
@@ -113,26 +156,59 @@ def triton_kernel() -> Any:
     import triton.language as tl
 
     @triton.jit
-    def rows_times_vector(w_ptr, x_ptr, b_ptr, y_ptr, n, K: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr,
-                          HAS_BIAS: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
+    def rows_times_vector(w_ptr, x_ptr, b_ptr, g_ptr, r_ptr, y_ptr, eps, n, K: tl.constexpr, ROWS: tl.constexpr,
+                          CHUNK: tl.constexpr, HAS_BIAS: tl.constexpr, NORM: tl.constexpr, GLU: tl.constexpr,
+                          RESIDUAL: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
         rows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
         starts = rows.to(tl.int64) * K
+        # with GLU, the up projection's rows follow the gate's n rows: a program takes both
+        up_starts = (rows + n).to(tl.int64) * K
         acc = tl.zeros([ROWS, CHUNK], tl.float32)
+        up_acc = tl.zeros([ROWS, CHUNK], tl.float32)
+        squares = tl.zeros([CHUNK], tl.float32)
         for first in tl.static_range(0, K, CHUNK):  # unrolled: the loads of every chunk go out at once
             cols = first + tl.arange(0, CHUNK)
+            inside = (rows[:, None] < n) & (cols[None, :] < K)
+            # each weight is read once a step: evicted first, so the row vector stays in L2
             if EVEN_N and EVEN_K:
-                # each weight is read once a step: evicted first, so the row vector stays in L2
                 w = tl.load(w_ptr + starts[:, None] + cols[None, :], eviction_policy="evict_first")
-                x = tl.load(x_ptr + cols, eviction_policy="evict_last")
+                x = tl.load(x_ptr + cols, eviction_policy="evict_last").to(tl.float32)
             else:
-                inside = (rows[:, None] < n) & (cols[None, :] < K)
                 w = tl.load(w_ptr + starts[:, None] + cols[None, :], mask=inside, other=0.0,
                             eviction_policy="evict_first")
-                x = tl.load(x_ptr + cols, mask=cols < K, other=0.0, eviction_policy="evict_last")
-            acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+                x = tl.load(x_ptr + cols, mask=cols < K, other=0.0, eviction_policy="evict_last").to(tl.float32)
+            if NORM:  # the norm's scale is applied to the sums at the end: no load waits for it
+                squares += x * x
+                if EVEN_K:
+                    g = tl.load(g_ptr + cols, eviction_policy="evict_last")
+                else:
+                    g = tl.load(g_ptr + cols, mask=cols < K, other=0.0, eviction_policy="evict_last")
+                x = x * g.to(tl.float32)
+            acc += w.to(tl.float32) * x[None, :]
+            if GLU:
+                if EVEN_N and EVEN_K:
+                    u = tl.load(w_ptr + up_starts[:, None] + cols[None, :], eviction_policy="evict_first")
+                else:
+                    u = tl.load(w_ptr + up_starts[:, None] + cols[None, :], mask=inside, other=0.0,
+                                eviction_policy="evict_first")
+                up_acc += u.to(tl.float32) * x[None, :]
         y = tl.sum(acc, axis=1)
+        if NORM:
+            inverse = tl.rsqrt(tl.sum(squares, axis=0) / K + eps)
+            y = y * inverse
         if HAS_BIAS:
             y += tl.load(b_ptr + rows, mask=rows < n, other=0.0).to(tl.float32)
-        tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=rows < n)
+        dtype = y_ptr.dtype.element_ty
+        if GLU:  # silu(gate) * up, each output rounded as torch rounds it
+            up = tl.sum(up_acc, axis=1)
+            if NORM:
+                up = up * inverse
+            if HAS_BIAS:
+                up += tl.load(b_ptr + rows + n, mask=rows < n, other=0.0).to(tl.float32)
+            gate = y.to(dtype).to(tl.float32)
+            y = (gate / (1.0 + tl.exp(-gate))).to(dtype).to(tl.float32) * up.to(dtype).to(tl.float32)
+        if RESIDUAL:  # the product rounded, then added to the stream, as `residual + linear(...)`
+            y = y.to(dtype).to(tl.float32) + tl.load(r_ptr + rows, mask=rows < n).to(tl.float32)
+        tl.store(y_ptr + rows, y.to(dtype), mask=rows < n)
 
     return rows_times_vector

@@ -55,7 +55,7 @@ from dysco_interp.decoding.backends.decode_attention import (
     gather_kept,
 )
 from dysco_interp.decoding.backends.fused_decoder import EAGER, DecodePass, FusedDecoder, Kernels, unsupported
-from dysco_interp.decoding.backends.matvec import has_triton, matvec
+from dysco_interp.decoding.backends.matvec import folded, has_triton
 from dysco_interp.decoding.backends.sdpa import (
     AttentionControl,
     decoder_layers,
@@ -296,8 +296,10 @@ class StaticOptions(BackendOptions):
             only from a process's second prefill of a batch size on (`fused_decoder.PREFILLED`),
             so a process that prefills once never waits for it.
         matvec: a decoding step's products of one row through the Triton kernel of
-            `backends.matvec` (None: with the compiled kernels; False: cuBLAS, as every product
-            of more rows; True on a CPU is a ConfigError). Without Triton it falls back to cuBLAS.
+            `backends.matvec`, the norm before each, the residual add after and the MLP's
+            activation folded in (None: with the compiled kernels; False: cuBLAS, as every
+            product of more rows, and those steps as compiled kernels of their own; True on a CPU
+            is a ConfigError). Without Triton it falls back to cuBLAS.
     """
 
     decode_attention: str = DEFAULT_DECODE_ATTENTION
@@ -321,7 +323,7 @@ class StaticOptions(BackendOptions):
         decoder = backend.decoder
         return {"decode_attention": backend.decode_attention, "written_out_decoder": decoder is not None,
                 "compiled_kernels": decoder is not None and decoder.compiled,
-                "triton_matvec": decoder is not None and decoder.kernels.linear is matvec and has_triton()}
+                "triton_matvec": decoder is not None and decoder.kernels.matvec is folded and has_triton()}
 
 
 class StaticBackend(Backend):
@@ -353,7 +355,7 @@ class StaticBackend(Backend):
         compile_kernels = on_cuda if compile_kernels is None else compile_kernels
         kernels = Kernels.compiled() if compile_kernels else EAGER
         if chosen.matvec is not None:
-            kernels = replace(kernels, linear=matvec if chosen.matvec else EAGER.linear)
+            kernels = replace(kernels, matvec=folded if chosen.matvec else None)
         self.decoder = None if unsupported(self.hf) else FusedDecoder(self.hf, kernels, model.layout)
         # a graph is captured on one device: a split model's transformers forward crosses devices
         # inside one pass, while the written-out decoder's segments are captured one by one

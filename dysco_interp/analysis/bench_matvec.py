@@ -1,0 +1,119 @@
+"""One decoding step's products of one row, timed at a model's shapes: the matrix-vector kernel
+(`decoding.backends.matvec`) with the steps beside each product folded in, against the same
+steps apart (the kernel's plain product or cuBLAS, beside the compiled pieces), and the
+kernel's tilings.
+
+Each product is timed over `copies` weights of its shape (as many as a model's layers, so the
+weights come from memory, not the cache), in one CUDA graph replayed `replays` times, the best
+of three; the share is the weights' bytes over that time at the card's floor bandwidth.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+import torch
+
+from dysco_interp.analysis.bench import GEOMETRIES
+from dysco_interp.decoding.backends.fused_decoder import Kernels
+from dysco_interp.decoding.backends.matvec import folded, launch, tiling
+
+# name -> the steps folded into it in a decoder layer
+FOLDS = {"qkv": ("norm",), "o": ("residual",), "gate_up": ("norm", "glu"), "down": ("residual",)}
+ROWS, CHUNKS, WARPS = (1, 2, 4), (1024, 2048), (4, 8)  # the sweep's tilings (output rows a program)
+
+
+@dataclass(frozen=True)
+class Product:
+    name: str
+    n: int
+    k: int
+
+    @property
+    def folds(self) -> tuple[str, ...]:
+        return FOLDS[self.name]
+
+
+def products(geometry: str) -> list[Product]:
+    """A decoder layer's products of `geometry` (`bench.GEOMETRIES`), packed as the loader packs them."""
+    g = GEOMETRIES[geometry]
+    hidden, inner = g["hidden_size"], g["intermediate_size"]
+    queries, kv = g["num_attention_heads"] * g["head_dim"], g["num_key_value_heads"] * g["head_dim"]
+    return [Product("qkv", queries + 2 * kv, hidden), Product("o", hidden, queries),
+            Product("gate_up", 2 * inner, hidden), Product("down", hidden, inner)]
+
+
+def operands(product: Product, copies: int, dtype: torch.dtype, device: torch.device,
+             seed: int = 0) -> tuple[list[torch.Tensor], torch.Tensor, dict]:
+    """`copies` random weights, one input row and the folded steps' tensors."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    n, k = product.n, product.k
+    weights = [torch.randn(n, k, generator=g, device=device, dtype=dtype) / k**0.5 for _ in range(copies)]
+    x = torch.randn(1, 1, k, generator=g, device=device, dtype=dtype)
+    made = {"norm": (torch.rand(k, generator=g, device=device, dtype=dtype) + 0.5, 1e-6), "glu": True,
+            "residual": torch.randn(1, 1, n, generator=g, device=device, dtype=dtype)}
+    return weights, x, {name: made[name] for name in product.folds}
+
+
+def graph_seconds(run: Callable[[torch.Tensor], object], weights: list[torch.Tensor], replays: int) -> float:
+    """Seconds per product: one graph of a product on each weight, replayed, the best of three."""
+    for w in weights[:2]:  # compiles and builds outside the capture
+        run(w)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for w in weights:
+            run(w)
+    best = float("inf")
+    for _ in range(3):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) / 1e3 / replays / len(weights))
+    return best
+
+
+def variants(x: torch.Tensor, extra: dict, tilings: Iterable[tuple[int, int, int]]) -> dict[str, Callable]:
+    """name -> a product of `x` on a weight with the steps `extra`, each way the step can run."""
+    pieces = Kernels.compiled()
+    cublas = replace(pieces, matvec=None)
+
+    def apart(w: torch.Tensor) -> torch.Tensor:  # the kernel's plain product, each step a kernel of its own
+        h = x if "norm" not in extra else pieces.rms_norm(x, *extra["norm"])
+        out = folded(h, w)
+        assert out is not None
+        out = out if "glu" not in extra else pieces.silu_mul(*out.chunk(2, dim=-1))
+        return out if "residual" not in extra else extra["residual"] + out
+
+    ways: dict[str, Callable] = {
+        "cublas, steps apart": lambda w: cublas.product(x, w, **extra),
+        "kernel, product only": lambda w: folded(x, w),
+        "kernel, steps apart": apart,
+        "kernel, steps folded": lambda w: folded(x, w, **extra),
+    }
+    for tiles in tilings:
+        ways[f"kernel, steps folded, tiling {tiles}"] = lambda w, tiles=tiles: launch(x, w, None, **extra, tiles=tiles)
+    return ways
+
+
+def measure(geometry: str, copies: int, replays: int, dtype: torch.dtype, device: torch.device,
+            bandwidth: float, sweep: bool) -> list[dict]:
+    """One row per (product, way): microseconds a product and the share of its floor."""
+    rows = []
+    for product in products(geometry):
+        weights, x, extra = operands(product, copies, dtype, device)
+        grid = itertools.product(ROWS, CHUNKS, WARPS) if sweep else ()
+        for way, run in variants(x, extra, grid).items():
+            seconds = graph_seconds(run, weights, replays)
+            floor = product.n * product.k * weights[0].element_size() / bandwidth
+            rows.append({"product": product.name, "n": product.n, "k": product.k, "folds": list(product.folds),
+                         "way": way, "us": round(seconds * 1e6, 3), "share_of_floor": round(floor / seconds, 3),
+                         "rule_tiling": list(tiling(product.n, product.k, True, "glu" in product.folds))})
+        del weights
+        torch.cuda.empty_cache()
+    return rows
