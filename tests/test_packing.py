@@ -153,3 +153,33 @@ def test_prefill_compiles_its_pieces_only_from_the_second_prefill_of_a_shape(mon
     assert prefill(1, 10) and all(shape == (1, 4) for shape in prefill(1, 10))  # full chunks only
     assert prefill(2, 8) == []  # a new batch size starts eager again
     assert prefill(1, 3) == []  # no full chunk
+
+
+def test_a_prefill_chunk_keeps_no_mlp_output_through_the_next_attention(monkeypatch):
+    """A chunk's MLP activation and down projection are its largest tensors after the gate and
+    up output: none is alive when the next layer's attention runs (their lifetime set the
+    prefill's peak memory on a GPU)."""
+    import gc
+
+    from dysco_interp.decoding.backends import fused_decoder
+
+    hf, _ = tiny_hf_model("qwen3", intermediate_size=96)
+    pack_projections(hf.model.layers)
+    decoder = FusedDecoder(hf)
+    chunk = 4
+    assert hf.config.hidden_size not in (96, 2 * 96)  # the MLP's shapes are its own
+    mlp_shapes = {(1, chunk, 96), (1, chunk, 2 * 96)}
+    attention = fused_decoder.chunk_attention
+    alive = []
+
+    def attend(*args, **kwargs):
+        shapes = {tuple(o.shape) for o in gc.get_objects() if isinstance(o, torch.Tensor)}
+        alive.append(shapes & mlp_shapes)
+        return attention(*args, **kwargs)
+
+    monkeypatch.setattr(fused_decoder, "chunk_attention", attend)
+    ids = torch.randint(3, 100, (1, 3 * chunk), generator=torch.Generator().manual_seed(0))
+    cache = SlotCache(len(decoder.layers), capacity_for(ids.shape[1]))
+    with torch.inference_mode():
+        decoder.prefill(ids, cache.update, chunk_size=chunk)
+    assert len(alive) == 3 * len(decoder.layers) and not any(alive)

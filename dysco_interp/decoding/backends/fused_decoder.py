@@ -4,13 +4,13 @@ The static backend's passes run here instead of through the transformers forward
 is of a family this file knows. At batch 1 a decoding step is bound by memory bandwidth, and
 the transformers forward spends a third of an 8B model's step on some 1,500 small kernels:
 RMSNorm's five, rotary's eight per tensor, the residual adds, the mask casts. Here each of
-those groups is one function, compiled by `torch.compile` on CUDA into one kernel, and the mask
-is cast to the model dtype once per pass. The matrix products read the model's weight tensors,
-so nothing is copied (`Kernels.product`): a decoding step's one row goes through a Triton
-matrix-vector kernel (`matvec`) that also takes the norm before the product, the residual add
-after it and the MLP's activation after the gate and up product, so those are no kernels of
-their own; every other product
-goes through cuBLAS, the residual added in its epilogue, beside the compiled norms. A layer
+those groups is one function, compiled by `torch.compile` on CUDA into one kernel (the residual
+add folded into the next norm), and the mask is cast to the model dtype once per pass. The
+matrix products read the model's weight tensors, so nothing is copied (`Kernels.product`): a
+decoding step's one row goes through a Triton matrix-vector kernel (`matvec`) that also takes
+the norm before the product, the residual add after it and the MLP's activation after the gate
+and up product, so those are no kernels of their own; every other product goes through cuBLAS,
+beside the compiled pieces. A layer
 whose query, key and value projections (and gate and up projections) the loader packed into one
 tensor (`models.packing`) runs each group as one product.
 
@@ -70,6 +70,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * h.to(dtype)
 
 
+def add_rms_norm(x: torch.Tensor, delta: torch.Tensor, weight: torch.Tensor,
+                 eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The residual stream after adding `delta`, and its norm."""
+    x = x + delta
+    return x, rms_norm(x, weight, eps)
+
+
 def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
@@ -106,29 +113,13 @@ def silu_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return silu(gate) * up
 
 
-def add_product(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                bias: torch.Tensor | None) -> torch.Tensor:
-    """The residual stream after a product: `residual + linear(x, weight, bias)`, as transformers
-    adds it."""
-    return residual + linear(x, weight, bias)
-
-
-def add_product_fused(residual: torch.Tensor, x: torch.Tensor, weight: torch.Tensor,
-                      bias: torch.Tensor | None) -> torch.Tensor:
-    """`add_product` as one cuBLAS call that adds the residual in its epilogue (the product is
-    not rounded before the sum): the compiled kernels' form for more than one row."""
-    if bias is not None:
-        return add_product(residual, x, weight, bias)
-    flat = torch.addmm(residual.reshape(-1, weight.shape[0]), x.reshape(-1, weight.shape[1]), weight.t())
-    return flat.view(residual.shape)
-
-
 @dataclass(frozen=True)
 class Kernels:
     """The fused pieces, compiled (one kernel each on CUDA) or as plain eager functions, and how
     the matrix products run (`product`)."""
 
     rms_norm: Callable = rms_norm
+    add_rms_norm: Callable = add_rms_norm
     attention_inputs: Callable = attention_inputs
     attention_inputs_into: Callable = attention_inputs_into
     silu_mul: Callable = silu_mul
@@ -136,7 +127,6 @@ class Kernels:
     # layer's 9 MB at 100K on an H200 (a quarter of the copy bandwidth); compiled, block-sparse
     # DySCO's step at 100K went from 8.5-9.0 ms to 7.3 there
     gather_kept: Callable = gather_kept
-    add_product: Callable = add_product
     # a product of one row with the steps beside it folded in (`matvec.folded`'s signature), or
     # None where it gives no result; None: every product by `linear`, each step its own kernel
     matvec: Callable | None = None
@@ -144,27 +134,37 @@ class Kernels:
     @classmethod
     @functools.cache  # one set for every backend: each compiles once per shape
     def compiled(cls) -> "Kernels":
-        pieces = {f.name: getattr(EAGER, f.name) for f in fields(cls) if f.name not in ("add_product", "matvec")}
+        pieces = {f.name: getattr(EAGER, f.name) for f in fields(cls) if f.name != "matvec"}
         return cls(**{name: past_recompiles(torch.compile(fn, fullgraph=True), fn) for name, fn in pieces.items()},
-                   add_product=add_product_fused, matvec=folded)
+                   matvec=folded)
 
     def product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, *,
-                norm: tuple[torch.Tensor, float] | None = None, glu: bool = False,
-                residual: torch.Tensor | None = None) -> torch.Tensor:
-        """`linear(x, weight, bias)` with the steps around it: `x` through an RMS norm first
-        (`norm`: its weight and epsilon); `glu`: the weight a gate projection's rows followed by
-        an up projection's, the output `silu(gate) * up`; `residual + ` the output (`residual`).
-        One kernel where `matvec` runs, else the pieces."""
+                norm: tuple[torch.Tensor, float] | None = None, glu: bool = False) -> torch.Tensor:
+        """`linear(x, weight, bias)` of `x` through an RMS norm first (`norm`: its weight and
+        epsilon); `glu`: the weight a gate projection's rows followed by an up projection's, the
+        output `silu(gate) * up`. One kernel where `matvec` runs, else the pieces."""
         if self.matvec is not None:
-            out = self.matvec(x, weight, bias, norm=norm, glu=glu, residual=residual)
+            out = self.matvec(x, weight, bias, norm=norm, glu=glu)
             if out is not None:
                 return out
         if norm is not None:
             x = self.rms_norm(x, *norm)
-        if glu:
-            out = self.silu_mul(*linear(x, weight, bias).chunk(2, dim=-1))
-            return out if residual is None else residual + out
-        return linear(x, weight, bias) if residual is None else self.add_product(residual, x, weight, bias)
+        out = linear(x, weight, bias)
+        return self.silu_mul(*out.chunk(2, dim=-1)) if glu else out
+
+    def residual_product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         residual: torch.Tensor, norm: tuple[torch.Tensor, float] | None = None,
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The residual stream after the product, `residual + linear(x, weight, bias)`, and its
+        RMS norm under `norm`: None where no norm is asked for, or where `matvec` ran and leaves
+        the norm to the next product to fold in. Elsewhere the add and the norm are one piece,
+        as before any product folded a step in."""
+        if self.matvec is not None:
+            out = self.matvec(x, weight, bias, residual=residual)
+            if out is not None:
+                return out, None
+        delta = linear(x, weight, bias)
+        return (residual + delta, None) if norm is None else self.add_rms_norm(residual, delta, *norm)
 
 
 def past_recompiles(compiled: Callable, eager: Callable) -> Callable:
@@ -240,19 +240,25 @@ class DecodePass:
         return mask, mask.to(dtype)
 
 
-def products(x: torch.Tensor, norm: tuple[torch.Tensor, float], packs: Packed, modules: Sequence[torch.nn.Linear],
-             kernels: Kernels, glu: bool = False) -> Sequence[torch.Tensor]:
-    """Each module's output on `x` after the RMS norm `norm` (weight, epsilon), or with `glu` the
-    MLP's activation of the gate's and the up projection's: one product over the packed weight,
-    the norm folded in, when `packs` finds one (the same modules); else the norm once and one
-    product each."""
+def products(x: torch.Tensor, normed: torch.Tensor | None, norm: tuple[torch.Tensor, float], packs: Packed,
+             modules: Sequence[torch.nn.Linear], kernels: Kernels, glu: bool = False) -> Sequence[torch.Tensor]:
+    """Each module's output on the RMS norm (`norm`: weight, epsilon) of the stream `x`, or with
+    `glu` the MLP's activation of the gate's and the up projection's: one product over the packed
+    weight when `packs` finds one (the same modules), the norm folded in unless it is given
+    (`normed`); else the norm once and one product each."""
     found = packs.found()
     if found is not None:
-        out = kernels.product(x, *found, norm=norm, glu=glu)
+        out = kernels.product(x, *found, norm=norm, glu=glu) if normed is None else kernels.product(normed, *found,
+                                                                                                    glu=glu)
         return [out] if glu else out.split(packs.sizes, dim=-1)
-    h = kernels.rms_norm(x, *norm)
+    h = kernels.rms_norm(x, *norm) if normed is None else normed
     outs = [kernels.product(h, m.weight, m.bias) for m in modules]
     return [kernels.silu_mul(*outs)] if glu else outs
+
+
+def norm_of(module: torch.nn.Module) -> tuple[torch.Tensor, float]:
+    """An RMS norm module's weight and epsilon."""
+    return module.weight, module.variance_epsilon
 
 
 Attend = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -294,6 +300,10 @@ class FusedDecoder:
         """float32 logits of the last position of the final norm's output."""
         return self.hf.lm_head(normed[:, -1:].to(self.lm_device))[:, -1].float()
 
+    def _norm_after(self, index: int) -> torch.nn.Module:
+        """The norm the residual stream goes through after layer `index`'s MLP."""
+        return self.layers[index + 1].input_layernorm if index + 1 < self.n_layers else self.hf.model.norm
+
     def layers_between(self, x: torch.Tensor, positions: torch.Tensor, start: int, stop: int, attend: Attend,
                        kernels: Kernels, cache: tuple[Sequence, torch.Tensor] | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -306,13 +316,13 @@ class FusedDecoder:
         k = kernels
         if start < stop:
             cos, sin = self.rotaries[x.device](x, positions)
+        normed = None  # the stream's norm, where no product folds it in
         for index in range(start, stop):
             layer = self.layers[index]
             attn, mlp = layer.self_attn, layer.mlp
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)
             attn_packs, mlp_packs = self.packs[index]
-            norm = layer.input_layernorm
-            inputs = (*products(x, (norm.weight, norm.variance_epsilon), attn_packs,
+            inputs = (*products(x, normed, norm_of(layer.input_layernorm), attn_packs,
                                 (attn.q_proj, attn.k_proj, attn.v_proj), k),
                       cos, sin, self.head_dim,
                       None if q_norm is None else q_norm.weight, None if k_norm is None else k_norm.weight,
@@ -323,15 +333,16 @@ class FusedDecoder:
                 key, value = cache[0][index]
                 q = k.attention_inputs_into(*inputs, key, value, cache[1])
             out = attend(index, q, key, value)  # [B, s, heads * d]
-            x = k.product(out, attn.o_proj.weight, attn.o_proj.bias, residual=x)
-            post = layer.post_attention_layernorm
-            (act,) = products(x, (post.weight, post.variance_epsilon), mlp_packs, (mlp.gate_proj, mlp.up_proj), k,
-                              glu=True)
-            x = k.product(act, mlp.down_proj.weight, mlp.down_proj.bias, residual=x)
+            post = norm_of(layer.post_attention_layernorm)
+            x, normed = k.residual_product(out, attn.o_proj.weight, attn.o_proj.bias, x, post)
+            (act,) = products(x, normed, post, mlp_packs, (mlp.gate_proj, mlp.up_proj), k, glu=True)
+            following = self._norm_after(index) if index + 1 < stop or stop == self.n_layers else None
+            x, normed = k.residual_product(act, mlp.down_proj.weight, mlp.down_proj.bias, x,
+                                           None if following is None else norm_of(following))
+            del act  # a prefill chunk's largest tensor: not kept through the next layer's attention
         if stop < self.n_layers:
             return x, None
-        final = self.hf.model.norm
-        return x, k.rms_norm(x, final.weight, final.variance_epsilon)
+        return x, normed if normed is not None else k.rms_norm(x, *norm_of(self.hf.model.norm))
 
     def decode(self, x: torch.Tensor, positions: torch.Tensor, cache_buffers: Sequence, step: DecodePass,
                start: int = 0, stop: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
