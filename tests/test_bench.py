@@ -152,7 +152,7 @@ def test_methods_that_find_spans_in_the_text_are_timed_on_a_task_s_instance(mode
 
 @pytest.mark.slow
 def test_the_scripts_are_clis():
-    for name in ("bench_decode", "bench_prefill"):
+    for name in ("bench_decode", "bench_prefill", "bench_matvec"):
         proc = subprocess.run([sys.executable, str(REPO / "analyses" / f"{name}.py"), "--help"],
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0 and "--out" in proc.stdout, proc.stderr[-2000:]

@@ -237,3 +237,21 @@ def test_on_a_gpu_the_kernel_decodes_the_tokens_of_cublas(style, monkeypatch):
             assert ours.tokens == ref.tokens == other.tokens, name
             steps = [[(t.position, t.selected) for t in r.trace.steps] for r in (ours, ref, other)]
             assert steps[0] == steps[1] == steps[2], name
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a machine without a GPU")
+def test_the_benchmark_says_in_one_line_that_it_needs_a_gpu(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "analyses" / "bench_matvec.py"
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, str(script), "--out", str(out)], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode != 0 and not out.exists()
+    assert proc.stderr.strip().splitlines() == [
+        "bench_matvec times the Triton kernel: it needs a CUDA device and Triton"]
+    proc = subprocess.run([sys.executable, str(script), "--copies", "0", "--out", str(out)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "positive" in proc.stderr
