@@ -103,7 +103,8 @@ def variants(x: torch.Tensor, extra: dict, tilings: Iterable[tuple[int, int, int
 
 def measure(geometry: str, copies: int, replays: int, dtype: torch.dtype, device: torch.device,
             bandwidth: float, sweep: bool) -> list[dict]:
-    """One row per (product, way): microseconds a product and the share of its floor."""
+    """One row per (product, way): microseconds a product and the share of its floor
+    (`rule_tiling`: the tiling `matvec.tiling` gives the product with its steps folded in)."""
     rows = []
     for product in products(geometry):
         weights, x, extra = operands(product, copies, dtype, device)

@@ -10,9 +10,9 @@ matrix products read the model's weight tensors, so nothing is copied (`Kernels.
 decoding step's one row goes through a Triton matrix-vector kernel (`matvec`) that also takes
 the norm before the product, the residual add after it and the MLP's activation after the gate
 and up product, so those are no kernels of their own; every other product goes through cuBLAS,
-beside the compiled pieces. A layer
-whose query, key and value projections (and gate and up projections) the loader packed into one
-tensor (`models.packing`) runs each group as one product.
+beside the compiled pieces. A layer whose query, key and value projections (and gate and up
+projections) the loader packed into one tensor (`models.packing`) runs each group as one
+product.
 
 Prefill goes chunk by chunk through the same layers and fused pieces (compiled for the chunk
 length only, from a process's second prefill of that shape on: a first prefill, a shorter last

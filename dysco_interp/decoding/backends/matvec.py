@@ -9,7 +9,7 @@ last with a second kernel that adds up split-K partial sums. This kernel gives e
 rows and reads them in unrolled chunks, so every load is issued before the first sum needs it:
 0.88, 0.95 and 1.00 there, and 1.08 against 1.02 for the packed gate and up projections (36
 weights of each shape, one CUDA graph, 4,136 GB/s; 63 tilings swept, the two rules below the
-fastest).
+fastest; with a step folded in, four rows a program).
 
 The small steps a decoder layer takes just before or after a product each cost a kernel of
 their own, about 2 us on an H200 with the gap after it, for a row of a few KB. `folded` takes
@@ -21,9 +21,10 @@ them into the product:
   MLP), and the output is `silu(gate) * up`, each program taking a gate row and its up row;
 - `residual=r`: the output is `r + product`, the residual stream after the product.
 
-`matvec` is `torch.nn.functional.linear` wherever this kernel does not apply: on the CPU, without
-Triton, for more than one row (batch > 1, prefill chunks), or for tensors it does not take. It
-sums in float32 as cuBLAS does, in another order, so a bf16 output may differ in its last bit.
+`folded` gives None wherever this kernel does not apply (`why_not`): on the CPU, without Triton,
+for more than one row (batch > 1, prefill chunks), or for tensors it does not take; the caller
+(`fused_decoder.Kernels`) then runs `linear` and the steps as pieces. It sums in float32 as
+cuBLAS does, in another order, so a bf16 output may differ in its last bit.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import warnings
 from typing import Any
 
 import torch
-from torch.nn.functional import linear
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MAX_CHUNKS = 64  # the reduction is unrolled, chunk by chunk: past this, compiling costs more than it saves
@@ -123,12 +123,6 @@ def folded(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return None
     BUILT[key] = True
     return out
-
-
-def matvec(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """`linear(x, weight, bias)`, by the Triton kernel for one row on a GPU."""
-    out = folded(x, weight, bias)
-    return linear(x, weight, bias) if out is None else out
 
 
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
