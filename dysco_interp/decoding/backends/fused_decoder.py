@@ -247,11 +247,12 @@ def products(x: torch.Tensor, normed: torch.Tensor | None, norm: tuple[torch.Ten
     weight when `packs` finds one (the same modules), the norm folded in unless it is given
     (`normed`); else the norm once and one product each."""
     found = packs.found()
+    if found is None and normed is None:
+        normed = kernels.rms_norm(x, *norm)
+    h, fold = (x, norm) if normed is None else (normed, None)
     if found is not None:
-        out = kernels.product(x, *found, norm=norm, glu=glu) if normed is None else kernels.product(normed, *found,
-                                                                                                    glu=glu)
+        out = kernels.product(h, *found, norm=fold, glu=glu)
         return [out] if glu else out.split(packs.sizes, dim=-1)
-    h = kernels.rms_norm(x, *norm) if normed is None else normed
     outs = [kernels.product(h, m.weight, m.bias) for m in modules]
     return [kernels.silu_mul(*outs)] if glu else outs
 
