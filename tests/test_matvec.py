@@ -262,3 +262,15 @@ def test_the_benchmark_says_in_one_line_that_it_needs_a_gpu(tmp_path):
     proc = subprocess.run([sys.executable, str(script), "--copies", "0", "--out", str(out)], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "positive" in proc.stderr
+
+
+@pytest.mark.parametrize("name", ["qkv", "o", "gate_up", "down"])
+def test_the_benchmark_s_cublas_way_takes_each_product_s_steps(name):
+    """`analyses/bench_matvec.py` times the decoder's own steps without the kernel: on the CPU its
+    cuBLAS way is the steps one by one (the kernel's ways need a GPU)."""
+    from dysco_interp.analysis import bench_matvec
+
+    product = bench_matvec.Product(name, 12, 8)
+    weights, x, extra = bench_matvec.operands(product, 1, torch.float32, torch.device("cpu"))
+    run = bench_matvec.variants(x, extra, (), pieces=EAGER)["cublas, steps apart"]
+    torch.testing.assert_close(run(weights[0]), composed(x, weights[0], None, **extra), rtol=0, atol=0)

@@ -78,10 +78,17 @@ def graph_seconds(run: Callable[[torch.Tensor], object], weights: list[torch.Ten
     return best
 
 
-def variants(x: torch.Tensor, extra: dict, tilings: Iterable[tuple[int, int, int]]) -> dict[str, Callable]:
-    """name -> a product of `x` on a weight with the steps `extra`, each way the step can run."""
-    pieces = Kernels.compiled()
+def variants(x: torch.Tensor, extra: dict, tilings: Iterable[tuple[int, int, int]],
+             pieces: Kernels | None = None) -> dict[str, Callable]:
+    """name -> a product of `x` on a weight with the steps `extra`, each way the step can run
+    (`pieces`: the decoder's pieces, `Kernels.compiled()` unless given)."""
+    pieces = Kernels.compiled() if pieces is None else pieces
     cublas = replace(pieces, matvec=None)
+
+    def by_cublas(w: torch.Tensor) -> torch.Tensor:  # as the decoder runs the steps without the kernel
+        if "residual" in extra:
+            return cublas.residual_product(x, w, None, extra["residual"])[0]
+        return cublas.product(x, w, **extra)
 
     def apart(w: torch.Tensor) -> torch.Tensor:  # the kernel's plain product, each step a kernel of its own
         h = x if "norm" not in extra else pieces.rms_norm(x, *extra["norm"])
@@ -91,7 +98,7 @@ def variants(x: torch.Tensor, extra: dict, tilings: Iterable[tuple[int, int, int
         return out if "residual" not in extra else extra["residual"] + out
 
     ways: dict[str, Callable] = {
-        "cublas, steps apart": lambda w: cublas.product(x, w, **extra),
+        "cublas, steps apart": by_cublas,
         "kernel, product only": lambda w: folded(x, w),
         "kernel, steps apart": apart,
         "kernel, steps folded": lambda w: folded(x, w, **extra),
