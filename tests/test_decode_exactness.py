@@ -45,3 +45,19 @@ def test_a_prompt_too_short_is_refused(tiny_of):
         ex.compare_paths(model, heads_for(model), torch.tensor([[5, 6]]))
     with pytest.raises(ValueError, match="no room"):
         ex.source_prompt(model, 10)
+
+
+def test_first_difference_is_the_first_new_token_that_leaves_the_reference():
+    assert ex.first_difference([1, 2, 3], [1, 2, 3]) is None
+    assert ex.first_difference([1, 5, 3], [1, 2, 3]) == 1
+    assert ex.first_difference([1, 2], [1, 2, 3]) == 2  # stopped early
+    assert ex.first_difference([1, 2, 3], [1, 2]) == 2
+
+
+def test_in_float32_every_path_decodes_the_bridge_s_tokens(tiny_of):
+    model = tiny_of("qwen3")
+    ids = ex.source_prompt(model, 200)
+    out = ex.token_agreement(model, heads_for(model), ids, 6)
+    assert out["new_tokens"] == 6 and out["prompt_tokens"] == ids.shape[1]
+    assert {name: out[name] for name in ex.paths_for(model.device)} == {
+        name: {"vanilla": None, "dysco": None} for name in ex.paths_for(model.device)}

@@ -7,6 +7,12 @@ a biased step whose bias is the same for every path (the reference's DySCO selec
 different selection cannot hide or inflate a difference). Reported per path: the largest
 absolute logit difference of each step, the largest relevance difference, and whether both
 steps' argmax agree.
+
+`token_agreement` asks the question a user asks of a whole generation: greedy decoding with
+vanilla and with DySCO on every path, against the TransformerLens bridge's tokens, and the first
+new token where each path leaves them (None: never). In bf16 a path may leave at a near-tie of
+two tokens, as any two bf16 kernels may; where every path leaves at the same token, the bridge's
+own rounding is the likelier cause.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from pathlib import Path
 import torch
 
 from dysco_interp.decoding import relevance
-from dysco_interp.decoding.backends import make_backend
+from dysco_interp.decoding.backends import BackendSpec
+from dysco_interp.decoding.config import DecodingConfig
+from dysco_interp.decoding.loop import compare_methods
 from dysco_interp.decoding.plan import Bias, PassPlan, Read
 from dysco_interp.decoding.prompts import prepare_prompt
 from dysco_interp.heads import HeadSet
@@ -29,16 +37,25 @@ REFERENCE = "float32-plain"
 
 @dataclass(frozen=True)
 class DecodePath:
-    """A backend and, for the static one, its decoding attention and kernels."""
+    """A backend and, for the static one, its decoding attention, its kernels and whether a step's
+    products go through the Triton kernel (`backends.matvec`; None: on CUDA devices)."""
 
     backend: str
     decode_attention: str | None = None
     compile_kernels: bool | None = None
+    matvec: bool | None = None
+
+    def spec(self, graphs: bool | None = None) -> BackendSpec:
+        options = {name: value for name, value in (("decode_attention", self.decode_attention),
+                                                   ("compile_kernels", self.compile_kernels),
+                                                   ("matvec", self.matvec)) if value is not None}
+        return BackendSpec(self.backend, graphs, None, **options)
 
 
 PATHS: dict[str, DecodePath] = {
     REFERENCE: DecodePath("static", "float32", False),
     "fused-compiled": DecodePath("static", "sdpa", True),  # the static backend's default on CUDA
+    "fused-compiled-cublas": DecodePath("static", "sdpa", True, matvec=False),  # the products by cuBLAS
     "fused-plain": DecodePath("static", "sdpa", False),
     "hf-sdpa": DecodePath("sdpa"),
 }
@@ -61,8 +78,7 @@ def two_steps(model: LoadedModel, heads: HeadSet, ids: torch.Tensor, path: Decod
     """Prefill all but the last two tokens of `ids` `[1, n]`, read at the next one, bias the last."""
     # eager on every backend (one that captures no graphs has none to turn off): the paths differ
     # in their kernels, not in replaying them
-    backend = make_backend(model, path.backend, decode_attention=path.decode_attention,
-                           compile_kernels=path.compile_kernels, graphs=False)
+    backend = path.spec(graphs=False).make(model)
     n = ids.shape[1] - 2
     ids = ids.to(model.device)
     state = backend.prefill(ids[:, :n], None, reserve=4)
@@ -115,6 +131,33 @@ def compare_paths(model: LoadedModel, heads: HeadSet, ids: torch.Tensor, *, top_
         out[name] = differences(reference, two_steps(model, heads, ids, path, bias_of))
         if model.device.type == "cuda":
             torch.cuda.empty_cache()  # one path's buffers at a time on the card
+    return out
+
+
+def first_difference(tokens: list[int], reference: list[int]) -> int | None:
+    """The index of the first new token where `tokens` leave `reference` (None: they never do;
+    a shorter run that stops early leaves at its end)."""
+    for i, (a, b) in enumerate(zip(tokens, reference)):
+        if a != b:
+            return i
+    return None if len(tokens) == len(reference) else min(len(tokens), len(reference))
+
+
+def token_agreement(model: LoadedModel, heads: HeadSet, ids: torch.Tensor, new_tokens: int,
+                    paths: Mapping[str, DecodePath] | None = None) -> dict:
+    """Greedy vanilla and DySCO (its defaults) on the prompt `ids` `[1, n]` through the bridge and
+    every path (each as it runs by default: CUDA graphs where it captures them): for each path and
+    method, the first new token where it leaves the bridge's (None: never)."""
+    paths = paths_for(model.device) if paths is None else paths
+    methods = {"vanilla": DecodingConfig(method="vanilla", max_new_tokens=new_tokens),
+               "dysco": DecodingConfig(method="dysco", max_new_tokens=new_tokens)}
+    reference = compare_methods(model, ids, methods, heads, backend="bridge")
+    out: dict = {"prompt_tokens": int(ids.shape[1]), "new_tokens": new_tokens}
+    for name, path in paths.items():
+        runs = compare_methods(model, ids, methods, heads, backend=path.spec())
+        out[name] = {method: first_difference(runs[method].tokens, reference[method].tokens) for method in methods}
+        if model.device.type == "cuda":
+            torch.cuda.empty_cache()
     return out
 
 
