@@ -46,10 +46,9 @@ class DecodePath:
     matvec: bool | None = None
 
     def spec(self, graphs: bool | None = None) -> BackendSpec:
-        options = {name: value for name, value in (("decode_attention", self.decode_attention),
-                                                   ("compile_kernels", self.compile_kernels),
-                                                   ("matvec", self.matvec)) if value is not None}
-        return BackendSpec(self.backend, graphs, None, **options)
+        # an option left None is no option at all: the backend's own default (`BackendOptions.of`)
+        return BackendSpec(self.backend, graphs, decode_attention=self.decode_attention,
+                           compile_kernels=self.compile_kernels, matvec=self.matvec)
 
 
 PATHS: dict[str, DecodePath] = {
