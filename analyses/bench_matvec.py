@@ -14,7 +14,7 @@ import torch
 
 from dysco_interp.analysis import bench
 from dysco_interp.analysis.bench_matvec import measure
-from dysco_interp.analysis.report import write_json
+from dysco_interp.analysis.report import command_line, write_json
 from dysco_interp.cli import args as cli_args
 from dysco_interp.decoding.backends.matvec import has_triton
 from dysco_interp.errors import ConfigError
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         print(f"{row['product']:8} {row['way']:48} {row['us']:8.2f} us  {row['share_of_floor']:.3f}", flush=True)
     import triton
     write_json(args.out, {
-        "command": "python analyses/bench_matvec.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": command_line("analyses/bench_matvec.py", argv if argv is not None else sys.argv[1:]),
         "device": torch.cuda.get_device_name(device), "torch": torch.__version__, "triton": triton.__version__,
         "python": platform.python_version(), "geometry": args.random_geometry, "dtype": args.dtype,
         "copies": args.copies, "replays": args.replays, "floor_bandwidth_gb_per_s": round(bandwidth / 1e9, 1),
