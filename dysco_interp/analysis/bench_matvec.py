@@ -1,7 +1,7 @@
-"""One decoding step's products of one row, timed at a model's shapes: the matrix-vector kernel
-(`decoding.backends.matvec`) with the steps beside each product folded in, against the same
-steps apart (the kernel's plain product or cuBLAS, beside the compiled pieces), and the
-kernel's tilings.
+"""One decoding step's products of its rows (one, or a small batch's), timed at a model's shapes:
+the Triton kernels (`decoding.backends.matvec`) with the steps beside each product folded in,
+against the same steps apart (the kernel's plain product or cuBLAS, beside the compiled pieces),
+and the kernels' tilings.
 
 Each product is timed over `copies` weights of its shape (as many as a model's layers, so the
 weights come from memory, not the cache), in one CUDA graph replayed `replays` times, the best
@@ -18,11 +18,14 @@ import torch
 
 from dysco_interp.analysis.bench import GEOMETRIES
 from dysco_interp.decoding.backends.fused_decoder import Kernels
-from dysco_interp.decoding.backends.matvec import folded, launch, tiling
+from dysco_interp.decoding.backends.matvec import batch_tiling, folded, launch, shared_memory, tiling
 
 # name -> the steps folded into it in a decoder layer
 FOLDS = {"qkv": ("norm",), "o": ("residual",), "gate_up": ("norm", "glu"), "down": ("residual",)}
-ROWS, CHUNKS, WARPS = (1, 2, 4), (1024, 2048), (4, 8)  # the sweep's tilings (output rows a program)
+# the sweeps' tilings: for one row (output rows a program, chunk, warps), for a few (weight rows a
+# program, chunk, chunks in flight, warps)
+ONE_ROW = tuple(itertools.product((1, 2, 4), (1024, 2048), (4, 8)))
+FEW_ROWS = tuple(itertools.product((16, 32, 64), (128, 256, 512), (2, 3, 4), (4, 8)))
 
 
 @dataclass(frozen=True)
@@ -46,14 +49,14 @@ def products(geometry: str) -> list[Product]:
 
 
 def operands(product: Product, copies: int, dtype: torch.dtype, device: torch.device,
-             seed: int = 0) -> tuple[list[torch.Tensor], torch.Tensor, dict]:
-    """`copies` random weights, one input row and the folded steps' tensors."""
+             seed: int = 0, rows: int = 1) -> tuple[list[torch.Tensor], torch.Tensor, dict]:
+    """`copies` random weights, `rows` input rows and the folded steps' tensors."""
     g = torch.Generator(device=device).manual_seed(seed)
     n, k = product.n, product.k
     weights = [torch.randn(n, k, generator=g, device=device, dtype=dtype) / k**0.5 for _ in range(copies)]
-    x = torch.randn(1, 1, k, generator=g, device=device, dtype=dtype)
+    x = torch.randn(rows, 1, k, generator=g, device=device, dtype=dtype)
     made = {"norm": (torch.rand(k, generator=g, device=device, dtype=dtype) + 0.5, 1e-6), "glu": True,
-            "residual": torch.randn(1, 1, n, generator=g, device=device, dtype=dtype)}
+            "residual": torch.randn(rows, 1, n, generator=g, device=device, dtype=dtype)}
     return weights, x, {name: made[name] for name in product.folds}
 
 
@@ -78,7 +81,7 @@ def graph_seconds(run: Callable[[torch.Tensor], object], weights: list[torch.Ten
     return best
 
 
-def variants(x: torch.Tensor, extra: dict, tilings: Iterable[tuple[int, int, int]],
+def variants(x: torch.Tensor, extra: dict, tilings: Iterable[tuple[int, ...]],
              pieces: Kernels | None = None) -> dict[str, Callable]:
     """name -> a product of `x` on a weight with the steps `extra`, each way the step can run
     (`pieces`: the decoder's pieces, `Kernels.compiled()` unless given)."""
@@ -109,19 +112,30 @@ def variants(x: torch.Tensor, extra: dict, tilings: Iterable[tuple[int, int, int
 
 
 def measure(geometry: str, copies: int, replays: int, dtype: torch.dtype, device: torch.device,
-            bandwidth: float, sweep: bool) -> list[dict]:
-    """One row per (product, way): microseconds a product and the share of its floor
-    (`rule_tiling`: the tiling `matvec.tiling` gives the product with its steps folded in)."""
-    rows = []
+            bandwidth: float, sweep: bool, rows: int = 1) -> list[dict]:
+    """One row per (product, way) for a step of `rows` rows: microseconds a product and the share
+    of its floor (`rule_tiling`: the tiling `matvec.tiling` or `matvec.batch_tiling` gives the
+    product with its steps folded in). A tiling Triton cannot build here (too much shared
+    memory) is a row with its error instead of a time."""
+    out = []
     for product in products(geometry):
-        weights, x, extra = operands(product, copies, dtype, device)
-        grid = itertools.product(ROWS, CHUNKS, WARPS) if sweep else ()
+        weights, x, extra = operands(product, copies, dtype, device, rows=rows)
+        glu = "glu" in product.folds
+        n = product.n // 2 if glu else product.n
+        rule = (tiling(n, product.k, True, glu) if rows == 1 else
+                batch_tiling(n, product.k, glu, x.element_size(), shared_memory(device)))
+        grid = (ONE_ROW if rows == 1 else FEW_ROWS) if sweep else ()
         for way, run in variants(x, extra, grid).items():
-            seconds = graph_seconds(run, weights, replays)
+            row = {"product": product.name, "n": product.n, "k": product.k, "rows": rows,
+                   "folds": list(product.folds), "way": way, "rule_tiling": list(rule)}
+            try:
+                seconds = graph_seconds(run, weights, replays)
+            except Exception as e:  # noqa: BLE001 (Triton's compile errors have no common base)
+                out.append({**row, "error": f"{type(e).__name__}: {e}".splitlines()[0][:200]})
+                torch.cuda.synchronize()
+                continue
             floor = product.n * product.k * weights[0].element_size() / bandwidth
-            rows.append({"product": product.name, "n": product.n, "k": product.k, "folds": list(product.folds),
-                         "way": way, "us": round(seconds * 1e6, 3), "share_of_floor": round(floor / seconds, 3),
-                         "rule_tiling": list(tiling(product.n, product.k, True, "glu" in product.folds))})
+            out.append({**row, "us": round(seconds * 1e6, 3), "share_of_floor": round(floor / seconds, 3)})
         del weights
         torch.cuda.empty_cache()
-    return rows
+    return out

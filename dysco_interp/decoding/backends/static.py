@@ -295,11 +295,12 @@ class StaticOptions(BackendOptions):
             a process compiles it: seconds, once per process and batch size. Prefill compiles
             only from a process's second prefill of a batch size on (`fused_decoder.PREFILLED`),
             so a process that prefills once never waits for it.
-        matvec: a decoding step's products of one row through the Triton kernel of
-            `backends.matvec`, the norm before each, the residual add after and the MLP's
-            activation folded in (None: with the compiled kernels; False: cuBLAS, as every
-            product of more rows, and those steps as compiled kernels of their own; True on a CPU
-            is a ConfigError). Without Triton it falls back to cuBLAS.
+        matvec: a decoding step's products of its rows (one, or a batch's up to 16; float32
+            only one) through the Triton kernels of `backends.matvec`, the norm before each, the
+            residual add after and the MLP's activation folded in (None: with the compiled
+            kernels; False: cuBLAS, as every product of more rows, and those steps as compiled
+            kernels of their own; True on a CPU is a ConfigError). Without Triton it falls back
+            to cuBLAS.
     """
 
     decode_attention: str = DEFAULT_DECODE_ATTENTION
