@@ -343,6 +343,9 @@ def test_the_benchmark_says_in_one_line_that_it_needs_a_gpu(tmp_path):
     proc = subprocess.run([sys.executable, str(script), "--copies", "0", "--out", str(out)], capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "positive" in proc.stderr
+    proc = subprocess.run([sys.executable, str(script), "--batch", "17", "--out", str(out)], capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "--batch is 1 to 16" in proc.stderr
 
 
 @pytest.mark.parametrize("name", ["qkv", "o", "gate_up", "down"])
