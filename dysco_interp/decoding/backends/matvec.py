@@ -100,6 +100,11 @@ def shared_memory(device: torch.device) -> int:
     return getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", 101_376)
 
 
+def rows_of(x: torch.Tensor) -> int:
+    """The rows a product of `x` multiplies: one kernel takes one row, the other up to `MAX_ROWS`."""
+    return x.numel() // x.shape[-1] if x.shape[-1] else 0
+
+
 def why_not(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
             norm: tuple[torch.Tensor, float] | None = None, glu: bool = False,
             residual: torch.Tensor | None = None) -> str | None:
@@ -110,9 +115,9 @@ def why_not(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         return "Triton is not installed"
     if weight.dim() != 2 or x.shape[-1] != weight.shape[1]:
         return "not a product of rows with a matrix"
-    if x.numel() > MAX_ROWS * x.shape[-1] or x.numel() == 0:
+    if not 1 <= rows_of(x) <= MAX_ROWS:
         return f"no rows, or more than {MAX_ROWS}"
-    if x.dtype == torch.float32 and x.numel() > x.shape[-1]:
+    if x.dtype == torch.float32 and rows_of(x) > 1:
         # the tensor cores' float32 sums run in one chain along the reduction: on an H200, 12 times
         # cuBLAS's distance from the exact product, and float32 is the dtype exactness is checked in
         return "float32 rows beyond one"
@@ -132,7 +137,7 @@ def why_not(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if any(t.device != x.device for t in (weight, *given)):
         return "tensors on different devices"
     _, chunk, _ = tiling(n, k)
-    if x.numel() == k and -(-k // chunk) > MAX_CHUNKS:
+    if rows_of(x) == 1 and -(-k // chunk) > MAX_CHUNKS:
         return f"a reduction over {k} columns"
     return None
 
@@ -150,7 +155,7 @@ def folded(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     could not build on this GPU: that is said once, and the caller does the steps)."""
     if why_not(x, weight, bias, norm, glu, residual) is not None:
         return None
-    key = (tuple(weight.shape), x.numel() == x.shape[-1], x.dtype, bias is not None, norm is not None, glu,
+    key = (tuple(weight.shape), rows_of(x) == 1, x.dtype, bias is not None, norm is not None, glu,
            residual is not None, x.device)
     built = BUILT.get(key)
     if built is True:
@@ -181,14 +186,14 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     tensors = (weight, x, weight if bias is None else bias, norm_weight, out if residual is None else residual, out)
     steps = (bias is not None, norm is not None, glu, residual is not None)
     with torch.cuda.device(x.device):  # Triton launches on the current device
-        if x.numel() == k:
+        if rows_of(x) == 1:
             rows, chunk, warps = tiles or tiling(n, k, norm is not None or residual is not None, glu)
             triton_kernel()[(-(-n // rows),)](*tensors, float(eps), n, k, rows, chunk, *steps,
                                               n % rows == 0, k % chunk == 0, num_warps=warps)
         else:
             block_n, block_k, stages, warps = tiles or batch_tiling(n, k, glu, x.element_size(),
                                                                     shared_memory(x.device))
-            batch_kernel()[(-(-n // block_n),)](*tensors, float(eps), x.numel() // k, n, k, block_n, block_k,
+            batch_kernel()[(-(-n // block_n),)](*tensors, float(eps), rows_of(x), n, k, block_n, block_k,
                                                 stages, *steps, num_warps=warps)
     return out
 
