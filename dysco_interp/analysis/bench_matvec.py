@@ -18,7 +18,7 @@ import torch
 
 from dysco_interp.analysis.bench import GEOMETRIES
 from dysco_interp.decoding.backends.fused_decoder import Kernels
-from dysco_interp.decoding.backends.matvec import batch_tiling, folded, launch, shared_memory, tiling
+from dysco_interp.decoding.backends.matvec import batch_tiling, folded, launch, shared_memory, tiling, why_not
 
 # name -> the steps folded into it in a decoder layer
 FOLDS = {"qkv": ("norm",), "o": ("residual",), "gate_up": ("norm", "glu"), "down": ("residual",)}
@@ -93,18 +93,24 @@ def variants(x: torch.Tensor, extra: dict, tilings: Iterable[tuple[int, ...]],
             return cublas.residual_product(x, w, None, extra["residual"])[0]
         return cublas.product(x, w, **extra)
 
+    def kernel(h: torch.Tensor, w: torch.Tensor, **steps) -> torch.Tensor:
+        # `folded` leaves to cuBLAS what its kernels do not take: timing that None would time nothing
+        out = folded(h, w, **steps)
+        if out is None:
+            raise RuntimeError(f"no Triton kernel ran: {why_not(h, w, None, **steps) or 'it did not build here'}")
+        return out
+
     def apart(w: torch.Tensor) -> torch.Tensor:  # the kernel's plain product, each step a kernel of its own
         h = x if "norm" not in extra else pieces.rms_norm(x, *extra["norm"])
-        out = folded(h, w)
-        assert out is not None
+        out = kernel(h, w)
         out = out if "glu" not in extra else pieces.silu_mul(*out.chunk(2, dim=-1))
         return out if "residual" not in extra else extra["residual"] + out
 
     ways: dict[str, Callable] = {
         "cublas, steps apart": by_cublas,
-        "kernel, product only": lambda w: folded(x, w),
+        "kernel, product only": lambda w: kernel(x, w),
         "kernel, steps apart": apart,
-        "kernel, steps folded": lambda w: folded(x, w, **extra),
+        "kernel, steps folded": lambda w: kernel(x, w, **extra),
     }
     for tiles in tilings:
         ways[f"kernel, steps folded, tiling {tiles}"] = lambda w, tiles=tiles: launch(x, w, None, **extra, tiles=tiles)
