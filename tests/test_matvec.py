@@ -239,26 +239,24 @@ def test_the_static_backend_option_is_checked_before_a_model_loads(tiny_llama):
     assert described["triton_matvec"] is False  # on a CPU every product is torch's
 
 
-@on_gpu
-@pytest.mark.parametrize("style", STYLES)
-def test_on_a_gpu_the_kernels_decode_the_tokens_of_cublas(style, monkeypatch):
-    """Every decoding step's products of one row go through the kernel, and the tokens and DySCO's
-    selections are those of cuBLAS and of the sdpa backend (float32 weights, every style: one the
-    written-out decoder does not run keeps the transformers forward)."""
-    model = tiny_model(style, device="cuda")
+PROMPTS = ["You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Give a route.",
+           "Oslo has a harbour. Bergen is rainy. " * 3 + "Which city has a harbour?"]
+
+
+def kernel_case(model, monkeypatch, record_positions: bool = True):
+    """Heads, methods and backends to decode `model` with and without the kernels, and the list
+    each call of `folded` by the static backend appends to: (rows, whether a kernel ran)."""
     s = model.spec
     heads = HeadSet([(1, 0), (2, 3), (1, 2)], model=s.name, n_layers=s.n_layers, n_heads=s.n_heads,
                     n_kv_heads=s.n_kv_heads)
     methods = {"vanilla": DecodingConfig(method="vanilla", max_new_tokens=10),
                "dysco": DecodingConfig(params={"beta": 4.0, "select_p": 0.7}, max_new_tokens=10,
-                                       record_positions=True)}
-    prompts = ["You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Give a route.",
-               "Oslo has a harbour. Bergen is rainy. " * 3 + "Which city has a harbour?"]
-    ran = []
+                                       record_positions=record_positions)}
+    calls = []
 
     def counted(x, w, b=None, **extra):
         out = folded(x, w, b, **extra)
-        ran.append(out is not None)
+        calls.append((matvec_module.rows_of(x), out is not None))
         return out
 
     from dysco_interp.decoding.backends import static
@@ -266,11 +264,23 @@ def test_on_a_gpu_the_kernels_decode_the_tokens_of_cublas(style, monkeypatch):
     monkeypatch.setattr(static, "folded", counted)
     specs = {"triton": backends.BackendSpec("static", matvec=True),
              "cublas": backends.BackendSpec("static", matvec=False), "sdpa": backends.BackendSpec("sdpa")}
+    return heads, methods, specs, calls
+
+
+@on_gpu
+@pytest.mark.parametrize("style", STYLES)
+def test_on_a_gpu_the_kernels_decode_the_tokens_of_cublas(style, monkeypatch):
+    """Every decoding step's products of one row go through the kernel, and the tokens and DySCO's
+    selections are those of cuBLAS and of the sdpa backend (float32 weights, every style: one the
+    written-out decoder does not run keeps the transformers forward)."""
+    model = tiny_model(style, device="cuda")
+    heads, methods, specs, calls = kernel_case(model, monkeypatch)
     # one prompt at a time: a step of one row
-    out = {name: [compare_methods(model, p, methods, heads, backend=spec) for p in prompts]
+    out = {name: [compare_methods(model, p, methods, heads, backend=spec) for p in PROMPTS]
            for name, spec in specs.items()}
     # each step's products of its one row, where the written-out decoder runs the model (a first
     # prefill of a shape runs eagerly, through cuBLAS); elsewhere the transformers forward does them
+    ran = [r for _, r in calls]
     assert all(ran) and bool(ran) == backends.BackendSpec("static").described(model)["written_out_decoder"]
     for name in methods:
         for runs in zip(out["triton"], out["cublas"], out["sdpa"]):
@@ -290,30 +300,12 @@ def test_on_a_gpu_the_few_rows_kernel_scores_a_batch_as_close_to_cublas_as_anoth
     (another bf16 path; 0.03-0.06 nats apart on the CPU) to a rounding, and the argmax is
     cuBLAS's wherever its margin is clear of that."""
     model = tiny_model(style, device="cuda", dtype=torch.bfloat16)
-    s = model.spec
-    heads = HeadSet([(1, 0), (2, 3), (1, 2)], model=s.name, n_layers=s.n_layers, n_heads=s.n_heads,
-                    n_kv_heads=s.n_kv_heads)
-    methods = {"vanilla": DecodingConfig(method="vanilla", max_new_tokens=10),
-               "dysco": DecodingConfig(params={"beta": 4.0, "select_p": 0.7}, max_new_tokens=10)}
-    prompts = ["You can travel from Paris to Berlin by train. Rome is quiet. " * 6 + "Give a route.",
-               "Oslo has a harbour. Bergen is rainy. " * 3 + "Which city has a harbour?"]
-    rows = []
-
-    def counted(x, w, b=None, **extra):
-        out = folded(x, w, b, **extra)
-        rows.append((x.numel() // x.shape[-1], out is not None))
-        return out
-
-    from dysco_interp.decoding.backends import static
-
-    monkeypatch.setattr(static, "folded", counted)
-    specs = {"triton": backends.BackendSpec("static", matvec=True),
-             "cublas": backends.BackendSpec("static", matvec=False), "sdpa": backends.BackendSpec("sdpa")}
-    gold = [r.tokens for r in generate_batch(model, prompts, methods, heads, backend=specs["cublas"])["vanilla"]]
-    rows.clear()
-    out = {name: generate_batch(model, prompts, methods, heads, backend=spec, forced=gold)
+    heads, methods, specs, calls = kernel_case(model, monkeypatch, record_positions=False)
+    gold = [r.tokens for r in generate_batch(model, PROMPTS, methods, heads, backend=specs["cublas"])["vanilla"]]
+    calls.clear()
+    out = {name: generate_batch(model, PROMPTS, methods, heads, backend=spec, forced=gold)
            for name, spec in specs.items()}
-    steps = [(n, ran) for n, ran in rows if n <= MAX_ROWS]  # a compiled prefill's chunks are cuBLAS's
+    steps = [(n, ran) for n, ran in calls if n <= MAX_ROWS]  # a compiled prefill's chunks are cuBLAS's
     assert bool(steps) == backends.BackendSpec("static").described(model)["written_out_decoder"]
     assert all(ran and n == 2 for n, ran in steps)
     scores = {name: [r.forced for m in methods for r in out[name][m]] for name in specs}
